@@ -1,0 +1,94 @@
+#pragma once
+/// @file
+/// RAII communicator and the agree-then-throw helpers that keep ranks from diverging.
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "mpistage/error.hpp"
+
+namespace mpistage {
+
+/// Throws `MpiError` naming `call` and the MPI error text when `rc != MPI_SUCCESS`.
+void check_mpi(int rc, const char* call);
+
+/// The library's own communicator: an `MPI_Comm_dup` of the user's communicator with
+/// `MPI_ERRORS_RETURN` set, plus the node-local communicator from
+/// `MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)` (never launcher environment variables, which are
+/// wrong under `mpirun` inside `sbatch`).
+///
+/// Move-only. Construction is collective over `user_comm`. Freeing is collective in MPI terms;
+/// call `free()` on every rank at the same point, the destructor is a no-throw fallback that
+/// frees only while MPI is still initialised. Not thread-safe: one thread at a time.
+class Communicator {
+public:
+    /// Collective over `user_comm`. @throws MpiError when duplication or splitting fails.
+    explicit Communicator(MPI_Comm user_comm);
+    Communicator(Communicator&& other) noexcept;
+    Communicator& operator=(Communicator&& other) noexcept;
+    Communicator(const Communicator&) = delete;
+    Communicator& operator=(const Communicator&) = delete;
+    ~Communicator();
+
+    /// Collective: frees both communicators. Safe to call twice.
+    void free() noexcept;
+
+    MPI_Comm get() const noexcept { return comm_; }
+    int rank() const noexcept { return rank_; }
+    int size() const noexcept { return size_; }
+    /// Rank among the processes that share this node's memory.
+    int node_rank() const noexcept { return node_rank_; }
+    /// Number of processes on this node.
+    int node_size() const noexcept { return node_size_; }
+
+    /// Collective barrier. @throws MpiError.
+    void barrier() const;
+    /// Collective sum of one value. @throws MpiError.
+    std::uint64_t allreduce_sum(std::uint64_t value) const;
+    /// Collective maximum of one value. @throws MpiError.
+    std::uint64_t allreduce_max(std::uint64_t value) const;
+    /// Collective minimum of one value. @throws MpiError.
+    std::uint64_t allreduce_min(std::uint64_t value) const;
+    /// Collective exclusive prefix sum (rank 0 gets 0). @throws MpiError.
+    std::uint64_t exscan_sum(std::uint64_t value) const;
+    /// Collective gather of one value from every rank, on every rank. @throws MpiError.
+    std::vector<std::uint64_t> allgather(std::uint64_t value) const;
+    /// Collective broadcast of a string from `root`. @throws MpiError.
+    std::string broadcast(const std::string& value, int root) const;
+
+private:
+    MPI_Comm comm_ = MPI_COMM_NULL;
+    MPI_Comm node_comm_ = MPI_COMM_NULL;
+    int rank_ = 0;
+    int size_ = 1;
+    int node_rank_ = 0;
+    int node_size_ = 1;
+};
+
+/// Local outcome of a step that may fail on some ranks only.
+struct LocalStatus {
+    bool failed = false;
+    ErrorKind kind = ErrorKind::generic;
+    std::string message;
+
+    /// Captures the exception in flight (call from a `catch` block).
+    static LocalStatus from_current_exception() noexcept;
+    static LocalStatus from_exception(const std::exception_ptr& ep) noexcept;
+};
+
+/// Collective: agrees on `status` across ranks. When any rank failed, every rank throws the
+/// same exception: the type and message of the lowest failing rank, prefixed with that rank's
+/// number and the count of failing ranks. Returns normally on every rank when none failed.
+/// @throws the agreed `Error` subclass; MpiError when the agreement itself fails.
+void agree_or_throw(const Communicator& comm, const LocalStatus& status);
+
+/// Collective: runs `fn` on every rank, then agrees on the outcome (see `agree_or_throw`).
+/// `fn` must not itself make collective calls that other ranks might skip.
+void run_agreed(const Communicator& comm, const std::function<void()>& fn);
+
+}  // namespace mpistage

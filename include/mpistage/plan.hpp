@@ -1,0 +1,131 @@
+#pragma once
+/// @file
+/// The planner: a pure function from (N, world size, rank, options, epoch) to the rank's ordered
+/// list of batch slots. It makes no MPI calls, so serial tests can simulate any world size; the
+/// loader feeds it the collectively agreed N (see DESIGN.md §2 "plan").
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mpistage {
+
+/// How samples are divided among ranks.
+enum class Sharding {
+    /// Contiguous shards of the byte space (best I/O locality). The cut at r·T/W is snapped to
+    /// record boundaries and the skew correction gives every rank N/W or N/W+1 samples.
+    byte_range,
+    /// Global batches of W·B positions of one epoch-wide order; rank r takes its slice of each.
+    /// The sample sequence does not depend on W.
+    global,
+};
+
+/// How the order changes from epoch to epoch.
+enum class Shuffle {
+    /// Ascending sample ids.
+    none,
+    /// A permutation of the rank's own shard (with `byte_range`), seeded by (seed, epoch, rank).
+    local,
+    /// A permutation of all N samples (with `global`), seeded by (seed, epoch).
+    global,
+};
+
+/// What happens when samples do not fill equal, full batches on every rank.
+enum class Remainder {
+    /// Drop the tail so every rank has only full batches (like `drop_last`).
+    drop,
+    /// Fill missing slots with repeated samples from the head of the dataset (real data, as
+    /// PyTorch's DistributedSampler does), flagged `valid = false`.
+    pad,
+    /// Leave missing slots empty: zero data, index −1, `valid = false`; no I/O is spent on them.
+    mask,
+};
+
+/// Options that decide the sample sequence. Every rank must pass the same values.
+struct PlanOptions {
+    /// Samples per batch on each rank (B). Must be ≥ 1.
+    std::uint64_t batch_size = 32;
+    /// Seed of every shuffle.
+    std::uint64_t seed = 0;
+    /// How samples are divided among ranks.
+    Sharding sharding = Sharding::byte_range;
+    /// How the order changes between epochs.
+    Shuffle shuffle = Shuffle::none;
+    /// What happens to samples that do not fill full batches.
+    Remainder remainder = Remainder::drop;
+
+    /// @throws ConfigError for a zero batch size or a shuffle that does not fit the sharding.
+    void validate() const;
+};
+
+std::string to_string(Sharding s);
+std::string to_string(Shuffle s);
+std::string to_string(Remainder r);
+/// @throws ConfigError for unknown names.
+Sharding parse_sharding(const std::string& s);
+Shuffle parse_shuffle(const std::string& s);
+Remainder parse_remainder(const std::string& s);
+
+/// Sample id used for an empty (masked) slot.
+constexpr std::int64_t kPaddingId = -1;
+
+/// One rank's plan for one epoch: `steps` batches of `batch_size` slots each.
+struct EpochPlan {
+    /// Batches this rank yields; equal on every rank (a pure function of N, W, B, remainder).
+    std::uint64_t steps = 0;
+    std::uint64_t batch_size = 0;
+    /// Sample id of each slot, `steps * batch_size` entries in yield order; kPaddingId for masked.
+    std::vector<std::int64_t> ids;
+    /// 1 where the slot is a real, first occurrence of its sample in this epoch.
+    std::vector<std::uint8_t> valid;
+    /// This rank's owned shard `[shard_begin, shard_end)` (byte_range), for reporting.
+    std::uint64_t shard_begin = 0;
+    std::uint64_t shard_end = 0;
+};
+
+/// Counts over all ranks for one epoch (identical on every rank).
+struct EpochTotals {
+    std::uint64_t steps = 0;
+    std::uint64_t valid_samples = 0;
+    std::uint64_t padding_slots = 0;
+    std::uint64_t dropped_samples = 0;
+};
+
+/// Start of each rank's shard for `byte_range` after skew correction: rank r owns
+/// `[begin[r], begin[r+1])`, with N/W samples plus one for the first N mod W ranks.
+/// Returns W+1 entries. @throws ConfigError when world_size < 1.
+std::vector<std::uint64_t> balanced_shard_begins(std::uint64_t num_samples, int world_size);
+
+/// Totals of an epoch. Pure. @throws ConfigError for N = 0 or world_size < 1.
+EpochTotals plan_totals(std::uint64_t num_samples, int world_size, const PlanOptions& options);
+
+/// The plan of `rank` for `epoch`. Pure and deterministic: depends only on its arguments.
+/// Memory O(N/W + B). @throws ConfigError for N = 0, world_size < 1, rank outside [0, W).
+EpochPlan plan_epoch(std::uint64_t num_samples, int world_size, int rank,
+                     const PlanOptions& options, std::uint64_t epoch);
+
+/// A bijection of [0, n) computable per position in O(1) memory (cycle-walking Feistel network
+/// over the next even power of two, 4 rounds of a splitmix64-based round function).
+class Permutation {
+public:
+    Permutation(std::uint64_t n, std::uint64_t key);
+    /// Image of position `i` (< n).
+    std::uint64_t operator()(std::uint64_t i) const;
+    std::uint64_t size() const noexcept { return n_; }
+
+private:
+    std::uint64_t n_;
+    std::uint64_t key_;
+    unsigned half_bits_ = 0;
+    std::uint64_t half_mask_ = 0;
+};
+
+/// splitmix64 finaliser; used for keys and fingerprints.
+std::uint64_t mix64(std::uint64_t x) noexcept;
+/// FNV-1a 64-bit hash of a string (fingerprints).
+std::uint64_t fnv1a64(const std::string& s) noexcept;
+
+/// A string identifying everything that decides the sequence; ranks compare its hash once.
+std::string plan_fingerprint(std::uint64_t num_samples, int world_size, const PlanOptions& options);
+
+}  // namespace mpistage

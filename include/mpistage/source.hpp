@@ -1,0 +1,76 @@
+#pragma once
+/// @file
+/// The interface every data source implements: files in, samples (records) out.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mpistage/dtype.hpp"
+
+namespace mpistage {
+
+/// One field of a sample (e.g. `images` with shape {28, 28} and dtype uint8).
+struct FieldInfo {
+    /// Name of the field (HDF5 dataset path, or feature name).
+    std::string name;
+    /// Element type, in native byte order once read.
+    DType dtype = DType::uint8;
+    /// Shape of one sample of this field (the batch adds a leading dimension B). Empty = scalar.
+    std::vector<std::int64_t> sample_shape;
+    /// Bytes of one sample of this field (product of shape times element size); 0 when ragged.
+    std::uint64_t sample_bytes = 0;
+    /// True when samples have different lengths (values + offsets in the batch).
+    bool ragged = false;
+};
+
+/// Where a source writes the samples of one batch. Implemented by the pipeline.
+/// Not thread-safe: one source call writes one sink.
+class BatchSink {
+public:
+    virtual ~BatchSink() = default;
+    /// Destination of sample `slot` of fixed-size field `field`: `FieldInfo::sample_bytes` bytes.
+    virtual std::byte* fixed(std::size_t field, std::size_t slot) = 0;
+    /// Destination of `size_bytes` bytes for sample `slot` of ragged field `field`.
+    /// Slots must be requested in increasing order.
+    virtual std::byte* ragged(std::size_t field, std::size_t slot, std::uint64_t size_bytes) = 0;
+};
+
+/// A dataset opened by every rank: N samples, each made of the same fields.
+///
+/// Opening is collective (constructors of implementations); after that `read` is independent
+/// (no MPI collectives) and thread-safe, so the pipeline may call it from I/O threads.
+class Source {
+public:
+    virtual ~Source() = default;
+
+    /// The fields of every sample, in a fixed order.
+    virtual const std::vector<FieldInfo>& fields() const = 0;
+    /// Total number of samples N, identical on every rank.
+    virtual std::uint64_t num_samples() const = 0;
+    /// Total bytes T of the concatenated record byte space (all files, all fields).
+    virtual std::uint64_t total_bytes() const = 0;
+    /// Number of records whose first byte lies in `[rank*T/world_size, (rank+1)*T/world_size)`,
+    /// i.e. the byte-range cut snapped to record boundaries (DESIGN.md §2 `byte_range`).
+    virtual std::uint64_t records_in_cut(int rank, int world_size) const = 0;
+    /// Bytes of sample `id` over all fields (for balance reporting).
+    virtual std::uint64_t sample_bytes(std::uint64_t id) const = 0;
+    /// A string that identifies the dataset (paths, sizes, shapes, types); ranks compare hashes.
+    virtual std::string fingerprint() const = 0;
+    /// Reads samples `ids[0..count)` into `sink` slots `0..count)`. Thread-safe, independent.
+    /// @throws IoError, FormatError, Hdf5Error naming file, dataset and offset.
+    virtual void read(const std::uint64_t* ids, std::size_t count, BatchSink& sink) const = 0;
+};
+
+}  // namespace mpistage
+
+namespace mpistage {
+
+/// For sources whose records all have `record_bytes` bytes: how many records start inside the
+/// byte cut `[rank*T/W, (rank+1)*T/W)` with T = num_records * record_bytes. Pure.
+std::uint64_t fixed_records_in_cut(std::uint64_t num_records, std::uint64_t record_bytes, int rank,
+                                   int world_size);
+
+}  // namespace mpistage

@@ -1,0 +1,178 @@
+#include "mpistage/comm.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+namespace mpistage {
+
+void throw_error(ErrorKind kind, const std::string& what) {
+    switch (kind) {
+    case ErrorKind::config: throw ConfigError(what);
+    case ErrorKind::io: throw IoError(what);
+    case ErrorKind::format: throw FormatError(what);
+    case ErrorKind::mpi: throw MpiError(what);
+    case ErrorKind::hdf5: throw Hdf5Error(what);
+    case ErrorKind::cuda: throw CudaError(what);
+    case ErrorKind::generic: break;
+    }
+    throw Error(what);
+}
+
+void check_mpi(int rc, const char* call) {
+    if (rc == MPI_SUCCESS) return;
+    char text[MPI_MAX_ERROR_STRING] = {0};
+    int len = 0;
+    if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) std::strcpy(text, "unknown MPI error");
+    int rank = -1;
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (initialized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    throw MpiError(std::string("comm: ") + call + " failed on world rank " + std::to_string(rank) +
+                   ": " + text);
+}
+
+Communicator::Communicator(MPI_Comm user_comm) {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) throw MpiError("comm: MPI is not initialised; call MPI_Init first");
+    if (user_comm == MPI_COMM_NULL) throw ConfigError("comm: the communicator is MPI_COMM_NULL");
+    check_mpi(MPI_Comm_dup(user_comm, &comm_), "MPI_Comm_dup");
+    check_mpi(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+    check_mpi(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
+    check_mpi(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
+    check_mpi(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node_comm_),
+              "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)");
+    check_mpi(MPI_Comm_rank(node_comm_, &node_rank_), "MPI_Comm_rank(node)");
+    check_mpi(MPI_Comm_size(node_comm_, &node_size_), "MPI_Comm_size(node)");
+}
+
+Communicator::Communicator(Communicator&& other) noexcept
+    : comm_(std::exchange(other.comm_, MPI_COMM_NULL)),
+      node_comm_(std::exchange(other.node_comm_, MPI_COMM_NULL)),
+      rank_(other.rank_), size_(other.size_), node_rank_(other.node_rank_),
+      node_size_(other.node_size_) {}
+
+Communicator& Communicator::operator=(Communicator&& other) noexcept {
+    if (this != &other) {
+        free();
+        comm_ = std::exchange(other.comm_, MPI_COMM_NULL);
+        node_comm_ = std::exchange(other.node_comm_, MPI_COMM_NULL);
+        rank_ = other.rank_;
+        size_ = other.size_;
+        node_rank_ = other.node_rank_;
+        node_size_ = other.node_size_;
+    }
+    return *this;
+}
+
+Communicator::~Communicator() { free(); }
+
+void Communicator::free() noexcept {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized) {
+        comm_ = MPI_COMM_NULL;
+        node_comm_ = MPI_COMM_NULL;
+        return;
+    }
+    if (node_comm_ != MPI_COMM_NULL) MPI_Comm_free(&node_comm_);
+    if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+void Communicator::barrier() const { check_mpi(MPI_Barrier(comm_), "MPI_Barrier"); }
+
+std::uint64_t Communicator::allreduce_sum(std::uint64_t value) const {
+    std::uint64_t out = 0;
+    check_mpi(MPI_Allreduce(&value, &out, 1, MPI_UINT64_T, MPI_SUM, comm_), "MPI_Allreduce(sum)");
+    return out;
+}
+std::uint64_t Communicator::allreduce_max(std::uint64_t value) const {
+    std::uint64_t out = 0;
+    check_mpi(MPI_Allreduce(&value, &out, 1, MPI_UINT64_T, MPI_MAX, comm_), "MPI_Allreduce(max)");
+    return out;
+}
+std::uint64_t Communicator::allreduce_min(std::uint64_t value) const {
+    std::uint64_t out = 0;
+    check_mpi(MPI_Allreduce(&value, &out, 1, MPI_UINT64_T, MPI_MIN, comm_), "MPI_Allreduce(min)");
+    return out;
+}
+std::uint64_t Communicator::exscan_sum(std::uint64_t value) const {
+    std::uint64_t out = 0;
+    check_mpi(MPI_Exscan(&value, &out, 1, MPI_UINT64_T, MPI_SUM, comm_), "MPI_Exscan");
+    if (rank_ == 0) out = 0;  // MPI leaves rank 0's result undefined
+    return out;
+}
+std::vector<std::uint64_t> Communicator::allgather(std::uint64_t value) const {
+    std::vector<std::uint64_t> out(static_cast<std::size_t>(size_));
+    check_mpi(MPI_Allgather(&value, 1, MPI_UINT64_T, out.data(), 1, MPI_UINT64_T, comm_),
+              "MPI_Allgather");
+    return out;
+}
+std::string Communicator::broadcast(const std::string& value, int root) const {
+    std::uint64_t len = value.size();
+    check_mpi(MPI_Bcast(&len, 1, MPI_UINT64_T, root, comm_), "MPI_Bcast(length)");
+    std::string out = rank_ == root ? value : std::string(len, '\0');
+    if (len > 0) {
+        check_mpi(MPI_Bcast(out.data(), static_cast<int>(std::min<std::uint64_t>(len, 1u << 30)),
+                            MPI_CHAR, root, comm_),
+                  "MPI_Bcast(string)");
+    }
+    return out;
+}
+
+LocalStatus LocalStatus::from_exception(const std::exception_ptr& ep) noexcept {
+    LocalStatus s;
+    if (!ep) return s;
+    s.failed = true;
+    try {
+        std::rethrow_exception(ep);
+    } catch (const Error& e) {
+        s.kind = e.kind();
+        s.message = e.what();
+    } catch (const std::bad_alloc&) {
+        s.message = "out of memory (std::bad_alloc)";
+    } catch (const std::exception& e) {
+        s.message = e.what();
+    } catch (...) {
+        s.message = "unknown exception";
+    }
+    return s;
+}
+
+LocalStatus LocalStatus::from_current_exception() noexcept {
+    return from_exception(std::current_exception());
+}
+
+void agree_or_throw(const Communicator& comm, const LocalStatus& status) {
+    // One allreduce decides whether anyone failed and who is first; only then a broadcast.
+    const std::uint64_t size = static_cast<std::uint64_t>(comm.size());
+    const std::uint64_t mine = status.failed ? static_cast<std::uint64_t>(comm.rank()) : size;
+    const std::uint64_t first = comm.allreduce_min(mine);
+    if (first == size) return;
+    const std::uint64_t failing = comm.allreduce_sum(status.failed ? 1 : 0);
+    const int root = static_cast<int>(first);
+    std::string payload;
+    if (comm.rank() == root) {
+        payload = std::string(1, static_cast<char>(status.kind)) + status.message;
+    }
+    payload = comm.broadcast(payload, root);
+    const auto kind = static_cast<ErrorKind>(payload.empty() ? 1 : payload[0]);
+    std::string message = payload.size() > 1 ? payload.substr(1) : std::string("unknown error");
+    std::string prefix = "[rank " + std::to_string(root);
+    if (failing > 1) prefix += " and " + std::to_string(failing - 1) + " other rank(s)";
+    prefix += "] ";
+    throw_error(kind, prefix + message);
+}
+
+void run_agreed(const Communicator& comm, const std::function<void()>& fn) {
+    LocalStatus status;
+    try {
+        fn();
+    } catch (...) {
+        status = LocalStatus::from_current_exception();
+    }
+    agree_or_throw(comm, status);
+}
+
+}  // namespace mpistage

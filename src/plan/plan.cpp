@@ -1,0 +1,215 @@
+#include "mpistage/plan.hpp"
+
+#include <algorithm>
+
+#include "mpistage/error.hpp"
+
+namespace mpistage {
+
+std::uint64_t mix64(std::uint64_t x) noexcept {
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+std::uint64_t fnv1a64(const std::string& s) noexcept {
+    std::uint64_t h = 0xcbf29ce484222325ULL;
+    for (unsigned char c : s) {
+        h ^= c;
+        h *= 0x100000001b3ULL;
+    }
+    return h;
+}
+
+Permutation::Permutation(std::uint64_t n, std::uint64_t key) : n_(n), key_(mix64(key)) {
+    unsigned bits = 0;
+    while (bits < 64 && (std::uint64_t{1} << bits) < n) ++bits;
+    if (bits % 2) ++bits;
+    if (bits < 2) bits = 2;
+    half_bits_ = bits / 2;
+    half_mask_ = (std::uint64_t{1} << half_bits_) - 1;
+}
+
+std::uint64_t Permutation::operator()(std::uint64_t i) const {
+    if (n_ <= 1) return i;
+    std::uint64_t x = i;
+    do {  // cycle-walk: re-encrypt until the value lands inside [0, n)
+        std::uint64_t left = x >> half_bits_;
+        std::uint64_t right = x & half_mask_;
+        for (std::uint64_t round = 0; round < 4; ++round) {
+            const std::uint64_t f = mix64(right ^ mix64(key_ + round)) & half_mask_;
+            const std::uint64_t next = left ^ f;
+            left = right;
+            right = next;
+        }
+        x = (left << half_bits_) | right;
+    } while (x >= n_);
+    return x;
+}
+
+void PlanOptions::validate() const {
+    if (batch_size == 0) throw ConfigError("plan: batch_size must be at least 1");
+    if (sharding == Sharding::byte_range && shuffle == Shuffle::global) {
+        throw ConfigError("plan: shuffle 'global' needs sharding 'global' (byte_range shards are "
+                          "shuffled with 'local')");
+    }
+    if (sharding == Sharding::global && shuffle == Shuffle::local) {
+        throw ConfigError("plan: shuffle 'local' needs sharding 'byte_range' (global sharding is "
+                          "shuffled with 'global')");
+    }
+}
+
+std::string to_string(Sharding s) { return s == Sharding::byte_range ? "byte_range" : "global"; }
+std::string to_string(Shuffle s) {
+    return s == Shuffle::none ? "none" : (s == Shuffle::local ? "local" : "global");
+}
+std::string to_string(Remainder r) {
+    return r == Remainder::drop ? "drop" : (r == Remainder::pad ? "pad" : "mask");
+}
+Sharding parse_sharding(const std::string& s) {
+    if (s == "byte_range" || s == "byte-range") return Sharding::byte_range;
+    if (s == "global") return Sharding::global;
+    throw ConfigError("unknown sharding '" + s + "' (expected byte_range or global)");
+}
+Shuffle parse_shuffle(const std::string& s) {
+    if (s == "none") return Shuffle::none;
+    if (s == "local") return Shuffle::local;
+    if (s == "global") return Shuffle::global;
+    throw ConfigError("unknown shuffle '" + s + "' (expected none, local or global)");
+}
+Remainder parse_remainder(const std::string& s) {
+    if (s == "drop") return Remainder::drop;
+    if (s == "pad") return Remainder::pad;
+    if (s == "mask") return Remainder::mask;
+    throw ConfigError("unknown remainder policy '" + s + "' (expected drop, pad or mask)");
+}
+
+namespace {
+
+void check_world(std::uint64_t num_samples, int world_size) {
+    if (world_size < 1) {
+        throw ConfigError("plan: world size must be at least 1, got " + std::to_string(world_size));
+    }
+    if (num_samples == 0) throw ConfigError("plan: the dataset has no samples: nothing to shard");
+}
+
+std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) { return a / b + (a % b != 0); }
+
+std::uint64_t epoch_key(const PlanOptions& o, std::uint64_t epoch, std::uint64_t salt) {
+    return mix64(mix64(o.seed) ^ mix64(epoch + 0x51ed270b27a1f5a3ULL) ^ mix64(salt * 0x2545f491ULL + 7));
+}
+
+}  // namespace
+
+std::vector<std::uint64_t> balanced_shard_begins(std::uint64_t num_samples, int world_size) {
+    if (world_size < 1) {
+        throw ConfigError("plan: world size must be at least 1, got " + std::to_string(world_size));
+    }
+    const auto w = static_cast<std::uint64_t>(world_size);
+    std::vector<std::uint64_t> begins(w + 1);
+    for (std::uint64_t r = 0; r <= w; ++r) begins[r] = r * (num_samples / w) + std::min(r, num_samples % w);
+    return begins;
+}
+
+EpochTotals plan_totals(std::uint64_t num_samples, int world_size, const PlanOptions& options) {
+    options.validate();
+    check_world(num_samples, world_size);
+    const auto w = static_cast<std::uint64_t>(world_size);
+    const std::uint64_t b = options.batch_size;
+    EpochTotals t;
+    if (options.sharding == Sharding::byte_range) {
+        const std::uint64_t n_min = num_samples / w;
+        const std::uint64_t n_max = ceil_div(num_samples, w);
+        t.steps = options.remainder == Remainder::drop ? n_min / b : ceil_div(n_max, b);
+    } else {
+        t.steps = options.remainder == Remainder::drop ? num_samples / (w * b)
+                                                       : ceil_div(num_samples, w * b);
+    }
+    const std::uint64_t slots = t.steps * b * w;
+    if (options.remainder == Remainder::drop) {
+        t.valid_samples = slots;
+        t.dropped_samples = num_samples - slots;
+    } else {
+        t.valid_samples = num_samples;
+        t.padding_slots = slots - num_samples;
+    }
+    return t;
+}
+
+EpochPlan plan_epoch(std::uint64_t num_samples, int world_size, int rank,
+                     const PlanOptions& options, std::uint64_t epoch) {
+    const EpochTotals totals = plan_totals(num_samples, world_size, options);
+    if (rank < 0 || rank >= world_size) {
+        throw ConfigError("plan: rank " + std::to_string(rank) + " outside world of size " +
+                          std::to_string(world_size));
+    }
+    const auto w = static_cast<std::uint64_t>(world_size);
+    const auto r = static_cast<std::uint64_t>(rank);
+    const std::uint64_t b = options.batch_size;
+    EpochPlan plan;
+    plan.steps = totals.steps;
+    plan.batch_size = b;
+    const std::uint64_t slots = plan.steps * b;
+    plan.ids.resize(slots);
+    plan.valid.resize(slots);
+
+    if (options.sharding == Sharding::byte_range) {
+        const auto begins = balanced_shard_begins(num_samples, world_size);
+        plan.shard_begin = begins[r];
+        plan.shard_end = begins[r + 1];
+        const std::uint64_t n_r = plan.shard_end - plan.shard_begin;
+        const bool shuffle = options.shuffle == Shuffle::local;
+        const Permutation perm(n_r, epoch_key(options, epoch, r + 1));
+        const std::uint64_t real = std::min(n_r, slots);
+        for (std::uint64_t k = 0; k < real; ++k) {
+            plan.ids[k] = static_cast<std::int64_t>(plan.shard_begin + (shuffle ? perm(k) : k));
+            plan.valid[k] = 1;
+        }
+        // Padding slots of all ranks are numbered in rank order; pad slot q repeats sample q mod N
+        // from the head of the dataset, so padding is spread over distinct samples.
+        std::uint64_t pad_before = 0;
+        for (std::uint64_t q = 0; q < r; ++q) {
+            const std::uint64_t n_q = begins[q + 1] - begins[q];
+            pad_before += slots > n_q ? slots - n_q : 0;
+        }
+        for (std::uint64_t k = real; k < slots; ++k) {
+            const std::uint64_t q = pad_before + (k - real);
+            plan.ids[k] = options.remainder == Remainder::mask
+                              ? kPaddingId
+                              : static_cast<std::int64_t>(q % num_samples);
+            plan.valid[k] = 0;
+        }
+    } else {
+        plan.shard_begin = 0;
+        plan.shard_end = num_samples;
+        const bool shuffle = options.shuffle == Shuffle::global;
+        const Permutation perm(num_samples, epoch_key(options, epoch, 0));
+        auto order = [&](std::uint64_t p) { return shuffle ? perm(p) : p; };
+        for (std::uint64_t s = 0; s < plan.steps; ++s) {
+            for (std::uint64_t j = 0; j < b; ++j) {
+                const std::uint64_t p = s * w * b + r * b + j;
+                const std::uint64_t k = s * b + j;
+                if (p < num_samples) {
+                    plan.ids[k] = static_cast<std::int64_t>(order(p));
+                    plan.valid[k] = 1;
+                } else {
+                    plan.ids[k] = options.remainder == Remainder::mask
+                                      ? kPaddingId
+                                      : static_cast<std::int64_t>(order((p - num_samples) % num_samples));
+                    plan.valid[k] = 0;
+                }
+            }
+        }
+    }
+    return plan;
+}
+
+std::string plan_fingerprint(std::uint64_t num_samples, int world_size, const PlanOptions& o) {
+    return "N=" + std::to_string(num_samples) + ";W=" + std::to_string(world_size) +
+           ";B=" + std::to_string(o.batch_size) + ";seed=" + std::to_string(o.seed) +
+           ";sharding=" + to_string(o.sharding) + ";shuffle=" + to_string(o.shuffle) +
+           ";remainder=" + to_string(o.remainder);
+}
+
+}  // namespace mpistage
