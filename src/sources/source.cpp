@@ -3,7 +3,7 @@
 namespace mpistage {
 
 namespace {
-__extension__ using u128 = u128;  // T·r can exceed 64 bits
+__extension__ typedef unsigned __int128 u128;  // T·r can exceed 64 bits
 }  // namespace
 
 std::uint64_t fixed_records_in_cut(std::uint64_t num_records, std::uint64_t record_bytes, int rank,
