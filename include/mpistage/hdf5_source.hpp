@@ -56,6 +56,8 @@ public:
     std::uint64_t sample_bytes(std::uint64_t id) const override;
     std::string fingerprint() const override;
     void read(const std::uint64_t* ids, std::size_t count, BatchSink& sink) const override;
+    /// True when some field is read through H5Dread (MPI-IO independent reads).
+    bool reads_use_mpi() const override;
 
     /// Collective bulk read: rows `[row_begin, row_begin + row_count)` of field `field` into
     /// `dst` (row_count × sample_bytes bytes, native order) with collective MPI-IO transfers.

@@ -62,6 +62,9 @@ public:
     /// Reads samples `ids[0..count)` into `sink` slots `0..count)`. Thread-safe, independent.
     /// @throws IoError, FormatError, Hdf5Error naming file, dataset and offset.
     virtual void read(const std::uint64_t* ids, std::size_t count, BatchSink& sink) const = 0;
+    /// True when `read` makes MPI calls (e.g. independent MPI-IO reads); the loader then only
+    /// calls it from background threads if MPI provides MPI_THREAD_MULTIPLE.
+    virtual bool reads_use_mpi() const { return false; }
 };
 
 }  // namespace mpistage

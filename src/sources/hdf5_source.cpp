@@ -350,6 +350,13 @@ std::string Hdf5Source::fingerprint() const {
     return s;
 }
 
+bool Hdf5Source::reads_use_mpi() const {
+    for (const auto& f : impl_->fields) {
+        if (!f.fast_path) return true;
+    }
+    return false;
+}
+
 void Hdf5Source::read(const std::uint64_t* ids, std::size_t count, BatchSink& sink) const {
     for (std::size_t k = 0; k < count;) {
         if (ids[k] >= impl_->num_samples) {

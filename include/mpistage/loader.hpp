@@ -1,0 +1,187 @@
+#pragma once
+/// @file
+/// The public entry point: `Loader(comm, source, options)`, `loader.epoch(e)` iterates batches.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mpistage/comm.hpp"
+#include "mpistage/plan.hpp"
+#include "mpistage/source.hpp"
+
+namespace mpistage {
+
+/// Options of a loader. Fields of `plan` must be equal on every rank (checked collectively);
+/// `prefetch` and `io_threads` may differ between ranks.
+struct LoaderOptions {
+    /// Batch size, seed, sharding, shuffle and remainder policy (DESIGN.md §2 "plan").
+    PlanOptions plan;
+    /// Batches read ahead of the consumer: the ring has this many host buffers, allocated once.
+    /// Must be ≥ 1. Resident batch memory is prefetch × batch bytes.
+    std::size_t prefetch = 2;
+    /// Background I/O threads filling the ring. 0 reads on the consumer thread inside `next()`.
+    /// Sources whose reads call MPI (`Source::reads_use_mpi`) run with 0 threads unless MPI
+    /// provides MPI_THREAD_MULTIPLE.
+    std::size_t io_threads = 1;
+    /// Allocate the ring with `cudaHostAlloc` (pinned) when a CUDA device is usable.
+    bool pin_memory = true;
+
+    /// @throws ConfigError for a zero prefetch depth or invalid plan options.
+    void validate() const;
+};
+
+/// One field of a host batch. Fixed fields: `data` holds [B, sample_shape...] elements of
+/// `info->dtype`, native order, row-major, `size_bytes = B × sample_bytes`. Ragged fields: `data`
+/// holds the concatenated values and `offsets` B+1 byte offsets into it.
+struct HostField {
+    const FieldInfo* info = nullptr;
+    const std::byte* data = nullptr;
+    std::uint64_t size_bytes = 0;
+    const std::int64_t* offsets = nullptr;
+};
+
+/// A batch in host memory (pinned when CUDA is usable). Shares ownership of one ring slot: the
+/// slot returns to the ring when the last copy of the batch (and of any tensor made from its
+/// `lease`) is gone. Thread safety: read-only access from any thread.
+class HostBatch {
+public:
+    HostBatch() = default;
+    /// Epoch this batch belongs to.
+    std::uint64_t epoch() const noexcept { return epoch_; }
+    /// Position of the batch in the epoch (0-based); equal on all ranks for the same step.
+    std::uint64_t step() const noexcept { return step_; }
+    /// Slots in the batch (B).
+    std::size_t size() const noexcept { return batch_size_; }
+    /// Global sample id of each slot (int64 [B]); kPaddingId (−1) for masked slots.
+    const std::int64_t* index() const noexcept { return index_; }
+    /// 1 where the slot holds a sample counted in this epoch, 0 for padding (uint8/bool [B]).
+    const std::uint8_t* valid() const noexcept { return valid_; }
+    /// Number of slots with valid = 1.
+    std::size_t num_valid() const noexcept { return num_valid_; }
+    /// Fields, in the source's order.
+    const std::vector<HostField>& fields() const noexcept { return fields_; }
+    /// Keeps the ring slot alive; tensors made over this batch's memory hold a copy.
+    const std::shared_ptr<void>& lease() const noexcept { return lease_; }
+
+private:
+    friend class Loader;
+    friend class EpochRange;
+    std::uint64_t epoch_ = 0;
+    std::uint64_t step_ = 0;
+    std::size_t batch_size_ = 0;
+    const std::int64_t* index_ = nullptr;
+    const std::uint8_t* valid_ = nullptr;
+    std::size_t num_valid_ = 0;
+    std::vector<HostField> fields_;
+    std::shared_ptr<void> lease_;
+};
+
+/// Counters of one rank, accumulated over all epochs since construction.
+struct LoaderStats {
+    std::uint64_t batches = 0;
+    std::uint64_t valid_samples = 0;
+    std::uint64_t padding_slots = 0;
+    /// Bytes read from the source (payload bytes of all fields).
+    std::uint64_t bytes_read = 0;
+    /// Time the consumer spent waiting inside `next()` for data and agreement.
+    std::chrono::duration<double> wait_time{0};
+    /// Time from the first `next()` of an epoch to its end, summed over epochs.
+    std::chrono::duration<double> epoch_time{0};
+    /// Samples the byte-range cut gave this rank before the skew correction.
+    std::uint64_t records_in_cut = 0;
+    /// Records whose descriptors the skew correction moved to or from this rank.
+    std::uint64_t records_moved = 0;
+    /// True when the ring was allocated with cudaHostAlloc.
+    bool pinned = false;
+};
+
+class Loader;
+
+/// The batches of one epoch, in plan order. Single consumer; obtained from `Loader::epoch`.
+/// Every rank yields `steps()` batches; the caller must consume the epoch to the end (or destroy
+/// the range) on every rank, since each `next()` takes part in one small agreement allreduce.
+class EpochRange {
+public:
+    EpochRange(EpochRange&&) noexcept;
+    EpochRange& operator=(EpochRange&&) noexcept;
+    ~EpochRange();
+
+    /// Batches per rank in this epoch, equal on every rank, decided before the first batch.
+    std::uint64_t steps() const noexcept;
+    /// This rank's plan for the epoch.
+    const EpochPlan& plan() const noexcept;
+    /// Collective (one allreduce): the next batch, or false after the last one. An error on
+    /// any rank (I/O, format, all ring slots held by the caller) is thrown on every rank.
+    /// @throws Error subclasses, identical on every rank.
+    bool next(HostBatch& out);
+
+    /// Input iterator over the batches (each increment calls `next`).
+    class iterator {
+    public:
+        using value_type = HostBatch;
+        iterator() = default;
+        explicit iterator(EpochRange* r) : range_(r) { ++*this; }
+        const HostBatch& operator*() const { return batch_; }
+        const HostBatch* operator->() const { return &batch_; }
+        iterator& operator++() {
+            if (range_ && !range_->next(batch_)) range_ = nullptr;
+            return *this;
+        }
+        bool operator!=(const iterator& o) const { return range_ != o.range_; }
+        bool operator==(const iterator& o) const { return range_ == o.range_; }
+
+    private:
+        EpochRange* range_ = nullptr;
+        HostBatch batch_;
+    };
+    iterator begin() { return iterator(this); }
+    iterator end() { return iterator(); }
+
+private:
+    friend class Loader;
+    struct Impl;
+    explicit EpochRange(std::unique_ptr<Impl> impl);
+    std::unique_ptr<Impl> impl_;
+};
+
+/// Stages the samples of a source across the ranks of a communicator.
+///
+/// Construction is collective: it duplicates `comm`, validates options, computes the byte-range
+/// cut and skew correction (`MPI_Allreduce`/`MPI_Exscan`), and compares a fingerprint of the
+/// dataset and plan options across ranks once, so ranks whose options differ all throw the same
+/// `ConfigError` instead of hanging. The source must outlive the loader. Not thread-safe: one
+/// thread drives a loader.
+class Loader {
+public:
+    /// Collective over `comm`. @throws ConfigError (invalid or differing options, N = 0),
+    /// MpiError; identical on every rank.
+    Loader(MPI_Comm comm, const Source& source, LoaderOptions options);
+    ~Loader();
+    Loader(const Loader&) = delete;
+    Loader& operator=(const Loader&) = delete;
+
+    /// Collective: starts epoch `e` (the epoch is an argument, never hidden state) and returns
+    /// its batches. Only one epoch may be in flight per loader.
+    EpochRange epoch(std::uint64_t e);
+
+    /// Global number of samples N.
+    std::uint64_t num_samples() const noexcept;
+    /// Totals over all ranks of one epoch (identical for every epoch).
+    const EpochTotals& totals() const noexcept;
+    /// This rank's counters.
+    const LoaderStats& stats() const noexcept;
+    const LoaderOptions& options() const noexcept;
+    const Communicator& comm() const noexcept;
+    const Source& source() const noexcept;
+
+private:
+    friend class EpochRange;
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace mpistage

@@ -1,0 +1,253 @@
+#pragma once
+/// @file
+/// TFRecord source over MPI-IO with index-free parallel splitting.
+///
+/// Framing (TensorFlow `tensorflow/core/lib/io/record_writer.cc`), all little-endian:
+///
+///     uint64 length; uint32 masked_crc32c(length); byte data[length]; uint32 masked_crc32c(data)
+///
+/// DALI index files (NVIDIA DALI `tools/tfrecord2idx`) hold one line `"<offset> <size>"` per
+/// record, with `size = length + 16` (the framing bytes included).
+///
+/// Splitting without an index: the files form one concatenated byte space of T bytes; rank r
+/// scans `[r·T/W, (r+1)·T/W)`. It resynchronises from its start to the first position whose
+/// header validates (length CRC, the record fits in its file, and the next header validates too
+/// or the record ends exactly at end of file), then walks headers, seeking over payloads, and
+/// keeps the records whose first byte lies in its range. A resync is a heuristic (a payload may
+/// hold a whole TFRecord file), so the ranks then *prove* their starts: rank 0 starts at byte 0,
+/// a true boundary, and a walk from a true boundary only visits true boundaries; so rank r+1's
+/// start must equal the position where rank r's walk stopped (the first boundary at or after its
+/// cut end). Ranks allgather (start, stop); the lowest rank whose start differs re-walks from
+/// its predecessor's stop; this repeats until all agree (at most W−1 rounds, normally none).
+/// The agreed record set is therefore exactly the sequential scan's, for any W.
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mpistage/comm.hpp"
+#include "mpistage/source.hpp"
+#include "mpistage/tf_example.hpp"
+
+namespace mpistage {
+
+/// What to do with a record whose length or payload CRC32C does not match.
+enum class OnCorrupt : std::uint8_t {
+    /// Fail on every rank with a FormatError naming file and offset (default).
+    error,
+    /// Drop the record and count it (`TfRecordSource::skipped_records`); ranks agree on N.
+    skip,
+};
+std::string to_string(OnCorrupt p);
+/// "error" or "skip". @throws ConfigError.
+OnCorrupt parse_on_corrupt(const std::string& s);
+
+/// Options of a TFRecord source. Every rank must pass the same values (checked at open).
+struct TfRecordOptions {
+    /// DALI index files, one per data file in the same order; empty = index-free splitting.
+    /// Validated against the data (offset + size within the file, length field = size − 16,
+    /// length CRC valid, entries tile the file); a mismatch is a FormatError naming the index
+    /// file and line. Not allowed with gzip files.
+    std::vector<std::string> index_paths;
+    /// Policy for records whose CRC32C does not match.
+    OnCorrupt on_corrupt = OnCorrupt::error;
+    /// Check the payload CRC32C of every record read (FormatError naming file and offset).
+    bool verify_payload_crc = true;
+    /// Read and check every payload CRC32C at open. Forced on with `on_corrupt = skip` (when
+    /// `verify_payload_crc`), so corrupt records are dropped before planning and N stays equal
+    /// on every rank; costs one full read of the data at open.
+    bool verify_payloads_at_open = false;
+    /// Decoded `tf.train.Example` features, one field each; empty = raw payload bytes as one
+    /// ragged uint8 field named `raw_field_name`.
+    std::vector<FeatureSpec> features;
+    /// Field name of the raw payload when `features` is empty.
+    std::string raw_field_name = "record";
+    /// Largest byte count of one read call (DESIGN.md §3). Default 1 GiB; must be ≥ 16.
+    std::uint64_t max_read_bytes = std::uint64_t{1} << 30;
+    /// Bytes read at once while scanning headers at open. Default 1 MiB; must be ≥ 64.
+    std::uint64_t scan_window_bytes = std::uint64_t{1} << 20;
+    /// Read records with `pread` instead of `MPI_File_read_at`. `read()` always uses `pread`
+    /// when MPI does not provide MPI_THREAD_MULTIPLE, since the pipeline calls it from I/O
+    /// threads (DESIGN.md §2 pipeline).
+    bool posix_reads = false;
+
+    /// @throws ConfigError naming the bad field.
+    void validate() const;
+};
+
+/// Pure framing and scanning functions (no MPI), so serial tests can simulate any world size.
+namespace tfrecord {
+
+/// Length field plus its CRC.
+constexpr std::uint64_t kHeaderBytes = 12;
+/// Header plus payload CRC: a record occupies `length + kFramingBytes` bytes.
+constexpr std::uint64_t kFramingBytes = 16;
+
+/// Reads exactly `size_bytes` bytes at `offset_bytes` of one file into `dst`.
+/// Callers never ask beyond the file size. @throws IoError.
+using ReadAt = std::function<void(std::uint64_t offset_bytes, void* dst, std::uint64_t size_bytes)>;
+
+/// One record: 16 bytes, so exchanging every descriptor costs 16 B × N on each rank.
+struct RecordRef {
+    /// Byte offset of the record's length field in its file (decompressed stream for gzip).
+    std::uint64_t offset = 0;
+    /// Payload bytes (framing excluded). Records are limited to 4 GiB − 1.
+    std::uint32_t length = 0;
+    /// Index of the file in the source's path list.
+    std::uint32_t file = 0;
+};
+static_assert(sizeof(RecordRef) == 16, "RecordRef is exchanged as 16 raw bytes");
+
+/// One file of the concatenated byte space.
+struct ScanFile {
+    /// Path (or a name for in-memory data) used in error messages.
+    std::string name;
+    /// File size in bytes.
+    std::uint64_t size_bytes = 0;
+    /// True for a gzip file, which is one indivisible unit owned by the cut holding its first
+    /// byte (its records are indexed after decompression).
+    bool whole = false;
+    /// Reader of this file.
+    ReadAt read;
+};
+
+/// Scanning knobs.
+struct ScanOptions {
+    OnCorrupt on_corrupt = OnCorrupt::error;
+    /// Read and check payload CRCs while walking.
+    bool verify_payloads = false;
+    /// Bytes read at once while scanning (≥ 64).
+    std::uint64_t window_bytes = std::uint64_t{1} << 20;
+};
+
+/// Outcome of checking a 12-byte header at `offset` of a file of `file_size` bytes.
+enum class HeaderStatus { ok, too_short, bad_length_crc, does_not_fit };
+/// Why a header failed, in words.
+std::string to_string(HeaderStatus s);
+
+/// Checks the header at `offset`: at least 16 bytes left, masked CRC32C of the length field
+/// matches, and `offset + 16 + length <= file_size` (checked without overflow, before anything
+/// is allocated). `header` holds `min(12, file_size - offset)` bytes. Pure; sets `length`.
+HeaderStatus check_header(const std::uint8_t* header, std::uint64_t offset,
+                          std::uint64_t file_size, std::uint64_t& length);
+
+/// Appends one framed record (header, payload, payload CRC) to `out`. Pure.
+void append_record(std::vector<std::uint8_t>& out, const void* payload, std::size_t size_bytes);
+
+/// What one rank's scan of its cut found.
+struct CutScan {
+    /// Global position where the scan started (its resync result, or the given start).
+    std::uint64_t start = 0;
+    /// First record boundary at or after the cut end reached by walking (≤ T).
+    std::uint64_t stop = 0;
+    /// Records of non-whole files whose first byte lies in the cut, in file order.
+    std::vector<RecordRef> records;
+    /// Whole (gzip) files whose first byte lies in the cut.
+    std::vector<std::uint32_t> whole_files;
+    /// Corrupt records dropped under `OnCorrupt::skip`.
+    std::uint64_t skipped = 0;
+};
+
+/// Start of each file in the concatenated space; F+1 entries, the last is T. Pure.
+std::vector<std::uint64_t> file_starts(const std::vector<ScanFile>& files);
+
+/// Resynchronises from global position `begin` (a file start is trusted; inside a whole file the
+/// next file start is used), then walks to `end`. Not collective.
+/// @throws FormatError naming file and offset on corruption (policy error), IoError.
+CutScan scan_cut(const std::vector<ScanFile>& files, std::uint64_t begin, std::uint64_t end,
+                 const ScanOptions& options);
+
+/// Walks headers from `start`, a known record boundary, keeping records that start before
+/// `end`. Not collective. @throws as `scan_cut`.
+CutScan walk_cut(const std::vector<ScanFile>& files, std::uint64_t start, std::uint64_t end,
+                 const ScanOptions& options);
+
+/// The agreement step: given every rank's (start, stop), returns the lowest rank r ≥ 1 with
+/// `starts[r] != stops[r-1]` (it must re-walk from `stops[r-1]`), or −1 when all agree. Pure.
+int first_mismatch(const std::vector<std::uint64_t>& starts,
+                   const std::vector<std::uint64_t>& stops);
+
+/// Serial simulation of the MPI splitting for `world_size` ranks (scan every cut, then the
+/// agreement rounds). Returns each rank's final scan. Not collective.
+std::vector<CutScan> simulate_split(const std::vector<ScanFile>& files, int world_size,
+                                    const ScanOptions& options, int* rounds = nullptr);
+
+/// Cut `rank` of `world_size` of a byte space of `total_bytes`: `[r·T/W, (r+1)·T/W)`. Pure.
+std::uint64_t cut_begin(std::uint64_t total_bytes, int rank, int world_size);
+
+/// A ScanFile over bytes in memory (tests, decompressed gzip). The bytes must outlive it.
+ScanFile memory_file(std::string name, const std::uint8_t* data, std::uint64_t size_bytes);
+
+}  // namespace tfrecord
+
+/// TFRecord files (plain or whole-file gzip) as a Source: one sample per record.
+///
+/// Fields: raw mode gives one ragged uint8 field (the payload); Example mode gives one field per
+/// `FeatureSpec` (see tf_example.hpp).
+///
+/// Memory per rank: 16 B × N descriptors (every rank can read any id, as the planner may assign
+/// ids from another rank's range, e.g. padding), plus the decompressed bytes of every gzip file
+/// this rank has touched (its own files at open, others decompressed whole on first read and
+/// kept until the source is destroyed).
+///
+/// Gzip files (name ending in `.gz` or starting with bytes 1f 8b) are sharded by whole files:
+/// the file whose first compressed byte lies in rank r's cut is decompressed (zlib, multi-member)
+/// and indexed by rank r. `records_in_cut` counts such records at their file's start.
+///
+/// Thread safety: `read` may be called from several threads at once. Ownership: owns the MPI
+/// file handles and POSIX descriptors; close with `close()` (collective) or the destructor.
+class TfRecordSource final : public Source {
+public:
+    /// Collective over `comm`: opens every file with `MPI_File_open`, scans this rank's cut (or
+    /// reads its slice of the index files), agrees on boundaries, counts and skipped records,
+    /// and allgathers all descriptors. Every failure is agreed: every rank throws the same.
+    /// @throws ConfigError (bad or differing options, no paths, index count mismatch),
+    ///         IoError (missing/unreadable file, short read), FormatError (not a TFRecord,
+    ///         truncated record, CRC mismatch, bad index line, empty file, no records) naming
+    ///         the file and the 64-bit byte offset (or index line).
+    TfRecordSource(const Communicator& comm, std::vector<std::string> paths,
+                   TfRecordOptions options = {});
+    ~TfRecordSource() override;
+    TfRecordSource(const TfRecordSource&) = delete;
+    TfRecordSource& operator=(const TfRecordSource&) = delete;
+
+    const std::vector<FieldInfo>& fields() const override;
+    std::uint64_t num_samples() const override;
+    /// Sum of the (compressed, for gzip) file sizes.
+    std::uint64_t total_bytes() const override;
+    std::uint64_t records_in_cut(int rank, int world_size) const override;
+    /// Payload bytes of record `id` (raw), or the decoded fixed bytes (Example mode).
+    std::uint64_t sample_bytes(std::uint64_t id) const override;
+    std::string fingerprint() const override;
+    /// Independent, thread-safe. @throws FormatError (CRC mismatch, bad Example) or IoError
+    /// naming file and offset; ConfigError for an id ≥ N.
+    void read(const std::uint64_t* ids, std::size_t count, BatchSink& sink) const override;
+
+    /// Records dropped under `OnCorrupt::skip` (identical on every rank).
+    std::uint64_t skipped_records() const noexcept;
+    /// The descriptor of record `id` (< N). @throws ConfigError.
+    tfrecord::RecordRef record(std::uint64_t id) const;
+    /// The paths, in the order given.
+    const std::vector<std::string>& paths() const noexcept;
+    /// Agreement rounds the index-free split needed (0 when every resync was right).
+    int resync_rounds() const noexcept;
+    /// Collective: closes the MPI files and descriptors. Safe to call twice.
+    void close() noexcept;
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+/// Collective over `comm`: writes a DALI-compatible index (`"<offset> <size>\n"`, size =
+/// payload + 16) for each of `data_paths` to the matching `index_paths`. Records are found by the
+/// parallel index-free scan (every rank scans its cut); rank 0 writes the files.
+/// @throws as `TfRecordSource` (gzip files: ConfigError), IoError when a file cannot be written;
+///         identically on every rank.
+void write_dali_index(const Communicator& comm, const std::vector<std::string>& data_paths,
+                      const std::vector<std::string>& index_paths);
+
+}  // namespace mpistage

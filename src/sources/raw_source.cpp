@@ -1,0 +1,167 @@
+#include "mpistage/raw_source.hpp"
+
+#include <algorithm>
+#include <array>
+
+#include "detail/posix_file.hpp"
+
+namespace mpistage {
+
+namespace {
+
+std::uint32_t be32(const unsigned char* p) {
+    return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) |
+           std::uint32_t{p[3]};
+}
+
+std::uint64_t shape_elements(const std::vector<std::int64_t>& shape) {
+    std::uint64_t n = 1;
+    for (auto d : shape) n *= static_cast<std::uint64_t>(d);
+    return n;
+}
+
+}  // namespace
+
+RawField parse_idx_header(const std::string& path, const std::string& field_name) {
+    detail::PosixFile file(path);
+    const std::string ctx = "idx: " + path;
+    std::array<unsigned char, 4> magic{};
+    if (file.size_bytes() < 4) throw FormatError(ctx + ": file of " + std::to_string(file.size_bytes()) + " bytes is too short for an IDX header (offset 0)");
+    file.read_exact(reinterpret_cast<std::byte*>(magic.data()), 4, 0, ctx);
+    if (magic[0] == 0x1f && magic[1] == 0x8b) {
+        throw FormatError(ctx + ": gzip-compressed (magic 1f 8b at offset 0); decompress it first "
+                                "or use `mpistage convert idx`");
+    }
+    if (magic[0] != 0 || magic[1] != 0) {
+        throw FormatError(ctx + ": not an IDX file (magic bytes at offset 0 are not 00 00)");
+    }
+    RawField f;
+    f.name = field_name;
+    f.path = path;
+    f.big_endian = true;
+    switch (magic[2]) {
+    case 0x08: f.dtype = DType::uint8; break;
+    case 0x09: f.dtype = DType::int8; break;
+    case 0x0B: f.dtype = DType::int16; break;
+    case 0x0C: f.dtype = DType::int32; break;
+    case 0x0D: f.dtype = DType::float32; break;
+    case 0x0E: f.dtype = DType::float64; break;
+    default:
+        throw FormatError(ctx + ": unknown IDX element type code " + std::to_string(magic[2]) +
+                          " at offset 2");
+    }
+    const unsigned ndims = magic[3];
+    if (ndims == 0) throw FormatError(ctx + ": IDX header declares 0 dimensions (offset 3)");
+    std::vector<unsigned char> dims(4u * ndims);
+    file.read_exact(reinterpret_cast<std::byte*>(dims.data()), dims.size(), 4, ctx + " header");
+    f.num_records = be32(dims.data());
+    for (unsigned d = 1; d < ndims; ++d) f.sample_shape.push_back(be32(dims.data() + 4 * d));
+    f.header_bytes = 4 + 4ull * ndims;
+    const std::uint64_t need =
+        f.header_bytes + f.num_records * shape_elements(f.sample_shape) * dtype_size(f.dtype);
+    if (file.size_bytes() != need) {
+        throw FormatError(ctx + ": header declares " + std::to_string(f.num_records) +
+                          " records (" + std::to_string(need) + " bytes) but the file has " +
+                          std::to_string(file.size_bytes()) + " bytes");
+    }
+    return f;
+}
+
+struct RawSource::Impl {
+    std::vector<RawField> raw;
+    std::vector<detail::PosixFile> files;
+    std::vector<FieldInfo> infos;
+    std::uint64_t num_samples = 0;
+    std::uint64_t record_bytes = 0;
+};
+
+RawSource::RawSource(const Communicator& comm, std::vector<RawField> fields)
+    : impl_(std::make_unique<Impl>()) {
+    run_agreed(comm, [&] {
+        if (fields.empty()) throw ConfigError("raw: no fields given");
+        for (auto& f : fields) {
+            detail::PosixFile file(f.path);
+            FieldInfo info;
+            info.name = f.name;
+            info.dtype = f.dtype;
+            info.sample_shape = f.sample_shape;
+            info.sample_bytes = shape_elements(f.sample_shape) * dtype_size(f.dtype);
+            if (info.sample_bytes == 0) {
+                throw ConfigError("raw: " + f.path + ": field '" + f.name + "' has 0-byte records");
+            }
+            if (file.size_bytes() < f.header_bytes) {
+                throw FormatError("raw: " + f.path + ": file of " +
+                                  std::to_string(file.size_bytes()) +
+                                  " bytes is shorter than its header (" +
+                                  std::to_string(f.header_bytes) + " bytes)");
+            }
+            const std::uint64_t body = file.size_bytes() - f.header_bytes;
+            if (f.num_records == 0) {
+                if (body % info.sample_bytes != 0) {
+                    throw FormatError("raw: " + f.path + ": " + std::to_string(body) +
+                                      " bytes after the header are not a whole number of " +
+                                      std::to_string(info.sample_bytes) + "-byte records");
+                }
+                f.num_records = body / info.sample_bytes;
+            } else if (f.num_records * info.sample_bytes > body) {
+                throw IoError("raw: " + f.path + ": truncated: " + std::to_string(f.num_records) +
+                              " records need " + std::to_string(f.num_records * info.sample_bytes) +
+                              " bytes after offset " + std::to_string(f.header_bytes) +
+                              ", the file has " + std::to_string(body));
+            }
+            impl_->record_bytes += info.sample_bytes;
+            impl_->infos.push_back(info);
+            impl_->files.push_back(std::move(file));
+        }
+        impl_->num_samples = fields.front().num_records;
+        for (const auto& f : fields) {
+            if (f.num_records != impl_->num_samples) {
+                throw ConfigError("raw: fields differ in record count: '" + fields.front().name +
+                                  "' has " + std::to_string(impl_->num_samples) + ", '" + f.name +
+                                  "' has " + std::to_string(f.num_records));
+            }
+        }
+        if (impl_->num_samples == 0) throw ConfigError("raw: 0 records: nothing to shard");
+        impl_->raw = fields;
+    });
+}
+
+RawSource::~RawSource() = default;
+
+const std::vector<FieldInfo>& RawSource::fields() const { return impl_->infos; }
+std::uint64_t RawSource::num_samples() const { return impl_->num_samples; }
+std::uint64_t RawSource::total_bytes() const { return impl_->num_samples * impl_->record_bytes; }
+std::uint64_t RawSource::records_in_cut(int rank, int world_size) const {
+    return fixed_records_in_cut(impl_->num_samples, impl_->record_bytes, rank, world_size);
+}
+std::uint64_t RawSource::sample_bytes(std::uint64_t) const { return impl_->record_bytes; }
+
+std::string RawSource::fingerprint() const {
+    std::string s = "raw;N=" + std::to_string(impl_->num_samples);
+    for (std::size_t i = 0; i < impl_->raw.size(); ++i) {
+        s += ";" + impl_->raw[i].name + ":" + impl_->raw[i].path + ":" +
+             std::to_string(impl_->files[i].size_bytes()) + ":" + dtype_name(impl_->raw[i].dtype);
+    }
+    return s;
+}
+
+void RawSource::read(const std::uint64_t* ids, std::size_t count, BatchSink& sink) const {
+    for (std::size_t fi = 0; fi < impl_->raw.size(); ++fi) {
+        const RawField& f = impl_->raw[fi];
+        const std::uint64_t rb = impl_->infos[fi].sample_bytes;
+        const std::size_t elem = dtype_size(f.dtype);
+        for (std::size_t k = 0; k < count; ++k) {
+            if (ids[k] >= impl_->num_samples) {
+                throw ConfigError("raw: sample id " + std::to_string(ids[k]) + " out of range");
+            }
+            std::byte* dst = sink.fixed(fi, k);
+            impl_->files[fi].read_exact(dst, rb, f.header_bytes + ids[k] * rb,
+                                        "raw: field '" + f.name + "' record " + std::to_string(ids[k]));
+            if (f.big_endian && elem > 1) {
+                for (std::uint64_t e = 0; e < rb; e += elem) std::reverse(dst + e, dst + e + elem);
+            }
+        }
+    }
+}
+
+}  // namespace mpistage

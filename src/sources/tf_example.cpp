@@ -1,0 +1,486 @@
+#include "mpistage/tf_example.hpp"
+
+#include <cstring>
+#include <utility>
+
+#include "mpistage/error.hpp"
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "the Example decoder copies little-endian wire values as native values");
+
+namespace mpistage {
+
+namespace {
+
+// ---- wire-format reading --------------------------------------------------------------------
+
+struct Span {
+    const std::uint8_t* data = nullptr;
+    std::size_t size = 0;
+};
+
+/// Cursor over one message; every read is bounds-checked and reports failure by returning false.
+class Cursor {
+public:
+    explicit Cursor(Span s) : p_(s.data), end_(s.data + s.size) {}
+    bool done() const { return p_ >= end_; }
+
+    bool varint(std::uint64_t& out) {
+        out = 0;
+        for (int shift = 0; shift < 64; shift += 7) {
+            if (p_ >= end_) return false;
+            const std::uint8_t b = *p_++;
+            out |= static_cast<std::uint64_t>(b & 0x7Fu) << shift;
+            if ((b & 0x80u) == 0) return true;
+        }
+        return false;  // more than 10 bytes
+    }
+    bool tag(std::uint32_t& field, std::uint32_t& wire) {
+        std::uint64_t t = 0;
+        if (!varint(t)) return false;
+        field = static_cast<std::uint32_t>(t >> 3);
+        wire = static_cast<std::uint32_t>(t & 7u);
+        return field != 0;
+    }
+    bool bytes(Span& out) {
+        std::uint64_t n = 0;
+        if (!varint(n)) return false;
+        if (n > static_cast<std::uint64_t>(end_ - p_)) return false;
+        out = Span{p_, static_cast<std::size_t>(n)};
+        p_ += n;
+        return true;
+    }
+    bool fixed(std::size_t n, const std::uint8_t*& out) {
+        if (static_cast<std::size_t>(end_ - p_) < n) return false;
+        out = p_;
+        p_ += n;
+        return true;
+    }
+    bool skip(std::uint32_t wire) {
+        std::uint64_t v = 0;
+        const std::uint8_t* f = nullptr;
+        Span s;
+        switch (wire) {
+        case 0: return varint(v);
+        case 1: return fixed(8, f);
+        case 2: return bytes(s);
+        case 5: return fixed(4, f);
+        default: return false;  // groups (3, 4) never appear in Example; 6, 7 are invalid
+        }
+    }
+
+private:
+    const std::uint8_t* p_;
+    const std::uint8_t* end_;
+};
+
+[[noreturn]] void malformed(const std::string& where, const std::string& what) {
+    throw FormatError("tf.train.Example: " + where + ": malformed protobuf (" + what + ")");
+}
+
+[[noreturn]] void bad_feature(const std::string& where, const std::string& name,
+                              const std::string& what) {
+    throw FormatError("tf.train.Example: " + where + ": feature '" + name + "' " + what);
+}
+
+std::uint64_t element_count(const std::vector<std::int64_t>& shape) {
+    std::uint64_t n = 1;
+    for (auto d : shape) n *= static_cast<std::uint64_t>(d);
+    return n;
+}
+
+/// Finds, for every spec, the last `Feature` message whose key equals its name.
+void find_features(Span example, const std::vector<FeatureSpec>& specs, std::vector<Span>& found,
+                   std::vector<bool>& present, const std::string& where) {
+    Cursor ex(example);
+    std::uint32_t field = 0;
+    std::uint32_t wire = 0;
+    while (!ex.done()) {
+        if (!ex.tag(field, wire)) malformed(where, "bad tag in Example");
+        if (field != 1 || wire != 2) {
+            if (!ex.skip(wire)) malformed(where, "bad field in Example");
+            continue;
+        }
+        Span features;
+        if (!ex.bytes(features)) malformed(where, "Example.features overruns the record");
+        Cursor fs(features);
+        while (!fs.done()) {
+            if (!fs.tag(field, wire)) malformed(where, "bad tag in Features");
+            if (field != 1 || wire != 2) {
+                if (!fs.skip(wire)) malformed(where, "bad field in Features");
+                continue;
+            }
+            Span entry;
+            if (!fs.bytes(entry)) malformed(where, "Features map entry overruns the record");
+            Cursor en(entry);
+            Span key;
+            Span value;  // a missing value is an empty Feature
+            while (!en.done()) {
+                if (!en.tag(field, wire)) malformed(where, "bad tag in a Features map entry");
+                if (field == 1 && wire == 2) {
+                    if (!en.bytes(key)) malformed(where, "map key overruns its entry");
+                } else if (field == 2 && wire == 2) {
+                    if (!en.bytes(value)) malformed(where, "map value overruns its entry");
+                } else if (!en.skip(wire)) {
+                    malformed(where, "bad field in a Features map entry");
+                }
+            }
+            for (std::size_t i = 0; i < specs.size(); ++i) {
+                const auto& name = specs[i].name;
+                if (name.size() == key.size &&
+                    (key.size == 0 || std::memcmp(name.data(), key.data, key.size) == 0)) {
+                    found[i] = value;
+                    present[i] = true;
+                }
+            }
+        }
+    }
+}
+
+/// The list inside a Feature: which kind (last oneof member wins) and its bytes.
+bool feature_list(Span feature, FeatureKind& kind, Span& list, bool& has_kind) {
+    Cursor c(feature);
+    std::uint32_t field = 0;
+    std::uint32_t wire = 0;
+    has_kind = false;
+    while (!c.done()) {
+        if (!c.tag(field, wire)) return false;
+        if (wire == 2 && field >= 1 && field <= 3) {
+            if (!c.bytes(list)) return false;
+            kind = field == 1 ? FeatureKind::bytes
+                              : (field == 2 ? FeatureKind::float32 : FeatureKind::int64);
+            has_kind = true;
+        } else if (!c.skip(wire)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/// Visits the values of a FloatList/Int64List (packed or not); `fn(index, value_bits)` gets
+/// float bits (uint32 in uint64) or int64 bits. Returns the count, or -1 when malformed.
+template <class Fn>
+std::int64_t visit_numeric(Span list, FeatureKind kind, Fn&& fn) {
+    Cursor c(list);
+    std::uint32_t field = 0;
+    std::uint32_t wire = 0;
+    std::int64_t n = 0;
+    while (!c.done()) {
+        if (!c.tag(field, wire)) return -1;
+        if (field != 1) {
+            if (!c.skip(wire)) return -1;
+            continue;
+        }
+        if (kind == FeatureKind::float32) {
+            if (wire == 5) {
+                const std::uint8_t* f = nullptr;
+                if (!c.fixed(4, f)) return -1;
+                std::uint32_t bits = 0;
+                std::memcpy(&bits, f, 4);
+                fn(n++, bits);
+            } else if (wire == 2) {
+                Span packed;
+                if (!c.bytes(packed) || packed.size % 4 != 0) return -1;
+                for (std::size_t i = 0; i < packed.size; i += 4) {
+                    std::uint32_t bits = 0;
+                    std::memcpy(&bits, packed.data + i, 4);
+                    fn(n++, bits);
+                }
+            } else {
+                return -1;
+            }
+        } else {
+            if (wire == 0) {
+                std::uint64_t v = 0;
+                if (!c.varint(v)) return -1;
+                fn(n++, v);
+            } else if (wire == 2) {
+                Span packed;
+                if (!c.bytes(packed)) return -1;
+                Cursor pc(packed);
+                while (!pc.done()) {
+                    std::uint64_t v = 0;
+                    if (!pc.varint(v)) return -1;
+                    fn(n++, v);
+                }
+            } else {
+                return -1;
+            }
+        }
+    }
+    return n;
+}
+
+// ---- wire-format writing --------------------------------------------------------------------
+
+void put_varint(std::vector<std::uint8_t>& out, std::uint64_t v) {
+    while (v >= 0x80) {
+        out.push_back(static_cast<std::uint8_t>(v | 0x80));
+        v >>= 7;
+    }
+    out.push_back(static_cast<std::uint8_t>(v));
+}
+void put_tag(std::vector<std::uint8_t>& out, std::uint32_t field, std::uint32_t wire) {
+    put_varint(out, (static_cast<std::uint64_t>(field) << 3) | wire);
+}
+void put_bytes(std::vector<std::uint8_t>& out, std::uint32_t field, const void* data,
+               std::size_t n) {
+    put_tag(out, field, 2);
+    put_varint(out, n);
+    const auto* p = static_cast<const std::uint8_t*>(data);
+    out.insert(out.end(), p, p + n);
+}
+
+std::vector<std::int64_t> parse_shape(const std::string& s, const std::string& text) {
+    std::vector<std::int64_t> shape;
+    if (s.empty()) return shape;
+    std::size_t pos = 0;
+    while (pos <= s.size()) {
+        std::size_t next = s.find_first_of("x,", pos);
+        if (next == std::string::npos) next = s.size();
+        const std::string dim = s.substr(pos, next - pos);
+        if (dim.empty() || dim.find_first_not_of("0123456789") != std::string::npos ||
+            dim.size() > 12) {
+            throw ConfigError("feature spec '" + text + "': bad shape dimension '" + dim +
+                              "' (expected e.g. 28x28)");
+        }
+        shape.push_back(std::stoll(dim));
+        pos = next + 1;
+    }
+    return shape;
+}
+
+}  // namespace
+
+std::string to_string(FeatureKind k) {
+    switch (k) {
+    case FeatureKind::bytes: return "bytes";
+    case FeatureKind::float32: return "float";
+    case FeatureKind::int64: return "int64";
+    }
+    return "?";
+}
+
+void FeatureSpec::validate() const {
+    if (name.empty()) throw ConfigError("feature spec: empty feature name");
+    for (auto d : shape) {
+        if (d < 0) throw ConfigError("feature '" + name + "': negative dimension in shape");
+    }
+    if (ragged && (kind != FeatureKind::bytes || !shape.empty())) {
+        throw ConfigError("feature '" + name + "': only a bytes feature without shape is ragged");
+    }
+    if (kind == FeatureKind::bytes && !ragged && dtype == DType::boolean) {
+        throw ConfigError("feature '" + name + "': bytes cannot be reinterpreted as boolean");
+    }
+}
+
+FeatureSpec parse_feature_spec(const std::string& text) {
+    FeatureSpec spec;
+    const auto c1 = text.find(':');
+    if (c1 == std::string::npos || c1 == 0) {
+        throw ConfigError("feature spec '" + text + "': expected NAME:TYPE[:SHAPE]");
+    }
+    spec.name = text.substr(0, c1);
+    const auto c2 = text.find(':', c1 + 1);
+    const std::string type = text.substr(c1 + 1, c2 == std::string::npos ? std::string::npos
+                                                                          : c2 - c1 - 1);
+    const std::string shape = c2 == std::string::npos ? std::string() : text.substr(c2 + 1);
+    if (type == "bytes") {
+        spec.kind = FeatureKind::bytes;
+        spec.dtype = DType::uint8;
+    } else if (type.rfind("bytes/", 0) == 0) {
+        spec.kind = FeatureKind::bytes;
+        spec.dtype = parse_dtype(type.substr(6));
+    } else if (type == "float" || type == "float32") {
+        spec.kind = FeatureKind::float32;
+        spec.dtype = DType::float32;
+    } else if (type == "int64") {
+        spec.kind = FeatureKind::int64;
+        spec.dtype = DType::int64;
+    } else {
+        throw ConfigError("feature spec '" + text + "': unknown type '" + type +
+                          "' (bytes, float, int64 or bytes/DTYPE)");
+    }
+    spec.shape = parse_shape(shape, text);
+    spec.ragged = spec.kind == FeatureKind::bytes && c2 == std::string::npos;
+    if (spec.ragged && spec.dtype != DType::uint8) {
+        throw ConfigError("feature spec '" + text + "': bytes/DTYPE needs a SHAPE");
+    }
+    spec.validate();
+    return spec;
+}
+
+ExampleDecoder::ExampleDecoder(std::vector<FeatureSpec> specs) : specs_(std::move(specs)) {
+    if (specs_.empty()) throw ConfigError("tf.train.Example decoder: no features declared");
+    for (std::size_t i = 0; i < specs_.size(); ++i) {
+        auto& s = specs_[i];
+        s.validate();
+        for (std::size_t j = 0; j < i; ++j) {
+            if (specs_[j].name == s.name) {
+                throw ConfigError("tf.train.Example decoder: feature '" + s.name +
+                                  "' declared twice");
+            }
+        }
+        if (s.kind == FeatureKind::float32) s.dtype = DType::float32;
+        if (s.kind == FeatureKind::int64) s.dtype = DType::int64;
+        FieldInfo f;
+        f.name = s.name;
+        f.dtype = s.ragged ? DType::uint8 : s.dtype;
+        f.sample_shape = s.shape;
+        f.ragged = s.ragged;
+        f.sample_bytes = s.ragged ? 0 : element_count(s.shape) * dtype_size(f.dtype);
+        fields_.push_back(std::move(f));
+    }
+}
+
+void ExampleDecoder::decode(const std::uint8_t* data, std::size_t size_bytes, BatchSink& sink,
+                            std::size_t slot, const std::string& where) const {
+    std::vector<Span> found(specs_.size());
+    std::vector<bool> present(specs_.size(), false);
+    find_features(Span{data, size_bytes}, specs_, found, present, where);
+    for (std::size_t i = 0; i < specs_.size(); ++i) {
+        const auto& s = specs_[i];
+        if (!present[i]) bad_feature(where, s.name, "is missing");
+        FeatureKind kind = FeatureKind::bytes;
+        Span list;
+        bool has_kind = false;
+        if (!feature_list(found[i], kind, list, has_kind)) {
+            malformed(where, "bad Feature message for '" + s.name + "'");
+        }
+        if (!has_kind) bad_feature(where, s.name, "holds no value list");
+        if (kind != s.kind) {
+            bad_feature(where, s.name,
+                        "is a " + to_string(kind) + " list, declared " + to_string(s.kind));
+        }
+        if (s.kind == FeatureKind::bytes) {
+            Cursor c(list);
+            std::uint32_t field = 0;
+            std::uint32_t wire = 0;
+            Span value;
+            std::size_t values = 0;
+            while (!c.done()) {
+                if (!c.tag(field, wire)) malformed(where, "bad tag in BytesList '" + s.name + "'");
+                if (field == 1 && wire == 2) {
+                    if (!c.bytes(value)) malformed(where, "BytesList value overruns the record");
+                    ++values;
+                } else if (!c.skip(wire)) {
+                    malformed(where, "bad field in BytesList '" + s.name + "'");
+                }
+            }
+            if (values != 1) {
+                bad_feature(where, s.name,
+                            "holds " + std::to_string(values) + " bytes values, expected 1");
+            }
+            if (s.ragged) {
+                std::byte* dst = sink.ragged(i, slot, value.size);
+                if (value.size > 0) std::memcpy(dst, value.data, value.size);
+            } else {
+                if (value.size != fields_[i].sample_bytes) {
+                    bad_feature(where, s.name,
+                                "holds " + std::to_string(value.size) + " bytes, expected " +
+                                    std::to_string(fields_[i].sample_bytes) + " (" +
+                                    dtype_name(s.dtype) + " of the declared shape)");
+                }
+                std::byte* dst = sink.fixed(i, slot);
+                if (value.size > 0) std::memcpy(dst, value.data, value.size);
+            }
+            continue;
+        }
+        const std::uint64_t expected = element_count(s.shape);
+        const std::int64_t n = visit_numeric(list, s.kind, [](std::int64_t, std::uint64_t) {});
+        if (n < 0) malformed(where, "bad " + to_string(s.kind) + " list '" + s.name + "'");
+        if (static_cast<std::uint64_t>(n) != expected) {
+            bad_feature(where, s.name,
+                        "holds " + std::to_string(n) + " values, expected " +
+                            std::to_string(expected));
+        }
+        std::byte* dst = sink.fixed(i, slot);
+        if (s.kind == FeatureKind::float32) {
+            visit_numeric(list, s.kind, [dst](std::int64_t k, std::uint64_t bits) {
+                const auto b = static_cast<std::uint32_t>(bits);
+                std::memcpy(dst + 4 * k, &b, 4);
+            });
+        } else {
+            visit_numeric(list, s.kind, [dst](std::int64_t k, std::uint64_t bits) {
+                std::memcpy(dst + 8 * k, &bits, 8);
+            });
+        }
+    }
+}
+
+ExampleBuilder& ExampleBuilder::add_bytes(const std::string& name, const void* data,
+                                          std::size_t size_bytes) {
+    std::vector<std::uint8_t> list;
+    put_bytes(list, 1, data, size_bytes);
+    std::vector<std::uint8_t> feature;
+    put_bytes(feature, 1, list.data(), list.size());
+    std::vector<std::uint8_t> entry;
+    put_bytes(entry, 1, name.data(), name.size());
+    put_bytes(entry, 2, feature.data(), feature.size());
+    put_bytes(features_, 1, entry.data(), entry.size());
+    return *this;
+}
+
+ExampleBuilder& ExampleBuilder::add_bytes_list(const std::string& name,
+                                               const std::vector<std::string>& values) {
+    std::vector<std::uint8_t> list;
+    for (const auto& v : values) put_bytes(list, 1, v.data(), v.size());
+    std::vector<std::uint8_t> feature;
+    put_bytes(feature, 1, list.data(), list.size());
+    std::vector<std::uint8_t> entry;
+    put_bytes(entry, 1, name.data(), name.size());
+    put_bytes(entry, 2, feature.data(), feature.size());
+    put_bytes(features_, 1, entry.data(), entry.size());
+    return *this;
+}
+
+ExampleBuilder& ExampleBuilder::add_floats(const std::string& name,
+                                           const std::vector<float>& values, bool packed) {
+    std::vector<std::uint8_t> list;
+    if (packed) {
+        put_bytes(list, 1, values.data(), values.size() * 4);
+    } else {
+        for (float v : values) {
+            put_tag(list, 1, 5);
+            const auto* p = reinterpret_cast<const std::uint8_t*>(&v);
+            list.insert(list.end(), p, p + 4);
+        }
+    }
+    std::vector<std::uint8_t> feature;
+    put_bytes(feature, 2, list.data(), list.size());
+    std::vector<std::uint8_t> entry;
+    put_bytes(entry, 1, name.data(), name.size());
+    put_bytes(entry, 2, feature.data(), feature.size());
+    put_bytes(features_, 1, entry.data(), entry.size());
+    return *this;
+}
+
+ExampleBuilder& ExampleBuilder::add_int64s(const std::string& name,
+                                           const std::vector<std::int64_t>& values, bool packed) {
+    std::vector<std::uint8_t> list;
+    if (packed) {
+        std::vector<std::uint8_t> body;
+        for (auto v : values) put_varint(body, static_cast<std::uint64_t>(v));
+        put_bytes(list, 1, body.data(), body.size());
+    } else {
+        for (auto v : values) {
+            put_tag(list, 1, 0);
+            put_varint(list, static_cast<std::uint64_t>(v));
+        }
+    }
+    std::vector<std::uint8_t> feature;
+    put_bytes(feature, 3, list.data(), list.size());
+    std::vector<std::uint8_t> entry;
+    put_bytes(entry, 1, name.data(), name.size());
+    put_bytes(entry, 2, feature.data(), feature.size());
+    put_bytes(features_, 1, entry.data(), entry.size());
+    return *this;
+}
+
+std::vector<std::uint8_t> ExampleBuilder::serialize() const {
+    std::vector<std::uint8_t> out;
+    put_bytes(out, 1, features_.data(), features_.size());
+    return out;
+}
+
+}  // namespace mpistage

@@ -1,0 +1,33 @@
+#pragma once
+// Host blocks of the batch ring: pinned (cudaHostAlloc) when a device is usable, aligned
+// pageable memory otherwise. Allocated once per loader, never in steady state.
+
+#include <cstddef>
+#include <memory>
+
+namespace mpistage::detail {
+
+/// Move-only owner of one host block.
+class HostBlock {
+public:
+    HostBlock() = default;
+    /// @throws CudaError when pinned allocation fails, std::bad_alloc for pageable memory.
+    HostBlock(std::size_t size_bytes, bool pinned);
+    HostBlock(HostBlock&& o) noexcept;
+    HostBlock& operator=(HostBlock&& o) noexcept;
+    HostBlock(const HostBlock&) = delete;
+    HostBlock& operator=(const HostBlock&) = delete;
+    ~HostBlock();
+
+    std::byte* data() const noexcept { return data_; }
+    std::size_t size_bytes() const noexcept { return size_; }
+    bool pinned() const noexcept { return pinned_; }
+
+private:
+    void release() noexcept;
+    std::byte* data_ = nullptr;
+    std::size_t size_ = 0;
+    bool pinned_ = false;
+};
+
+}  // namespace mpistage::detail
