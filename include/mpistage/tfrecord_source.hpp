@@ -149,6 +149,10 @@ struct CutScan {
     std::vector<std::uint32_t> whole_files;
     /// Corrupt records dropped under `OnCorrupt::skip`.
     std::uint64_t skipped = 0;
+    /// The walk started at an unproven (resynced) position and met a header or payload that
+    /// does not validate: the start was false (or the data is corrupt); `records` are void and
+    /// the agreement re-walks this cut from its predecessor's stop, where errors are real.
+    bool broken = false;
 };
 
 /// Start of each file in the concatenated space; F+1 entries, the last is T. Pure.
@@ -160,15 +164,20 @@ std::vector<std::uint64_t> file_starts(const std::vector<ScanFile>& files);
 CutScan scan_cut(const std::vector<ScanFile>& files, std::uint64_t begin, std::uint64_t end,
                  const ScanOptions& options);
 
-/// Walks headers from `start`, a known record boundary, keeping records that start before
-/// `end`. Not collective. @throws as `scan_cut`.
+/// Walks headers from `start`, keeping records that start before `end`. With `trusted`, `start`
+/// is a known record boundary and every bad header or payload is corruption (FormatError under
+/// `OnCorrupt::error`, counted skip otherwise); without it, the walk stops at the first bad one
+/// and marks the scan `broken` until it reaches a file start (trusted from there).
+/// Not collective. @throws as `scan_cut`.
 CutScan walk_cut(const std::vector<ScanFile>& files, std::uint64_t start, std::uint64_t end,
-                 const ScanOptions& options);
+                 const ScanOptions& options, bool trusted = true);
 
-/// The agreement step: given every rank's (start, stop), returns the lowest rank r ≥ 1 with
-/// `starts[r] != stops[r-1]` (it must re-walk from `stops[r-1]`), or −1 when all agree. Pure.
+/// The agreement step: given every rank's (start, stop, broken), returns the lowest rank r with
+/// `broken[r]` or (r ≥ 1 and `starts[r] != stops[r-1]`): it must re-walk, trusted, from
+/// `stops[r-1]` (0 for r = 0); −1 when all agree. `broken` may be empty (none broken). Pure.
 int first_mismatch(const std::vector<std::uint64_t>& starts,
-                   const std::vector<std::uint64_t>& stops);
+                   const std::vector<std::uint64_t>& stops,
+                   const std::vector<std::uint8_t>& broken = {});
 
 /// Serial simulation of the MPI splitting for `world_size` ranks (scan every cut, then the
 /// agreement rounds). Returns each rank's final scan. Not collective.
@@ -232,6 +241,8 @@ public:
     tfrecord::RecordRef record(std::uint64_t id) const;
     /// The paths, in the order given.
     const std::vector<std::string>& paths() const noexcept;
+    /// True when file `file` (index into `paths()`) is a whole-file gzip TFRecord.
+    bool file_is_gzip(std::size_t file) const;
     /// Agreement rounds the index-free split needed (0 when every resync was right).
     int resync_rounds() const noexcept;
     /// Collective: closes the MPI files and descriptors. Safe to call twice.

@@ -1,0 +1,142 @@
+// `mpistage convert idx`: Fashion-MNIST/MNIST IDX files (optionally gzip-compressed) to HDF5.
+#include "cli.hpp"
+
+#include <hdf5.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "mpistage/error.hpp"
+
+namespace mpistage::cli {
+
+namespace {
+
+std::uint32_t be32(const unsigned char* p) {
+    return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) |
+           std::uint32_t{p[3]};
+}
+
+}  // namespace
+
+IdxArray read_idx_any(const std::string& path) {
+    gzFile gz = gzopen(path.c_str(), "rb");  // reads plain files as well
+    if (!gz) throw IoError("convert: cannot open '" + path + "': " + std::strerror(errno));
+    std::vector<unsigned char> bytes;
+    unsigned char buf[1 << 16];
+    for (;;) {
+        const int n = gzread(gz, buf, sizeof buf);
+        if (n < 0) {
+            int errnum = 0;
+            std::string msg = gzerror(gz, &errnum);
+            gzclose(gz);
+            throw FormatError("convert: '" + path + "': gzip error after " +
+                              std::to_string(bytes.size()) + " bytes: " + msg);
+        }
+        if (n == 0) break;
+        bytes.insert(bytes.end(), buf, buf + n);
+    }
+    gzclose(gz);
+    if (bytes.size() < 4 || bytes[0] != 0 || bytes[1] != 0) {
+        throw FormatError("convert: '" + path + "' is not an IDX file (bad magic at offset 0)");
+    }
+    IdxArray a;
+    switch (bytes[2]) {
+    case 0x08: a.dtype = DType::uint8; break;
+    case 0x09: a.dtype = DType::int8; break;
+    case 0x0B: a.dtype = DType::int16; break;
+    case 0x0C: a.dtype = DType::int32; break;
+    case 0x0D: a.dtype = DType::float32; break;
+    case 0x0E: a.dtype = DType::float64; break;
+    default: throw FormatError("convert: '" + path + "': unknown IDX type code at offset 2");
+    }
+    const unsigned nd = bytes[3];
+    const std::size_t header = 4 + 4u * nd;
+    if (nd == 0 || bytes.size() < header) {
+        throw FormatError("convert: '" + path + "': truncated IDX header");
+    }
+    std::uint64_t elems = 1;
+    for (unsigned d = 0; d < nd; ++d) {
+        a.dims.push_back(be32(bytes.data() + 4 + 4 * d));
+        elems *= a.dims.back();
+    }
+    const std::size_t es = dtype_size(a.dtype);
+    if (bytes.size() != header + elems * es) {
+        throw FormatError("convert: '" + path + "': header declares " +
+                          std::to_string(header + elems * es) + " bytes, file has " +
+                          std::to_string(bytes.size()));
+    }
+    a.data.assign(bytes.begin() + static_cast<std::ptrdiff_t>(header), bytes.end());
+    if (es > 1) {  // IDX is big-endian
+        for (std::size_t i = 0; i < a.data.size(); i += es) {
+            std::reverse(a.data.begin() + static_cast<std::ptrdiff_t>(i),
+                         a.data.begin() + static_cast<std::ptrdiff_t>(i + es));
+        }
+    }
+    return a;
+}
+
+namespace {
+
+hid_t h5_type(DType t) {
+    switch (t) {
+    case DType::uint8: return H5T_NATIVE_UINT8;
+    case DType::int8: return H5T_NATIVE_INT8;
+    case DType::int16: return H5T_NATIVE_INT16;
+    case DType::int32: return H5T_NATIVE_INT32;
+    case DType::float32: return H5T_NATIVE_FLOAT;
+    case DType::float64: return H5T_NATIVE_DOUBLE;
+    default: return H5T_NATIVE_UINT8;
+    }
+}
+
+void write_dataset(hid_t file, const std::string& name, const IdxArray& a,
+                   std::uint64_t chunk_rows, int gzip_level, const std::string& out) {
+    std::vector<hsize_t> dims(a.dims.begin(), a.dims.end());
+    hid_t space = H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    if (chunk_rows > 0) {
+        std::vector<hsize_t> chunk = dims;
+        chunk[0] = std::min<hsize_t>(chunk_rows, dims[0]);
+        H5Pset_chunk(dcpl, static_cast<int>(chunk.size()), chunk.data());
+        if (gzip_level > 0) H5Pset_deflate(dcpl, static_cast<unsigned>(gzip_level));
+    }
+    hid_t ds = H5Dcreate2(file, name.c_str(), h5_type(a.dtype), space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    herr_t rc = ds < 0 ? -1 : H5Dwrite(ds, h5_type(a.dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, a.data.data());
+    if (ds >= 0) H5Dclose(ds);
+    H5Pclose(dcpl);
+    H5Sclose(space);
+    if (rc < 0) throw Hdf5Error("convert: writing dataset '" + name + "' of " + out + " failed");
+}
+
+}  // namespace
+
+void write_idx_hdf5(const IdxArray& images, const IdxArray& labels, const std::string& out,
+                    std::uint64_t chunk_rows, int gzip_level) {
+    if (images.dims.empty() || labels.dims.empty() || images.dims[0] != labels.dims[0]) {
+        throw ConfigError("convert: images and labels differ in record count (" +
+                          std::to_string(images.dims.empty() ? 0 : images.dims[0]) + " vs " +
+                          std::to_string(labels.dims.empty() ? 0 : labels.dims[0]) + ")");
+    }
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+    const std::string tmp = out + ".tmp";
+    hid_t file = H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    if (file < 0) throw Hdf5Error("convert: cannot create '" + tmp + "'");
+    try {
+        write_dataset(file, "images", images, chunk_rows, gzip_level, out);
+        write_dataset(file, "labels", labels, chunk_rows, gzip_level, out);
+    } catch (...) {
+        H5Fclose(file);
+        std::remove(tmp.c_str());
+        throw;
+    }
+    if (H5Fclose(file) < 0) throw Hdf5Error("convert: closing '" + tmp + "' failed");
+    if (std::rename(tmp.c_str(), out.c_str()) != 0) {
+        throw IoError("convert: cannot rename '" + tmp + "' to '" + out + "': " + std::strerror(errno));
+    }
+}
+
+}  // namespace mpistage::cli
