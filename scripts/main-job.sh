@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The main job, from a fresh Debian 12 machine: install what is missing, build Release, convert
+# Fashion-MNIST (Debian's dataset-fashion-mnist) to HDF5, and stage it on 4 MPI ranks for
+# 2 epochs with --verify.
+#
+#   scripts/main-job.sh [extra `mpistage stage` flags]
+#
+# Environment: NP (ranks, default 4), BUILD_DIR (default build-release), DATA_DIR (default
+# BUILD_DIR/data), MPIEXEC (default mpirun).
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+np="${NP:-4}"
+build_dir="${BUILD_DIR:-$here/build-release}"
+data_dir="${DATA_DIR:-$build_dir/data}"
+fmnist=/usr/share/datasets/fashion-mnist
+
+"$here/scripts/install-deps.sh"
+MPISTAGE_JOBS="${MPISTAGE_JOBS:-$(nproc)}" "$here/scripts/build.sh" "$build_dir" Release \
+    -DMPISTAGE_BUILD_TESTS=OFF -DMPISTAGE_BUILD_BENCHMARKS=OFF
+
+if [ "$(id -u)" -eq 0 ]; then
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fi
+mkdir -p "$data_dir"
+if [ ! -s "$data_dir/fashion-mnist-train.h5" ]; then
+    "$build_dir/mpistage" convert idx "$fmnist/train-images-idx3-ubyte.gz" \
+        "$fmnist/train-labels-idx1-ubyte.gz" -o "$data_dir/fashion-mnist-train.h5"
+fi
+"${MPIEXEC:-mpirun}" -np "$np" --oversubscribe "$build_dir/mpistage" stage \
+    "$data_dir/fashion-mnist-train.h5" --field images --field labels \
+    --batch-size 64 --epochs 2 --shuffle local --remainder mask --prefetch 4 --threads 2 \
+    --verify --json "$data_dir/stage-report.json" "$@"
