@@ -4,7 +4,8 @@
 /// `tf.train.Example` (tensorflow/core/example/example.proto, feature.proto):
 ///
 ///     Example  { Features features = 1; }
-///     Features { map<string, Feature> feature = 1; }   // entry { string key = 1; Feature value = 2; }
+///     Features { map<string, Feature> feature = 1; }
+///     (map entry: { string key = 1; Feature value = 2; })
 ///     Feature  { oneof kind { BytesList bytes_list = 1; FloatList float_list = 2;
 ///                             Int64List int64_list = 3; } }
 ///     BytesList { repeated bytes value = 1; }
@@ -74,8 +75,8 @@ public:
     /// sink is spec i). Not collective; thread-safe for distinct sinks.
     /// @throws FormatError naming `where` (file and offset), the feature and what is wrong
     ///         (malformed protobuf, missing feature, wrong list type, wrong element count).
-    void decode(const std::uint8_t* data, std::size_t size_bytes, BatchSink& sink,
-                std::size_t slot, const std::string& where) const;
+    void decode(const std::uint8_t* data, std::size_t size_bytes, BatchSink& sink, std::size_t slot,
+                const std::string& where) const;
 
 private:
     std::vector<FeatureSpec> specs_;

@@ -131,8 +131,8 @@ std::string to_string(HeaderStatus s);
 /// Checks the header at `offset`: at least 16 bytes left, masked CRC32C of the length field
 /// matches, and `offset + 16 + length <= file_size` (checked without overflow, before anything
 /// is allocated). `header` holds `min(12, file_size - offset)` bytes. Pure; sets `length`.
-HeaderStatus check_header(const std::uint8_t* header, std::uint64_t offset,
-                          std::uint64_t file_size, std::uint64_t& length);
+HeaderStatus check_header(const std::uint8_t* header, std::uint64_t offset, std::uint64_t file_size,
+                          std::uint64_t& length);
 
 /// Appends one framed record (header, payload, payload CRC) to `out`. Pure.
 void append_record(std::vector<std::uint8_t>& out, const void* payload, std::size_t size_bytes);

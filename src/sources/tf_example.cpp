@@ -61,11 +61,16 @@ public:
         const std::uint8_t* f = nullptr;
         Span s;
         switch (wire) {
-        case 0: return varint(v);
-        case 1: return fixed(8, f);
-        case 2: return bytes(s);
-        case 5: return fixed(4, f);
-        default: return false;  // groups (3, 4) never appear in Example; 6, 7 are invalid
+            case 0:
+                return varint(v);
+            case 1:
+                return fixed(8, f);
+            case 2:
+                return bytes(s);
+            case 5:
+                return fixed(4, f);
+            default:
+                return false;  // groups (3, 4) never appear in Example; 6, 7 are invalid
         }
     }
 
@@ -254,9 +259,12 @@ std::vector<std::int64_t> parse_shape(const std::string& s, const std::string& t
 
 std::string to_string(FeatureKind k) {
     switch (k) {
-    case FeatureKind::bytes: return "bytes";
-    case FeatureKind::float32: return "float";
-    case FeatureKind::int64: return "int64";
+        case FeatureKind::bytes:
+            return "bytes";
+        case FeatureKind::float32:
+            return "float";
+        case FeatureKind::int64:
+            return "int64";
     }
     return "?";
 }
@@ -282,8 +290,8 @@ FeatureSpec parse_feature_spec(const std::string& text) {
     }
     spec.name = text.substr(0, c1);
     const auto c2 = text.find(':', c1 + 1);
-    const std::string type = text.substr(c1 + 1, c2 == std::string::npos ? std::string::npos
-                                                                          : c2 - c1 - 1);
+    const std::string type =
+        text.substr(c1 + 1, c2 == std::string::npos ? std::string::npos : c2 - c1 - 1);
     const std::string shape = c2 == std::string::npos ? std::string() : text.substr(c2 + 1);
     if (type == "bytes") {
         spec.kind = FeatureKind::bytes;
@@ -390,9 +398,9 @@ void ExampleDecoder::decode(const std::uint8_t* data, std::size_t size_bytes, Ba
         const std::int64_t n = visit_numeric(list, s.kind, [](std::int64_t, std::uint64_t) {});
         if (n < 0) malformed(where, "bad " + to_string(s.kind) + " list '" + s.name + "'");
         if (static_cast<std::uint64_t>(n) != expected) {
-            bad_feature(where, s.name,
-                        "holds " + std::to_string(n) + " values, expected " +
-                            std::to_string(expected));
+            bad_feature(
+                where, s.name,
+                "holds " + std::to_string(n) + " values, expected " + std::to_string(expected));
         }
         std::byte* dst = sink.fixed(i, slot);
         if (s.kind == FeatureKind::float32) {

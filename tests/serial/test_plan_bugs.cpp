@@ -81,8 +81,8 @@ void expect_equal_steps(const WorldPlan& wp, std::uint64_t steps, std::uint64_t 
 
 /// Every batch with no valid sample has all its slots flagged padding; under mask, padded slots
 /// are -1, under pad real samples; under drop no slot is padding.
-void expect_flagged_padding(const WorldPlan& wp, std::uint64_t n, std::uint64_t b,
-                            Remainder rem, const std::string& at) {
+void expect_flagged_padding(const WorldPlan& wp, std::uint64_t n, std::uint64_t b, Remainder rem,
+                            const std::string& at) {
     for (std::size_t r = 0; r < wp.ranks.size(); ++r) {
         const EpochPlan& p = wp.ranks[r];
         for (std::uint64_t s = 0; s < p.steps; ++s) {
@@ -222,8 +222,7 @@ TEST(PlanBugs, S4_pytorch33148_uneven_shards_equal_batch_counts) {
             const Case c = make_case(17, 2, 4, rem, mode, 9);
             // "Decided before the epoch starts": the count is a pure function of (N, W, options),
             // available from plan_totals without building any rank's plan.
-            const auto totals =
-                mpistage::plan_totals(17, 2, mpistage_test_plan::options_of(c));
+            const auto totals = mpistage::plan_totals(17, 2, mpistage_test_plan::options_of(c));
             EXPECT_EQ(totals.steps, mpistage_test_plan::expected_steps(c)) << describe(c);
             for (std::uint64_t e = 0; e < 3; ++e) {
                 const WorldPlan wp = mpistage_test_plan::plan_world(c, e);
@@ -304,8 +303,9 @@ TEST(PlanBugs, S6_dali3855_N26_B6_W4_no_unflagged_empty_batch) {
                         EXPECT_EQ(n_valid + n_flagged, 6) << at << " rank " << r;
                         if (n_valid == 0) {
                             EXPECT_NE(rem, Remainder::drop) << at << " rank " << r;
-                            EXPECT_EQ(s, p.steps - 1) << at << ": an all-padding batch before "
-                                                            "the rank's last batch";
+                            EXPECT_EQ(s, p.steps - 1) << at
+                                                      << ": an all-padding batch before "
+                                                         "the rank's last batch";
                         }
                     }
                 }
@@ -423,7 +423,8 @@ TEST(PlanBugs, S9_tfrecord78_2000_records_planned_exactly_once) {
                 const WorldPlan wp = mpistage_test_plan::plan_world(c, 1);
                 expect_exactly_once(wp, 2000, describe(c));
                 std::uint64_t valid = 0;
-                for (const EpochPlan& p : wp.ranks) valid += mpistage_test_plan::valid_ids(p).size();
+                for (const EpochPlan& p : wp.ranks)
+                    valid += mpistage_test_plan::valid_ids(p).size();
                 EXPECT_EQ(valid, 2000u) << describe(c);
             }
         }
@@ -456,22 +457,30 @@ TEST(PlanBugs, S10_litdata233_webdataset188_fewer_files_than_ranks) {
     // One file of 10 records, W=2: the byte-range cut splits the file, both ranks get records.
     EXPECT_EQ(mpistage::fixed_records_in_cut(10, 4096, 0, 2), 5u);
     EXPECT_EQ(mpistage::fixed_records_in_cut(10, 4096, 1, 2), 5u);
-    // Small N: every rank still gets its share (N/W or N/W+1 samples) and a step.
+    // Small N: every rank still gets its share and the same number of steps (at least one):
+    // byte_range N/W or N/W+1 samples; global the positions < N of its slice of each step.
     for (const std::uint64_t n : {1u, 2u, 3u, 5u}) {
         for (const int w : {2, 4}) {
             for (const Mode mode : kAllModes) {
                 const Case c = make_case(n, w, 2, Remainder::mask, mode, 188);
                 const WorldPlan wp = mpistage_test_plan::plan_world(c, 0);
-                expect_equal_steps(wp, 1, 2, describe(c));
+                const std::uint64_t steps = mpistage_test_plan::expected_steps(c);
+                EXPECT_GE(steps, 1u) << describe(c);
+                expect_equal_steps(wp, steps, 2, describe(c));
                 expect_exactly_once(wp, n, describe(c));
                 const auto wu = static_cast<std::uint64_t>(w);
-                for (const EpochPlan& p : wp.ranks) {
-                    const auto got = mpistage_test_plan::valid_ids(p).size();
+                for (std::uint64_t r = 0; r < wu; ++r) {
+                    const auto got = mpistage_test_plan::valid_ids(wp.ranks[r]).size();
+                    std::uint64_t share = 0;
                     if (mode.sharding == Sharding::byte_range) {
-                        EXPECT_TRUE(got == n / wu || got == n / wu + 1) << describe(c);
+                        share = n / wu + (r < n % wu ? 1 : 0);
                     } else {
-                        EXPECT_LE(got, 2u) << describe(c);
+                        for (std::uint64_t s = 0; s < steps; ++s) {
+                            for (std::uint64_t j = 0; j < 2; ++j)
+                                share += s * wu * 2 + r * 2 + j < n;
+                        }
                     }
+                    EXPECT_EQ(got, share) << describe(c) << " rank " << r;
                 }
             }
         }

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mpistage/plan.hpp"
@@ -126,6 +127,20 @@ public:
         if (count_ < max_reported_) ADD_FAILURE() << where << ": " << what;
         ++count_;
         return false;
+    }
+    /// Like check(), but builds the message only on failure (for checks inside per-slot loops).
+    template <typename MakeMessage>
+    bool lazy_check(bool ok, MakeMessage&& make_message) {
+        if (ok) return true;
+        const Message m = make_message();
+        return check(false, m.where, m.what);
+    }
+    struct Message {
+        std::string where;
+        std::string what;
+    };
+    static Message message(std::string where, std::string what) {
+        return Message{std::move(where), std::move(what)};
     }
     long count() const noexcept { return count_; }
 

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <set>
@@ -159,14 +160,19 @@ TEST_P(PlanProperties, ExactlyOnce) {
                 for (std::size_t k = 0; k < p.ids.size(); ++k) {
                     if (!p.valid[k]) continue;
                     const std::int64_t id = p.ids[k];
-                    if (!v.check(id >= 0 && static_cast<std::uint64_t>(id) < c.num_samples, rat,
-                                 "valid slot holds id " + std::to_string(id) + " outside [0,N)")) {
+                    if (!v.lazy_check(
+                            id >= 0 && static_cast<std::uint64_t>(id) < c.num_samples, [&] {
+                                return v.message(rat, "valid slot holds id " + std::to_string(id) +
+                                                          " outside [0,N)");
+                            })) {
                         continue;
                     }
                     const auto uid = static_cast<std::uint64_t>(id);
                     if (c.mode.sharding == Sharding::byte_range) {
-                        v.check(uid >= begins[ru] && uid < begins[ru + 1], rat,
-                                "id " + std::to_string(id) + " outside the rank's shard");
+                        v.lazy_check(uid >= begins[ru] && uid < begins[ru + 1], [&] {
+                            return v.message(
+                                rat, "id " + std::to_string(id) + " outside the rank's shard");
+                        });
                     }
                     ++seen[uid];
                     ++rank_valid;
@@ -183,17 +189,21 @@ TEST_P(PlanProperties, ExactlyOnce) {
                         "drop: valid count " + std::to_string(valid_total) +
                             " != totals.valid_samples");
                 for (std::uint64_t id = 0; id < c.num_samples; ++id) {
-                    if (!v.check(seen[id] <= 1, at,
-                                 "drop: sample " + std::to_string(id) + " yielded " +
-                                     std::to_string(seen[id]) + " times")) {
+                    if (!v.lazy_check(seen[id] <= 1, [&] {
+                            return v.message(at, "drop: sample " + std::to_string(id) +
+                                                     " yielded " + std::to_string(seen[id]) +
+                                                     " times");
+                        })) {
                         break;
                     }
                 }
             } else {
                 for (std::uint64_t id = 0; id < c.num_samples; ++id) {
-                    if (!v.check(seen[id] == 1, at,
-                                 "sample " + std::to_string(id) + " yielded valid " +
-                                     std::to_string(seen[id]) + " times, expected once")) {
+                    if (!v.lazy_check(seen[id] == 1, [&] {
+                            return v.message(at, "sample " + std::to_string(id) +
+                                                     " yielded valid " + std::to_string(seen[id]) +
+                                                     " times, expected once");
+                        })) {
                         break;
                     }
                 }
@@ -222,12 +232,16 @@ TEST_P(PlanProperties, NoUnflaggedEmptyBatch) {
                     std::uint64_t n_valid = 0;
                     for (std::uint64_t j = 0; j < b; ++j) {
                         const std::uint8_t flag = p.valid[s * b + j];
-                        v.check(flag == 0 || flag == 1, rat, "valid flag is neither 0 nor 1");
+                        v.lazy_check(flag == 0 || flag == 1, [&] {
+                            return v.message(rat, "valid flag is neither 0 nor 1");
+                        });
                         if (flag) {
                             ++n_valid;
-                            v.check(!seen_padding, rat,
-                                    "valid slot after a padding slot (step " + std::to_string(s) +
-                                        "): padding must only fill the tail");
+                            v.lazy_check(!seen_padding, [&] {
+                                return v.message(rat, "valid slot after a padding slot (step " +
+                                                          std::to_string(s) +
+                                                          "): padding must only fill the tail");
+                            });
                         } else {
                             seen_padding = true;
                             ++padding;
@@ -238,8 +252,10 @@ TEST_P(PlanProperties, NoUnflaggedEmptyBatch) {
                         v.check(c.remainder != Remainder::drop, rat,
                                 "drop: batch " + std::to_string(s) + " has no sample");
                         for (std::uint64_t j = 0; j < b; ++j) {
-                            v.check(p.valid[s * b + j] == 0, rat,
-                                    "empty batch " + std::to_string(s) + " not flagged padding");
+                            v.lazy_check(p.valid[s * b + j] == 0, [&] {
+                                return v.message(rat, "empty batch " + std::to_string(s) +
+                                                          " not flagged padding");
+                            });
                         }
                     }
                     if (c.remainder == Remainder::drop) {
@@ -277,47 +293,48 @@ TEST_P(PlanProperties, PaddingSemantics) {
                     const std::int64_t id = p.ids[k];
                     const std::string slot = " (slot " + std::to_string(k) + ")";
                     switch (c.remainder) {
-                    case Remainder::drop:
-                        v.check(false, rat, "drop: slot flagged padding" + slot);
-                        break;
-                    case Remainder::mask:
-                        v.check(id == kPaddingId, rat,
-                                "mask: padded slot holds " + std::to_string(id) + ", not -1" +
-                                    slot);
-                        break;
-                    case Remainder::pad: {
-                        if (!v.check(id >= 0 && static_cast<std::uint64_t>(id) < n, rat,
-                                     "pad: padded slot holds " + std::to_string(id) +
-                                         ", not a real sample" + slot)) {
+                        case Remainder::drop:
+                            v.check(false, rat, "drop: slot flagged padding" + slot);
                             break;
-                        }
-                        // Padding repeats the head of the epoch order, as DistributedSampler.
-                        if (c.mode.sharding == Sharding::byte_range) {
-                            // byte_range: padding slots of all ranks, numbered in rank order,
-                            // repeat samples 0, 1, 2, ... of the dataset.
-                            v.check(static_cast<std::uint64_t>(id) == pad_count % n, rat,
-                                    "pad: padding slot " + std::to_string(pad_count) +
-                                        " repeats " + std::to_string(id) + ", expected " +
-                                        std::to_string(pad_count % n) + slot);
-                        } else {
-                            // global: position p >= N repeats the sample at position (p-N) % N.
-                            const std::uint64_t pos = mpistage_test_plan::global_position(
-                                k, r, c.world_size, b);
-                            const std::uint64_t head = (pos - n) % n;
-                            const std::uint64_t wb = static_cast<std::uint64_t>(c.world_size) * b;
-                            const auto& owner =
-                                wp.ranks[static_cast<std::size_t>((head % wb) / b)];
-                            const std::size_t hk =
-                                static_cast<std::size_t>((head / wb) * b + head % b);
-                            v.check(hk < owner.ids.size() && owner.valid[hk] &&
-                                        owner.ids[hk] == id,
+                        case Remainder::mask:
+                            v.check(id == kPaddingId, rat,
+                                    "mask: padded slot holds " + std::to_string(id) + ", not -1" +
+                                        slot);
+                            break;
+                        case Remainder::pad: {
+                            if (!v.check(id >= 0 && static_cast<std::uint64_t>(id) < n, rat,
+                                         "pad: padded slot holds " + std::to_string(id) +
+                                             ", not a real sample" + slot)) {
+                                break;
+                            }
+                            // Padding repeats the head of the epoch order, as DistributedSampler.
+                            if (c.mode.sharding == Sharding::byte_range) {
+                                // byte_range: padding slots of all ranks, numbered in rank order,
+                                // repeat samples 0, 1, 2, ... of the dataset.
+                                v.check(static_cast<std::uint64_t>(id) == pad_count % n, rat,
+                                        "pad: padding slot " + std::to_string(pad_count) +
+                                            " repeats " + std::to_string(id) + ", expected " +
+                                            std::to_string(pad_count % n) + slot);
+                            } else {
+                                // global: position p >= N repeats the sample at position (p-N) % N.
+                                const std::uint64_t pos =
+                                    mpistage_test_plan::global_position(k, r, c.world_size, b);
+                                const std::uint64_t head = (pos - n) % n;
+                                const std::uint64_t wb =
+                                    static_cast<std::uint64_t>(c.world_size) * b;
+                                const auto& owner =
+                                    wp.ranks[static_cast<std::size_t>((head % wb) / b)];
+                                const std::size_t hk =
+                                    static_cast<std::size_t>((head / wb) * b + head % b);
+                                v.check(
+                                    hk < owner.ids.size() && owner.valid[hk] && owner.ids[hk] == id,
                                     rat,
                                     "pad: position " + std::to_string(pos) +
                                         " does not repeat the sample at position " +
                                         std::to_string(head) + slot);
+                            }
+                            break;
                         }
-                        break;
-                    }
                     }
                     ++pad_count;
                 }
@@ -331,10 +348,22 @@ TEST_P(PlanProperties, PaddingSemantics) {
 
 // ---- order between epochs ---------------------------------------------------------------------
 
+/// Natural log of the number of ordered selections of k out of `pool` (pool! / (pool-k)!): how
+/// many different sequences a uniform shuffle could give.
+double log_orders(std::uint64_t pool, std::uint64_t k) {
+    if (k > pool) return 0.0;
+    return std::lgamma(static_cast<double>(pool) + 1.0) -
+           std::lgamma(static_cast<double>(pool - k) + 1.0);
+}
+
 TEST_P(PlanProperties, OrderBetweenEpochs) {
-    // A rank with at least this many valid samples has a shuffled order that differs between
-    // epochs (4 samples: 24 orders).
+    // A shuffle is random: a 4-sample shard has only 24 orders, so two epochs of it coincide with
+    // probability 1/24 even for a perfect shuffle. The checks are therefore:
+    //  - a rank with >= 4 valid samples does not yield the same order in all 4 epochs;
+    //  - any sequence (one rank's, or the whole world's) that a uniform shuffle could produce in
+    //    at least 10^6 ways differs between every pair of epochs.
     constexpr std::size_t kMinSamplesToDiffer = 4;
+    const double kLogManyOrders = std::log(1e6);
     Violations v;
     for_each_case(mode(), remainder(), v, [&](const Case& c) {
         const auto begins = mpistage::balanced_shard_begins(c.num_samples, c.world_size);
@@ -343,11 +372,10 @@ TEST_P(PlanProperties, OrderBetweenEpochs) {
             epochs.push_back(mpistage_test_plan::plan_world(c, e));
         }
         const std::string at = describe(c);
-        const auto w = static_cast<std::uint64_t>(c.world_size);
-        for (int r = 0; r < c.world_size; ++r) {
-            const auto ru = static_cast<std::size_t>(r);
-            const std::string rat = at + " rank=" + std::to_string(r);
-            if (!shuffled(c.mode)) {
+        if (!shuffled(c.mode)) {
+            for (int r = 0; r < c.world_size; ++r) {
+                const auto ru = static_cast<std::size_t>(r);
+                const std::string rat = at + " rank=" + std::to_string(r);
                 // No shuffle: every epoch identical, in the documented ascending assignment.
                 for (std::uint64_t e = 1; e < kEpochs; ++e) {
                     v.check(mpistage_test_plan::same_plan(epochs[e].ranks[ru], epochs[0].ranks[ru]),
@@ -359,30 +387,66 @@ TEST_P(PlanProperties, OrderBetweenEpochs) {
                     const std::uint64_t want =
                         c.mode.sharding == Sharding::byte_range
                             ? begins[ru] + k
-                            : mpistage_test_plan::global_position(k, r, c.world_size,
-                                                                  c.batch_size);
-                    if (!v.check(p.ids[k] == static_cast<std::int64_t>(want), rat,
-                                 "shuffle none: slot " + std::to_string(k) + " holds " +
-                                     std::to_string(p.ids[k]) + ", expected " +
-                                     std::to_string(want))) {
+                            : mpistage_test_plan::global_position(k, r, c.world_size, c.batch_size);
+                    if (!v.lazy_check(p.ids[k] == static_cast<std::int64_t>(want), [&] {
+                            return v.message(rat, "shuffle none: slot " + std::to_string(k) +
+                                                      " holds " + std::to_string(p.ids[k]) +
+                                                      ", expected " + std::to_string(want));
+                        })) {
                         break;
                     }
                 }
-                continue;
             }
-            for (std::uint64_t e1 = 0; e1 < kEpochs; ++e1) {
-                const auto ids1 = mpistage_test_plan::valid_ids(epochs[e1].ranks[ru]);
-                if (ids1.size() < kMinSamplesToDiffer) continue;
-                for (std::uint64_t e2 = e1 + 1; e2 < kEpochs; ++e2) {
-                    const auto ids2 = mpistage_test_plan::valid_ids(epochs[e2].ranks[ru]);
-                    v.check(ids1 != ids2, rat,
-                            "shuffle on: epochs " + std::to_string(e1) + " and " +
-                                std::to_string(e2) + " yield the same order (" +
-                                std::to_string(ids1.size()) + " samples)");
+            return;
+        }
+        // world[e]: the valid ids of all ranks in rank order, epoch e.
+        std::vector<std::vector<std::int64_t>> world(kEpochs);
+        double world_log_orders = 0.0;
+        std::uint64_t world_valid = 0;
+        for (int r = 0; r < c.world_size; ++r) {
+            const auto ru = static_cast<std::size_t>(r);
+            const std::string rat = at + " rank=" + std::to_string(r);
+            std::vector<std::vector<std::int64_t>> ids(kEpochs);
+            for (std::uint64_t e = 0; e < kEpochs; ++e) {
+                ids[e] = mpistage_test_plan::valid_ids(epochs[e].ranks[ru]);
+                world[e].insert(world[e].end(), ids[e].begin(), ids[e].end());
+            }
+            const std::uint64_t k = ids[0].size();
+            const std::uint64_t pool = c.mode.sharding == Sharding::byte_range
+                                           ? begins[ru + 1] - begins[ru]
+                                           : c.num_samples;
+            world_valid += k;
+            if (c.mode.sharding == Sharding::byte_range) world_log_orders += log_orders(pool, k);
+            if (k >= kMinSamplesToDiffer) {
+                bool all_same = true;
+                for (std::uint64_t e = 1; e < kEpochs; ++e) all_same = all_same && ids[e] == ids[0];
+                v.check(!all_same, rat,
+                        "shuffle on: the same order in all " + std::to_string(kEpochs) +
+                            " epochs (" + std::to_string(k) + " samples)");
+            }
+            if (log_orders(pool, k) >= kLogManyOrders) {
+                for (std::uint64_t e1 = 0; e1 < kEpochs; ++e1) {
+                    for (std::uint64_t e2 = e1 + 1; e2 < kEpochs; ++e2) {
+                        v.check(ids[e1] != ids[e2], rat,
+                                "shuffle on: epochs " + std::to_string(e1) + " and " +
+                                    std::to_string(e2) + " yield the same order (" +
+                                    std::to_string(k) + " samples)");
+                    }
                 }
             }
         }
-        (void)w;
+        if (c.mode.sharding == Sharding::global) {
+            world_log_orders = log_orders(c.num_samples, world_valid);
+        }
+        if (world_log_orders >= kLogManyOrders) {
+            for (std::uint64_t e1 = 0; e1 < kEpochs; ++e1) {
+                for (std::uint64_t e2 = e1 + 1; e2 < kEpochs; ++e2) {
+                    v.check(world[e1] != world[e2], at,
+                            "shuffle on: epochs " + std::to_string(e1) + " and " +
+                                std::to_string(e2) + " yield the same world order");
+                }
+            }
+        }
     });
     EXPECT_EQ(v.count(), 0);
 }
@@ -450,20 +514,22 @@ TEST(PlanGlobal, SequenceIndependentOfWorldSizeAndBatchSize) {
                             PlanOptions o = ref_o;
                             o.batch_size = b;
                             o.remainder = rem;
-                            const std::string at = "N=" + std::to_string(n) + " W=" +
-                                                   std::to_string(w) + " B=" + std::to_string(b) +
-                                                   " " + mpistage::to_string(rem) + " shuffle=" +
-                                                   mpistage::to_string(shuffle) +
-                                                   " epoch=" + std::to_string(e);
+                            const std::string at =
+                                "N=" + std::to_string(n) + " W=" + std::to_string(w) +
+                                " B=" + std::to_string(b) + " " + mpistage::to_string(rem) +
+                                " shuffle=" + mpistage::to_string(shuffle) +
+                                " epoch=" + std::to_string(e);
                             for (int r = 0; r < w; ++r) {
                                 const EpochPlan p = mpistage::plan_epoch(n, w, r, o, e);
                                 for (std::size_t k = 0; k < p.ids.size(); ++k) {
                                     if (!p.valid[k]) continue;
                                     const auto pos =
                                         mpistage_test_plan::global_position(k, r, w, b);
-                                    if (!v.check(pos < n && p.ids[k] == ref.ids[pos], at,
-                                                 "position " + std::to_string(pos) +
-                                                     " differs from the W=1 sequence")) {
+                                    if (!v.lazy_check(pos < n && p.ids[k] == ref.ids[pos], [&] {
+                                            return v.message(at,
+                                                             "position " + std::to_string(pos) +
+                                                                 " differs from the W=1 sequence");
+                                        })) {
                                         break;
                                     }
                                 }
@@ -495,7 +561,8 @@ TEST(PlanGlobal, DropKeepsExactlyThePrefixOfTheEpochOrder) {
             for (std::uint64_t p = 0; p < totals.valid_samples; ++p) prefix.insert(ref.ids[p]);
             std::set<std::int64_t> kept;
             for (int r = 0; r < w; ++r) {
-                for (const auto id : mpistage_test_plan::valid_ids(mpistage::plan_epoch(n, w, r, o, 2))) {
+                for (const auto id :
+                     mpistage_test_plan::valid_ids(mpistage::plan_epoch(n, w, r, o, 2))) {
                     kept.insert(id);
                 }
             }
@@ -507,8 +574,8 @@ TEST(PlanGlobal, DropKeepsExactlyThePrefixOfTheEpochOrder) {
 // ---- shuffles depend on the seed --------------------------------------------------------------
 
 TEST(PlanShuffle, SeedChangesTheOrder) {
-    for (const Mode m : {Mode{Sharding::byte_range, Shuffle::local},
-                         Mode{Sharding::global, Shuffle::global}}) {
+    for (const Mode m :
+         {Mode{Sharding::byte_range, Shuffle::local}, Mode{Sharding::global, Shuffle::global}}) {
         PlanOptions a;
         a.batch_size = 6;
         a.sharding = m.sharding;
@@ -538,7 +605,8 @@ TEST(PlanConfig, BadWorldSizeRankOrOptionsThrowConfigError) {
             for (const int w : {0, -1, -64, std::numeric_limits<int>::min()}) {
                 EXPECT_THROW((void)mpistage::plan_totals(10, w, o), ConfigError) << "W=" << w;
                 EXPECT_THROW((void)mpistage::plan_epoch(10, w, 0, o, 0), ConfigError) << "W=" << w;
-                EXPECT_THROW((void)mpistage::balanced_shard_begins(10, w), ConfigError) << "W=" << w;
+                EXPECT_THROW((void)mpistage::balanced_shard_begins(10, w), ConfigError)
+                    << "W=" << w;
             }
             for (const int w : {1, 4, 64}) {
                 EXPECT_THROW((void)mpistage::plan_totals(0, w, o), ConfigError);
@@ -594,8 +662,8 @@ TEST(PlanShards, BalancedShardBeginsGiveNOverWOrOneMore) {
                 const std::uint64_t size = begins[r + 1] - begins[r];
                 ASSERT_LE(begins[r], begins[r + 1]);
                 // N/W samples, plus one for the first N mod W ranks.
-                EXPECT_EQ(size, n / wu + (r < n % wu ? 1 : 0)) << "N=" << n << " W=" << w
-                                                                << " r=" << r;
+                EXPECT_EQ(size, n / wu + (r < n % wu ? 1 : 0))
+                    << "N=" << n << " W=" << w << " r=" << r;
             }
         }
     }
@@ -604,7 +672,12 @@ TEST(PlanShards, BalancedShardBeginsGiveNOverWOrOneMore) {
 // ---- Permutation ------------------------------------------------------------------------------
 
 TEST(PlanPermutation, IsABijection) {
-    const std::vector<std::uint64_t> keys = {0, 1, 2, 42, 0xdeadbeefULL, 0x9e3779b97f4a7c15ULL,
+    const std::vector<std::uint64_t> keys = {0,
+                                             1,
+                                             2,
+                                             42,
+                                             0xdeadbeefULL,
+                                             0x9e3779b97f4a7c15ULL,
                                              std::numeric_limits<std::uint64_t>::max()};
     for (const std::uint64_t n : {0u, 1u, 2u, 3u, 5u, 17u, 1000u, 4097u}) {
         for (const std::uint64_t key : keys) {
@@ -655,23 +728,23 @@ TEST(PlanPermutation, LargeDomainStaysInRangeAndInjectiveOnASample) {
 // ---- record sizes: byte-range cuts (uniform and skewed) ---------------------------------------
 
 TEST(PlanRecordCuts, FixedRecordsInCutSumToNAndStartAtTheCut) {
-    const std::vector<std::uint64_t> record_sizes = {1, 3, 8, 784, 4096, 150000, 2000000,
-                                                     std::uint64_t{1} << 40};
-    const std::vector<std::uint64_t> counts = {1, 2, 3, 5, 10, 26, 209, 922, 9909, 60000,
-                                               1000000007};
+    const std::vector<std::uint64_t> record_sizes = {1,    3,      8,       784,
+                                                     4096, 150000, 2000000, std::uint64_t{1} << 40};
+    const std::vector<std::uint64_t> counts = {1,   2,   3,    5,     10,        26,
+                                               209, 922, 9909, 60000, 1000000007};
     for (const std::uint64_t rec : record_sizes) {
         for (const std::uint64_t n : counts) {
             for (const int w : kWorldSizes) {
                 const auto total = static_cast<unsigned __int128>(n) * rec;
                 std::uint64_t first = 0;  // exclusive scan of the per-rank counts
                 for (int r = 0; r < w; ++r) {
-                    const std::string at = "N=" + std::to_string(n) + " record_bytes=" +
-                                            std::to_string(rec) + " W=" + std::to_string(w) +
-                                            " rank=" + std::to_string(r);
+                    const std::string at = "N=" + std::to_string(n) +
+                                           " record_bytes=" + std::to_string(rec) +
+                                           " W=" + std::to_string(w) + " rank=" + std::to_string(r);
                     // The rank's cut starts at byte floor(r*T/W); its first record is the first
                     // one that starts at or after that byte.
-                    const unsigned __int128 cut = total * static_cast<unsigned>(r) /
-                                                  static_cast<unsigned>(w);
+                    const unsigned __int128 cut =
+                        total * static_cast<unsigned>(r) / static_cast<unsigned>(w);
                     ASSERT_GE(static_cast<unsigned __int128>(first) * rec, cut) << at;
                     if (first > 0) {
                         ASSERT_LT(static_cast<unsigned __int128>(first - 1) * rec, cut) << at;
@@ -718,13 +791,13 @@ TEST(PlanRecordCuts, SkewedRecordSizesStillGiveEqualCountsAfterCorrection) {
             std::uint64_t sum = 0;
             int empty_ranks = 0;
             for (std::uint64_t r = 0; r < wu; ++r) {
-                const auto lo = static_cast<std::uint64_t>(
-                    static_cast<unsigned __int128>(total) * r / wu);
-                const auto hi = static_cast<std::uint64_t>(
-                    static_cast<unsigned __int128>(total) * (r + 1) / wu);
-                const auto count = static_cast<std::uint64_t>(
-                    std::lower_bound(starts.begin(), starts.end(), hi) -
-                    std::lower_bound(starts.begin(), starts.end(), lo));
+                const auto lo =
+                    static_cast<std::uint64_t>(static_cast<unsigned __int128>(total) * r / wu);
+                const auto hi = static_cast<std::uint64_t>(static_cast<unsigned __int128>(total) *
+                                                           (r + 1) / wu);
+                const auto count =
+                    static_cast<std::uint64_t>(std::lower_bound(starts.begin(), starts.end(), hi) -
+                                               std::lower_bound(starts.begin(), starts.end(), lo));
                 empty_ranks += count == 0;
                 sum += count;
             }

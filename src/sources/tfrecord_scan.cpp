@@ -1,0 +1,316 @@
+// Pure TFRecord framing and the index-free scan (no MPI): see tfrecord_source.hpp.
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <utility>
+
+#include "mpistage/crc32c.hpp"
+#include "mpistage/error.hpp"
+#include "mpistage/tfrecord_source.hpp"
+
+namespace mpistage {
+namespace tfrecord {
+
+namespace {
+
+std::uint64_t load_u64(const std::uint8_t* p) {
+    std::uint64_t v = 0;
+    for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
+    return v;
+}
+std::uint32_t load_u32(const std::uint8_t* p) {
+    return static_cast<std::uint32_t>(p[0]) | (static_cast<std::uint32_t>(p[1]) << 8) |
+           (static_cast<std::uint32_t>(p[2]) << 16) | (static_cast<std::uint32_t>(p[3]) << 24);
+}
+void store_u64(std::uint8_t* p, std::uint64_t v) {
+    for (int i = 0; i < 8; ++i) p[i] = static_cast<std::uint8_t>(v >> (8 * i));
+}
+void store_u32(std::uint8_t* p, std::uint32_t v) {
+    for (int i = 0; i < 4; ++i) p[i] = static_cast<std::uint8_t>(v >> (8 * i));
+}
+
+/// A sliding read window over one file, so small headers cost one large read, not one each.
+class Window {
+public:
+    Window(const ScanFile& file, std::uint64_t capacity)
+        : file_(file), capacity_(std::max<std::uint64_t>(capacity, 64)) {}
+
+    /// Pointer to bytes [pos, pos + n) with n ≤ capacity and pos + n ≤ file size.
+    const std::uint8_t* get(std::uint64_t pos, std::uint64_t n) {
+        if (pos >= off_ && pos + n <= off_ + len_) return buf_.data() + (pos - off_);
+        if (buf_.empty()) buf_.resize(static_cast<std::size_t>(capacity_));
+        len_ = std::min(capacity_, file_.size_bytes - pos);
+        file_.read(pos, buf_.data(), len_);
+        off_ = pos;
+        return buf_.data();
+    }
+    std::uint64_t capacity() const { return capacity_; }
+    const ScanFile& file() const { return file_; }
+
+private:
+    const ScanFile& file_;
+    std::uint64_t capacity_;
+    std::vector<std::uint8_t> buf_;
+    std::uint64_t off_ = 0;
+    std::uint64_t len_ = 0;
+};
+
+HeaderStatus header_at(Window& w, std::uint64_t pos, std::uint64_t& length) {
+    const std::uint64_t size = w.file().size_bytes;
+    const std::uint64_t n = std::min<std::uint64_t>(kHeaderBytes, size - pos);
+    return check_header(w.get(pos, n), pos, size, length);
+}
+
+/// True when `pos` looks like a record boundary: its header validates and so does the next
+/// one (or the record ends exactly at end of file).
+bool is_candidate(Window& w, std::uint64_t pos) {
+    const std::uint64_t size = w.file().size_bytes;
+    if (size - pos < kFramingBytes) return false;
+    const std::uint8_t* h = w.get(pos, kHeaderBytes);
+    // Cheap rejection first: most positions hold a length that cannot fit.
+    if (load_u64(h) > size - pos - kFramingBytes) return false;
+    std::uint64_t length = 0;
+    if (check_header(h, pos, size, length) != HeaderStatus::ok) return false;
+    const std::uint64_t next = pos + kFramingBytes + length;
+    if (next == size) return true;
+    std::uint64_t next_length = 0;
+    return header_at(w, next, next_length) == HeaderStatus::ok;
+}
+
+/// First candidate position in [from, size) of the window's file, or the file size.
+std::uint64_t resync_in_file(Window& w, std::uint64_t from) {
+    const std::uint64_t size = w.file().size_bytes;
+    if (size < kFramingBytes) return size;
+    for (std::uint64_t pos = from; pos <= size - kFramingBytes; ++pos) {
+        if (is_candidate(w, pos)) return pos;
+    }
+    return size;
+}
+
+bool payload_ok(Window& w, std::uint64_t pos, std::uint64_t length) {
+    std::uint32_t crc = 0;
+    std::uint64_t done = 0;
+    const std::uint64_t begin = pos + kHeaderBytes;
+    while (done < length) {
+        const std::uint64_t n = std::min(w.capacity(), length - done);
+        crc = crc32c(w.get(begin + done, n), static_cast<std::size_t>(n), crc);
+        done += n;
+    }
+    return load_u32(w.get(begin + length, 4)) == mask_crc32c(crc);
+}
+
+std::size_t file_of(const std::vector<std::uint64_t>& starts, std::uint64_t pos) {
+    // The last file whose start is <= pos (skips empty files, whose start equals the next one).
+    auto it = std::upper_bound(starts.begin(), starts.end() - 1, pos);
+    return static_cast<std::size_t>(it - starts.begin()) - 1;
+}
+
+[[noreturn]] void bad_header(const ScanFile& f, std::uint64_t offset, HeaderStatus s,
+                             const std::uint8_t* header) {
+    std::string detail = to_string(s);
+    if (s != HeaderStatus::too_short && header != nullptr) {
+        detail += ", length field " + std::to_string(load_u64(header));
+    }
+    detail += ", file size " + std::to_string(f.size_bytes);
+    throw FormatError("tfrecord: " + f.name + ": not a TFRecord / truncated record at offset " +
+                      std::to_string(offset) + " (" + detail + ")");
+}
+
+}  // namespace
+
+std::string to_string(HeaderStatus s) {
+    switch (s) {
+        case HeaderStatus::ok:
+            return "ok";
+        case HeaderStatus::too_short:
+            return "fewer than 16 bytes left";
+        case HeaderStatus::bad_length_crc:
+            return "length CRC32C mismatch";
+        case HeaderStatus::does_not_fit:
+            return "record extends past end of file";
+    }
+    return "?";
+}
+
+HeaderStatus check_header(const std::uint8_t* header, std::uint64_t offset, std::uint64_t file_size,
+                          std::uint64_t& length) {
+    length = 0;
+    if (offset > file_size || file_size - offset < kFramingBytes) return HeaderStatus::too_short;
+    length = load_u64(header);
+    if (load_u32(header + 8) != masked_crc32c(header, 8)) return HeaderStatus::bad_length_crc;
+    if (length > file_size - offset - kFramingBytes) return HeaderStatus::does_not_fit;
+    return HeaderStatus::ok;
+}
+
+void append_record(std::vector<std::uint8_t>& out, const void* payload, std::size_t size_bytes) {
+    std::uint8_t header[kHeaderBytes];
+    store_u64(header, size_bytes);
+    store_u32(header + 8, masked_crc32c(header, 8));
+    out.insert(out.end(), header, header + kHeaderBytes);
+    const auto* p = static_cast<const std::uint8_t*>(payload);
+    out.insert(out.end(), p, p + size_bytes);
+    std::uint8_t footer[4];
+    store_u32(footer, masked_crc32c(payload, size_bytes));
+    out.insert(out.end(), footer, footer + 4);
+}
+
+std::vector<std::uint64_t> file_starts(const std::vector<ScanFile>& files) {
+    std::vector<std::uint64_t> starts(files.size() + 1, 0);
+    for (std::size_t i = 0; i < files.size(); ++i) {
+        starts[i + 1] = starts[i] + files[i].size_bytes;
+    }
+    return starts;
+}
+
+std::uint64_t cut_begin(std::uint64_t total_bytes, int rank, int world_size) {
+    if (world_size < 1) throw ConfigError("tfrecord: world size must be >= 1");
+    __extension__ typedef unsigned __int128 U128;
+    return static_cast<std::uint64_t>(static_cast<U128>(total_bytes) * static_cast<unsigned>(rank) /
+                                      static_cast<unsigned>(world_size));
+}
+
+CutScan walk_cut(const std::vector<ScanFile>& files, std::uint64_t start, std::uint64_t end,
+                 const ScanOptions& options, bool trusted) {
+    const auto starts = file_starts(files);
+    const std::uint64_t total = starts.back();
+    CutScan out;
+    out.start = start;
+    std::uint64_t pos = start;
+    std::size_t current = files.size();
+    std::unique_ptr<Window> window;
+    while (pos < end && pos < total) {
+        const std::size_t f = file_of(starts, pos);
+        const ScanFile& file = files[f];
+        const std::uint64_t local = pos - starts[f];
+        if (local == 0) trusted = true;  // a file start is always a record boundary
+        if (file.whole) {
+            if (local == 0) out.whole_files.push_back(static_cast<std::uint32_t>(f));
+            pos = starts[f + 1];
+            continue;
+        }
+        if (f != current) {
+            window = std::make_unique<Window>(file, options.window_bytes);
+            current = f;
+        }
+        std::uint64_t length = 0;
+        const std::uint64_t avail = std::min<std::uint64_t>(kHeaderBytes, file.size_bytes - local);
+        const std::uint8_t* header = window->get(local, avail);
+        const HeaderStatus status = check_header(header, local, file.size_bytes, length);
+        if (status == HeaderStatus::ok) {
+            const std::uint64_t next = pos + kFramingBytes + length;
+            std::string problem;
+            if (length > std::numeric_limits<std::uint32_t>::max()) {
+                problem = "record of " + std::to_string(length) +
+                          " payload bytes exceeds the 4 GiB limit";
+            } else if (options.verify_payloads && !payload_ok(*window, local, length)) {
+                problem = "payload CRC32C mismatch";
+            }
+            if (!problem.empty() && !trusted) {
+                out.broken = true;
+                break;
+            }
+            if (problem.empty()) {
+                out.records.push_back(RecordRef{local, static_cast<std::uint32_t>(length),
+                                                static_cast<std::uint32_t>(f)});
+            } else if (options.on_corrupt == OnCorrupt::error) {
+                throw FormatError("tfrecord: " + file.name + ": " + problem +
+                                  " in record at offset " + std::to_string(local) + " (length " +
+                                  std::to_string(length) + ")");
+            } else {
+                ++out.skipped;
+            }
+            pos = next;
+            continue;
+        }
+        if (!trusted) {
+            out.broken = true;
+            break;
+        }
+        if (options.on_corrupt == OnCorrupt::error) {
+            bad_header(file, local, status, status == HeaderStatus::too_short ? nullptr : header);
+        }
+        ++out.skipped;
+        pos = starts[f] + resync_in_file(*window, local + 1);
+    }
+    out.stop = std::max(pos, start);
+    return out;
+}
+
+CutScan scan_cut(const std::vector<ScanFile>& files, std::uint64_t begin, std::uint64_t end,
+                 const ScanOptions& options) {
+    const auto starts = file_starts(files);
+    const std::uint64_t total = starts.back();
+    if (begin >= total) {
+        CutScan out;
+        out.start = out.stop = total;
+        return out;
+    }
+    const std::size_t f = file_of(starts, begin);
+    const std::uint64_t local = begin - starts[f];
+    std::uint64_t p = begin;
+    if (local != 0) {
+        if (files[f].whole) {
+            p = starts[f + 1];
+        } else {
+            Window w(files[f], options.window_bytes);
+            p = starts[f] + resync_in_file(w, local);
+        }
+    }
+    return walk_cut(files, p, end, options, p == starts[file_of(starts, p)] || p >= total);
+}
+
+int first_mismatch(const std::vector<std::uint64_t>& starts,
+                   const std::vector<std::uint64_t>& stops,
+                   const std::vector<std::uint8_t>& broken) {
+    for (std::size_t r = 0; r < starts.size(); ++r) {
+        if (r < broken.size() && broken[r] != 0) return static_cast<int>(r);
+        if (r > 0 && starts[r] != stops[r - 1]) return static_cast<int>(r);
+    }
+    return -1;
+}
+
+std::vector<CutScan> simulate_split(const std::vector<ScanFile>& files, int world_size,
+                                    const ScanOptions& options, int* rounds) {
+    const std::uint64_t total = file_starts(files).back();
+    std::vector<CutScan> scans;
+    for (int r = 0; r < world_size; ++r) {
+        scans.push_back(scan_cut(files, cut_begin(total, r, world_size),
+                                 cut_begin(total, r + 1, world_size), options));
+    }
+    int n = 0;
+    for (;;) {
+        std::vector<std::uint64_t> s;
+        std::vector<std::uint64_t> e;
+        std::vector<std::uint8_t> b;
+        for (const auto& c : scans) {
+            s.push_back(c.start);
+            e.push_back(c.stop);
+            b.push_back(c.broken ? 1 : 0);
+        }
+        const int m = first_mismatch(s, e, b);
+        if (m < 0) break;
+        const std::uint64_t from = m == 0 ? 0 : e[static_cast<std::size_t>(m - 1)];
+        scans[static_cast<std::size_t>(m)] =
+            walk_cut(files, from, cut_begin(total, m + 1, world_size), options, true);
+        ++n;
+    }
+    if (rounds != nullptr) *rounds = n;
+    return scans;
+}
+
+ScanFile memory_file(std::string name, const std::uint8_t* data, std::uint64_t size_bytes) {
+    ScanFile f;
+    f.size_bytes = size_bytes;
+    f.read = [data, size_bytes, name](std::uint64_t off, void* dst, std::uint64_t n) {
+        if (off > size_bytes || n > size_bytes - off) {
+            throw IoError("tfrecord: " + name + ": read of " + std::to_string(n) +
+                          " bytes at offset " + std::to_string(off) + " past end of data");
+        }
+        if (n > 0) std::memcpy(dst, data + off, static_cast<std::size_t>(n));
+    };
+    f.name = std::move(name);
+    return f;
+}
+
+}  // namespace tfrecord
+}  // namespace mpistage
