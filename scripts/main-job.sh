@@ -26,7 +26,20 @@ if [ ! -s "$data_dir/fashion-mnist-train.h5" ]; then
     "$build_dir/mpistage" convert idx "$fmnist/train-images-idx3-ubyte.gz" \
         "$fmnist/train-labels-idx1-ubyte.gz" -o "$data_dir/fashion-mnist-train.h5"
 fi
+if [ ! -s "$data_dir/fashion-mnist-train.tfrecord" ]; then
+    "$build_dir/mpistage" convert idx "$fmnist/train-images-idx3-ubyte.gz" \
+        "$fmnist/train-labels-idx1-ubyte.gz" -o "$data_dir/fashion-mnist-train.tfrecord" \
+        --format tfrecord
+fi
+
+echo "== HDF5: $data_dir/fashion-mnist-train.h5"
 "${MPIEXEC:-mpirun}" -np "$np" --oversubscribe "$build_dir/mpistage" stage \
     "$data_dir/fashion-mnist-train.h5" --field images --field labels \
     --batch-size 64 --epochs 2 --shuffle local --remainder mask --prefetch 4 --threads 2 \
     --verify --json "$data_dir/stage-report.json" "$@"
+
+echo "== TFRecord (tf.train.Example, split by byte ranges without an index): $data_dir/fashion-mnist-train.tfrecord"
+"${MPIEXEC:-mpirun}" -np "$np" --oversubscribe "$build_dir/mpistage" stage \
+    "$data_dir/fashion-mnist-train.tfrecord" --feature image:bytes/uint8:28x28 \
+    --feature label:int64 --batch-size 64 --epochs 2 --shuffle local --remainder mask \
+    --prefetch 4 --threads 2 --verify --json "$data_dir/stage-report-tfrecord.json" "$@"

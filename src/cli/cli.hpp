@@ -24,4 +24,8 @@ IdxArray read_idx_any(const std::string& path);
 void write_idx_hdf5(const IdxArray& images, const IdxArray& labels, const std::string& out,
                     std::uint64_t chunk_rows, int gzip_level);
 
+/// Writes `out` as TFRecord of tf.train.Example records with features `image` (bytes: the
+/// sample's raw elements, native order) and `label` (int64), one record per sample.
+void write_idx_tfrecord(const IdxArray& images, const IdxArray& labels, const std::string& out);
+
 }  // namespace mpistage::cli

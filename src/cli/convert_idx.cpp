@@ -9,7 +9,11 @@
 #include <cstdio>
 #include <cstring>
 
+#include <fstream>
+
 #include "mpistage/error.hpp"
+#include "mpistage/tf_example.hpp"
+#include "mpistage/tfrecord_source.hpp"
 
 namespace mpistage::cli {
 
@@ -136,6 +140,45 @@ void write_idx_hdf5(const IdxArray& images, const IdxArray& labels, const std::s
     if (H5Fclose(file) < 0) throw Hdf5Error("convert: closing '" + tmp + "' failed");
     if (std::rename(tmp.c_str(), out.c_str()) != 0) {
         throw IoError("convert: cannot rename '" + tmp + "' to '" + out + "': " + std::strerror(errno));
+    }
+}
+
+void write_idx_tfrecord(const IdxArray& images, const IdxArray& labels, const std::string& out) {
+    if (images.dims.empty() || labels.dims.empty() || images.dims[0] != labels.dims[0]) {
+        throw ConfigError("convert: images and labels differ in record count");
+    }
+    const std::uint64_t n = images.dims[0];
+    const std::size_t row = images.data.size() / n;
+    const std::size_t label_size = dtype_size(labels.dtype);
+    const std::string tmp = out + ".tmp";
+    std::ofstream file(tmp, std::ios::binary | std::ios::trunc);
+    if (!file) throw IoError("convert: cannot create '" + tmp + "'");
+    std::vector<std::uint8_t> framed;
+    for (std::uint64_t i = 0; i < n; ++i) {
+        std::int64_t label = 0;
+        const unsigned char* lp = labels.data.data() + i * label_size;
+        switch (labels.dtype) {
+        case DType::uint8: label = *lp; break;
+        case DType::int8: label = static_cast<std::int8_t>(*lp); break;
+        default: {
+            std::int32_t v = 0;
+            std::memcpy(&v, lp, std::min<std::size_t>(label_size, sizeof v));
+            label = v;
+        }
+        }
+        ExampleBuilder ex;
+        ex.add_bytes("image", images.data.data() + i * row, row);
+        ex.add_int64s("label", {label});
+        const auto payload = ex.serialize();
+        framed.clear();
+        tfrecord::append_record(framed, payload.data(), payload.size());
+        file.write(reinterpret_cast<const char*>(framed.data()),
+                   static_cast<std::streamsize>(framed.size()));
+    }
+    file.close();
+    if (!file) throw IoError("convert: writing '" + tmp + "' failed");
+    if (std::rename(tmp.c_str(), out.c_str()) != 0) {
+        throw IoError("convert: cannot rename '" + tmp + "' to '" + out + "'");
     }
 }
 

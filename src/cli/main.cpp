@@ -16,6 +16,8 @@
 #include "mpistage/hdf5_source.hpp"
 #include "mpistage/loader.hpp"
 #include "mpistage/raw_source.hpp"
+#include "mpistage/tf_example.hpp"
+#include "mpistage/tfrecord_source.hpp"
 #if MPISTAGE_HAVE_TORCH
 #include "mpistage/torch.hpp"
 #endif
@@ -38,6 +40,9 @@ struct StageArgs {
     bool verify = false;
     std::string json;
     bool quiet = false;
+    std::vector<std::string> index_paths;
+    std::vector<std::string> features;
+    std::string on_corrupt = "error";
 };
 
 namespace {
@@ -53,12 +58,22 @@ bool looks_like_idx(const std::string& path) {
     return path.find("idx") != std::string::npos || path.find("ubyte") != std::string::npos;
 }
 
+bool looks_like_tfrecord(const std::string& path) {
+    for (const char* s : {".tfrecord", ".tfrecords", ".tfr"}) {
+        if (path.find(s) != std::string::npos) return true;
+    }
+    // Whole-file gzip TFRecords (TensorFlow, Beam, TFX) usually end in .gz without a hint.
+    return path.size() > 3 && path.compare(path.size() - 3, 3, ".gz") == 0 &&
+           !looks_like_idx(path);
+}
+
 std::unique_ptr<Source> open_source(const Communicator& comm, const StageArgs& a) {
     std::string format = a.format;
     if (format == "auto") {
-        format = looks_like_hdf5(a.files.front()) ? "hdf5"
-                 : looks_like_idx(a.files.front()) ? "idx"
-                                                   : "hdf5";
+        format = looks_like_hdf5(a.files.front())       ? "hdf5"
+                 : looks_like_tfrecord(a.files.front()) ? "tfrecord"
+                 : looks_like_idx(a.files.front())      ? "idx"
+                                                        : "hdf5";
     }
     if (format == "hdf5") {
         if (a.files.size() != 1) {
@@ -83,7 +98,22 @@ std::unique_ptr<Source> open_source(const Communicator& comm, const StageArgs& a
         agree_or_throw(comm, status);
         return std::make_unique<RawSource>(comm, fields);
     }
-    throw ConfigError("stage: unknown --format '" + format + "' (expected auto, hdf5 or idx)");
+    if (format == "tfrecord") {
+        TfRecordOptions o;
+        LocalStatus status;
+        try {
+            o.index_paths = a.index_paths;
+            o.on_corrupt = parse_on_corrupt(a.on_corrupt);
+            for (const auto& f : a.features) o.features.push_back(parse_feature_spec(f));
+            o.validate();
+        } catch (...) {
+            status = LocalStatus::from_current_exception();
+        }
+        agree_or_throw(comm, status);
+        return std::make_unique<TfRecordSource>(comm, a.files, o);
+    }
+    throw ConfigError("stage: unknown --format '" + format +
+                      "' (expected auto, hdf5, idx or tfrecord)");
 }
 
 struct EpochReport {
@@ -173,6 +203,12 @@ int run_stage(const StageArgs& a) {
             for (auto d : f.sample_shape) shape += (shape.empty() ? "" : ",") + std::to_string(d);
             std::printf("  field %-12s %-8s [B%s%s]%s\n", f.name.c_str(), dtype_name(f.dtype).c_str(),
                         shape.empty() ? "" : ",", shape.c_str(), f.ragged ? " ragged" : "");
+        }
+        if (const auto* tfr = dynamic_cast<const TfRecordSource*>(source.get())) {
+            if (tfr->skipped_records() > 0) {
+                std::printf("  skipped %llu corrupt record(s) (--on-corrupt skip)\n",
+                            static_cast<unsigned long long>(tfr->skipped_records()));
+            }
         }
         std::fflush(stdout);
     }
@@ -267,6 +303,9 @@ int run_stage(const StageArgs& a) {
         j["remainder"] = a.remainder;
         j["shuffle"] = a.shuffle;
         j["sharding"] = a.sharding;
+        if (const auto* tfr = dynamic_cast<const TfRecordSource*>(source.get())) {
+            j["skipped_records"] = tfr->skipped_records();
+        }
         j["epochs"] = nlohmann::json::array();
         for (const auto& r : reports) {
             nlohmann::json e;
@@ -316,7 +355,16 @@ int main(int argc, char** argv) {
         ->required()->check(CLI::ExistingFile);
     stage->add_option("--field", sa.fields, "Field (HDF5 dataset) to stage; repeat for several. "
                       "Default: all datasets aligned on dimension 0");
-    stage->add_option("--format", sa.format, "auto, hdf5 or idx")->capture_default_str();
+    stage->add_option("--format", sa.format, "auto, hdf5, idx or tfrecord (auto: HDF5 signature, "
+                      ".tfrecord/.gz names, IDX names)")->capture_default_str();
+    stage->add_option("--index", sa.index_paths, "TFRecord: DALI index file per data file "
+                      "(\"<offset> <size>\" lines), validated against the data");
+    stage->add_option("--feature", sa.features, "TFRecord: decode tf.train.Example feature "
+                      "NAME:TYPE[:SHAPE], TYPE bytes|float|int64|bytes/DTYPE (e.g. "
+                      "image:bytes/uint8:28x28, label:int64). Default: raw record bytes");
+    stage->add_option("--on-corrupt", sa.on_corrupt, "TFRecord: error (fail on every rank naming "
+                      "file and offset) or skip (drop bad records, agreed by all ranks)")
+        ->capture_default_str();
     stage->add_option("--batch-size,-b", sa.batch_size, "Samples per batch on each rank")->capture_default_str();
     stage->add_option("--epochs,-e", sa.epochs, "Epochs to stage")->capture_default_str();
     stage->add_option("--first-epoch", sa.first_epoch, "Number of the first epoch")->capture_default_str();
@@ -347,6 +395,16 @@ int main(int argc, char** argv) {
                          "per chunk (0 = contiguous)")->capture_default_str();
     conv_idx->add_option("--gzip", gzip_level, "gzip level for chunked datasets (0 = none)")
         ->capture_default_str();
+    std::string conv_format = "hdf5";
+    conv_idx->add_option("--format", conv_format, "hdf5 (datasets images, labels) or tfrecord "
+                         "(tf.train.Example: image bytes, label int64)")->capture_default_str();
+
+    std::vector<std::string> index_files;
+    std::vector<std::string> index_out;
+    auto* index = app.add_subcommand("index", "Write DALI-compatible index files of TFRecord "
+                                     "files, scanning in parallel (one FILE.idx per FILE)");
+    index->add_option("files", index_files, "TFRecord files")->required()->check(CLI::ExistingFile);
+    index->add_option("-o,--output", index_out, "Index paths (default: FILE.idx)");
 
     int rc = 0;
     try {
@@ -365,7 +423,14 @@ int main(int argc, char** argv) {
                 if (comm.rank() == 0) {
                     const auto images = cli::read_idx_any(conv_images);
                     const auto labels = cli::read_idx_any(conv_labels);
-                    cli::write_idx_hdf5(images, labels, conv_out, chunk_rows, gzip_level);
+                    if (conv_format == "tfrecord") {
+                        cli::write_idx_tfrecord(images, labels, conv_out);
+                    } else if (conv_format == "hdf5") {
+                        cli::write_idx_hdf5(images, labels, conv_out, chunk_rows, gzip_level);
+                    } else {
+                        throw ConfigError("convert: unknown --format '" + conv_format +
+                                          "' (expected hdf5 or tfrecord)");
+                    }
                     std::printf("wrote %s: images [%llu...] %s, labels [%llu] %s\n", conv_out.c_str(),
                                 static_cast<unsigned long long>(images.dims[0]),
                                 dtype_name(images.dtype).c_str(),
@@ -373,6 +438,15 @@ int main(int argc, char** argv) {
                                 dtype_name(labels.dtype).c_str());
                 }
             });
+        } else if (index->parsed()) {
+            Communicator comm(MPI_COMM_WORLD);
+            if (index_out.empty()) {
+                for (const auto& f : index_files) index_out.push_back(f + ".idx");
+            }
+            write_dali_index(comm, index_files, index_out);
+            if (comm.rank() == 0) {
+                for (const auto& f : index_out) std::printf("wrote %s\n", f.c_str());
+            }
         }
     } catch (const Error& e) {
         const char* kind = "Error";
