@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "cli.hpp"
+#include "mpistage/convert.hpp"
 #include "mpistage/config.hpp"
 #include "mpistage/hdf5_source.hpp"
 #include "mpistage/loader.hpp"
@@ -421,12 +421,12 @@ int main(int argc, char** argv) {
             Communicator comm(MPI_COMM_WORLD);
             run_agreed(comm, [&] {
                 if (comm.rank() == 0) {
-                    const auto images = cli::read_idx_any(conv_images);
-                    const auto labels = cli::read_idx_any(conv_labels);
+                    const auto images = read_idx_any(conv_images);
+                    const auto labels = read_idx_any(conv_labels);
                     if (conv_format == "tfrecord") {
-                        cli::write_idx_tfrecord(images, labels, conv_out);
+                        write_idx_tfrecord(images, labels, conv_out);
                     } else if (conv_format == "hdf5") {
-                        cli::write_idx_hdf5(images, labels, conv_out, chunk_rows, gzip_level);
+                        write_idx_hdf5(images, labels, conv_out, chunk_rows, gzip_level);
                     } else {
                         throw ConfigError("convert: unknown --format '" + conv_format +
                                           "' (expected hdf5 or tfrecord)");

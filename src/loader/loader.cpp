@@ -433,6 +433,10 @@ const EpochPlan& EpochRange::plan() const noexcept { return impl_->plan; }
 bool EpochRange::next(HostBatch& out) {
     Impl& d = *impl_;
     Loader::Impl& l = *d.loader;
+    // Release the caller's previous batch first: `out` is being replaced, so its slot must not
+    // count as held (otherwise `while (range.next(b))` and the range-for iterator fail at
+    // step 1 with prefetch = 1). Copies the caller kept elsewhere still hold their slots.
+    out = HostBatch();
     if (d.next_consume >= d.plan.steps) {
         if (!d.finished) {
             d.finished = true;

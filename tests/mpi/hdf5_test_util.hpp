@@ -431,6 +431,22 @@ inline bool idx_to_hdf5(const std::string& images_idx, const std::string& labels
     return write_hdf5(out, {di, dl});
 }
 
+/// Removes a directory at the end of RUN_ALL_TESTS (before the shared main's final allreduce,
+/// so a failing run that mpirun tears down early leaves nothing behind). Not collective.
+class RemoveDirAtTearDown final : public testing::Environment {
+public:
+    RemoveDirAtTearDown(std::string path, bool owner) : path_(std::move(path)), owner_(owner) {}
+    void TearDown() override {
+        if (!owner_ || path_.empty()) return;
+        std::error_code ec;
+        std::filesystem::remove_all(path_, ec);
+    }
+
+private:
+    std::string path_;
+    bool owner_;
+};
+
 inline SharedFiles& shared_files() {
     // Destroyed at exit, after MPI_Finalize: rank 0 then removes the directory (no MPI call).
     static std::unique_ptr<SharedFiles> files = [] {
@@ -457,7 +473,7 @@ inline SharedFiles& shared_files() {
                 if (file_exists(cli)) {
                     const std::string cmd =
                         "env -i PATH=/usr/bin:/bin HOME=/tmp OMPI_ALLOW_RUN_AS_ROOT=1 "
-                        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 " + shell_quote(cli) +
+                        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 60 " + shell_quote(cli) +
                         " convert idx " + shell_quote(dir + "/t10k-images-idx3-ubyte.gz") + " " +
                         shell_quote(dir + "/t10k-labels-idx1-ubyte.gz") + " -o " +
                         shell_quote(f->fashion_h5) + " >/dev/null 2>&1";
@@ -472,6 +488,7 @@ inline SharedFiles& shared_files() {
         MPI_Bcast(&fm, 1, MPI_INT, 0, MPI_COMM_WORLD);
         f->fashion_how = bcast(how, 0);
         f->ok = ok && fm == 1;
+        testing::AddGlobalTestEnvironment(new RemoveDirAtTearDown(f->dir.path(), rank() == 0));
         return f;
     }();
     return *files;

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <map>
 #include <numeric>
+#include <set>
 
 #include "hdf5_test_util.hpp"
 #include "mpistage/comm.hpp"
@@ -182,6 +183,71 @@ TEST(Hdf5Source, GzipShuffleChunkedMatchH5dump) {
     if (f32.size() == 35u) expect_field_equals<float>(sink2, 0, {}, ids2, 5, f32, "float32");
     if (f64.size() == 35u) expect_field_equals<double>(sink2, 1, {}, ids2, 5, f64, "float64");
     src2.close();
+    comm.free();
+}
+
+// Compact layout (data inside the object header), unlimited maximum dimensions, and a
+// big-endian chunked dataset, all through H5Dread; discovery skips float16 and strings.
+TEST(Hdf5Source, CompactResizableAndDiscoveryMatchH5dump) {
+    Communicator comm(MPI_COMM_WORLD);
+    const std::string compact = kDir + "test_compact_datasets_latest.hdf5";
+    const auto i8 = h5t::h5dump_values(compact, "int/int8");
+    const auto i32 = h5t::h5dump_values(compact, "int/int32");
+    const auto f64 = h5t::h5dump_values(compact, "float/float64");
+    EXPECT_EQ(i8.size(), 10u);
+    EXPECT_EQ(f64.size(), 10u);
+    {
+        Hdf5Source src(comm, compact, fields_opt({"int/int8", "int/int32", "float/float64"}));
+        EXPECT_EQ(src.num_samples(), 10u);
+        std::vector<std::uint64_t> ids = {9, 8, 0, 1, 2, 3, 4, 5, 6, 7};
+        h5t::VectorSink sink(src.fields(), ids.size());
+        src.read(ids.data(), ids.size(), sink);
+        if (i8.size() == 10u) expect_field_equals<std::int8_t>(sink, 0, {}, ids, 1, i8, "compact int8");
+        if (i32.size() == 10u) expect_field_equals<std::int32_t>(sink, 1, {}, ids, 1, i32, "compact int32");
+        if (f64.size() == 10u) expect_field_equals<double>(sink, 2, {}, ids, 1, f64, "compact float64");
+        src.close();
+    }
+    {
+        // Discovery: 5 numeric datasets of 10 rows (int8/16/32, float32/64); float16 and the
+        // string datasets are not fields.
+        Hdf5Source src(comm, compact);
+        std::set<std::string> names;
+        for (const auto& f : src.fields()) names.insert(f.name);
+        EXPECT_EQ(names, (std::set<std::string>{"float/float32", "float/float64", "int/int16",
+                                                "int/int32", "int/int8"}));
+        src.close();
+    }
+    // Naming an unsupported type explicitly is a ConfigError naming it.
+    H5T_EXPECT_SAME_ERROR(mpistage::ConfigError, Hdf5Source(comm, compact, fields_opt({"float/float16"})),
+                          "float/float16", "unsupported type");
+    H5T_EXPECT_SAME_ERROR(mpistage::ConfigError,
+                          Hdf5Source(comm, compact, fields_opt({"string/variable_length_ascii"})),
+                          "unsupported type");
+
+    const std::string resizable = kDir + "resizable.hdf5";
+    const auto d3 = h5t::h5dump_values(resizable, "dataset3");
+    EXPECT_EQ(d3.size(), 32u);
+    Hdf5Source rs(comm, resizable, fields_opt({"dataset3"}));
+    EXPECT_EQ(rs.num_samples(), 8u);
+    EXPECT_EQ(rs.fields()[0].dtype, DType::int16);
+    std::vector<std::uint64_t> ids = {7, 6, 5, 4, 3, 2, 1, 0};
+    h5t::VectorSink sink(rs.fields(), ids.size());
+    rs.read(ids.data(), ids.size(), sink);
+    if (d3.size() == 32u) expect_field_equals<std::int16_t>(sink, 0, {}, ids, 4, d3, "resizable dataset3");
+    rs.close();
+
+    // Current dims 10, maximum dims 1e11: only the 10 current rows exist.
+    const std::string big = kDir + "100B_max_dimension_size.hdf5";
+    const auto vals = h5t::h5dump_values(big, "100B-MaxSize");
+    EXPECT_EQ(vals.size(), 10u);
+    Hdf5Source bs(comm, big);
+    EXPECT_EQ(bs.num_samples(), 10u);
+    std::vector<std::uint64_t> all(10);
+    std::iota(all.begin(), all.end(), 0);
+    h5t::VectorSink bsink(bs.fields(), all.size());
+    bs.read(all.data(), all.size(), bsink);
+    if (vals.size() == 10u) expect_field_equals<double>(bsink, 0, {}, all, 1, vals, "100B-MaxSize");
+    bs.close();
     comm.free();
 }
 

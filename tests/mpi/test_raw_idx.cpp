@@ -55,7 +55,7 @@ TEST(RawIdx, TrainLabelsHeaderAndValuesMatchFileBytes) {
     h5t::VectorSink sink(src.fields(), all.size());
     src.read(all.data(), all.size(), sink);
     const std::string bytes = h5t::read_file(path);
-    ASSERT_EQ(bytes.size(), 60008u);
+    ASSERT_TRUE(h5t::all_true(bytes.size() == 60008u)) << bytes.size();  // agreed: same on all ranks
     std::vector<std::uint64_t> histogram(10, 0);
     std::uint64_t mismatches = 0, out_of_range = 0;
     for (std::uint64_t i = 0; i < 60000; ++i) {
@@ -120,8 +120,8 @@ TEST(RawIdx, LoaderExactlyOnceWithFileBytes) {
     ASSERT_TRUE(ok1 && ok2);
     const std::string img_bytes = h5t::read_file(images);
     const std::string lab_bytes = h5t::read_file(labels);
-    ASSERT_EQ(img_bytes.size(), 16u + 10000u * 784u);
-    ASSERT_EQ(lab_bytes.size(), 8u + 10000u);
+    ASSERT_TRUE(h5t::all_true(img_bytes.size() == 16u + 10000u * 784u &&
+                              lab_bytes.size() == 8u + 10000u));  // agreed: same on all ranks
     Communicator comm(MPI_COMM_WORLD);
     RawSource src(comm, {parse_idx_header(images, "images"), parse_idx_header(labels, "labels")});
     ASSERT_EQ(src.num_samples(), 10000u);

@@ -1,5 +1,5 @@
-// `mpistage convert idx`: Fashion-MNIST/MNIST IDX files (optionally gzip-compressed) to HDF5.
-#include "cli.hpp"
+// Conversion of IDX files (optionally gzip-compressed) to HDF5 and TFRecord (`mpistage convert idx`).
+#include "mpistage/convert.hpp"
 
 #include <hdf5.h>
 #include <zlib.h>
@@ -15,7 +15,7 @@
 #include "mpistage/tf_example.hpp"
 #include "mpistage/tfrecord_source.hpp"
 
-namespace mpistage::cli {
+namespace mpistage {
 
 namespace {
 
@@ -182,4 +182,4 @@ void write_idx_tfrecord(const IdxArray& images, const IdxArray& labels, const st
     }
 }
 
-}  // namespace mpistage::cli
+}  // namespace mpistage
