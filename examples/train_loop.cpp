@@ -37,7 +37,7 @@ int main(int argc, char** argv) {
                 label_sum += labels.sum().item<double>();
                 counted += static_cast<std::uint64_t>(labels.numel());
 #else
-                const auto* labels = reinterpret_cast<const std::uint8_t*>(batch.fields()[1].data);
+                const auto* labels = batch.fields()[1].as<std::uint8_t>();
                 for (std::size_t j = 0; j < batch.size(); ++j) {
                     if (batch.valid()[j]) {
                         label_sum += labels[j];

@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "mpistage/comm.hpp"
+#include "mpistage/dtype.hpp"
+#include "mpistage/error.hpp"
 #include "mpistage/plan.hpp"
 #include "mpistage/source.hpp"
 
@@ -42,6 +44,24 @@ struct HostField {
     const std::byte* data = nullptr;
     std::uint64_t size_bytes = 0;
     const std::int64_t* offsets = nullptr;
+
+    /// The elements as `T` (e.g. `field.as<std::uint8_t>()` for a uint8 field): a typed view of
+    /// `size_bytes / sizeof(T)` elements, valid while the batch (its lease) lives.
+    /// @throws ConfigError when `sizeof(T)` differs from the field's element size.
+    template <typename T>
+    const T* as() const {
+        if (sizeof(T) != dtype_size(info->dtype) && !(info->ragged && sizeof(T) == 1)) {
+            throw ConfigError("field '" + info->name + "' has " + dtype_name(info->dtype) +
+                              " elements; requested a " + std::to_string(sizeof(T)) +
+                              "-byte type");
+        }
+        return reinterpret_cast<const T*>(data);
+    }
+    /// Number of elements of `T` in the field (see `as`).
+    template <typename T>
+    std::size_t count() const {
+        return static_cast<std::size_t>(size_bytes / sizeof(T));
+    }
 };
 
 /// A batch in host memory (pinned when CUDA is usable). Shares ownership of one ring slot: the
