@@ -270,6 +270,19 @@ int run_stage(const StageArgs& a) {
                         static_cast<double>(wait_us[i]) / 1e6,
                         static_cast<unsigned long long>(moved[i]));
         }
+        {
+            // Residual byte skew after the count-equalising skew correction (DESIGN.md "Balance").
+            std::uint64_t max_bytes = 0;
+            std::uint64_t sum_bytes = 0;
+            for (auto b : bytes) {
+                max_bytes = std::max(max_bytes, b);
+                sum_bytes += b;
+            }
+            const double mean = static_cast<double>(sum_bytes) / comm.size();
+            std::printf("balance: bytes per rank max/mean %.4f (max - mean = %.0f bytes)\n",
+                        mean > 0 ? static_cast<double>(max_bytes) / mean : 1.0,
+                        static_cast<double>(max_bytes) - mean);
+        }
         if (a.verify) {
             for (const auto& r : reports) {
                 std::printf("epoch %llu: %llu batches per rank, %llu valid samples, "
