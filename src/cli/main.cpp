@@ -257,6 +257,8 @@ int run_stage(const StageArgs& a) {
     const auto wait_us = comm.allgather(static_cast<std::uint64_t>(s.wait_time.count() * 1e6));
     const auto moved = comm.allgather(s.records_moved);
     if (comm.rank() == 0 && !a.quiet) {
+        std::printf("per rank, all epochs (samples = valid samples; moved = records the skew "
+                    "correction moved):\n");
         std::printf("%5s %10s %8s %14s %10s %10s %8s\n", "rank", "samples", "batches", "bytes",
                     "MB/s", "wait_s", "moved");
         for (int r = 0; r < comm.size(); ++r) {
@@ -358,8 +360,11 @@ int main(int argc, char** argv) {
     int rank = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 
-    CLI::App app{"mpistage: MPI-native staging of training data (HDF5, IDX) into batches"};
+    CLI::App app{"mpistage: MPI-native staging of training data (HDF5, TFRecord, IDX) into "
+                 "batches"};
     app.require_subcommand(1);
+    // A flag given twice takes its last value, so wrapper scripts can append overrides.
+    app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
     app.set_version_flag("--version", MPISTAGE_VERSION);
 
     cli::StageArgs sa;
@@ -400,7 +405,8 @@ int main(int argc, char** argv) {
     auto* convert = app.add_subcommand("convert", "Convert data to a format mpistage stages");
     convert->require_subcommand(1);
     auto* conv_idx = convert->add_subcommand("idx", "IDX images + labels (.gz or plain) to HDF5 "
-                                              "datasets 'images' and 'labels'");
+                                              "datasets 'images' and 'labels', or to TFRecord "
+                                              "tf.train.Example (image bytes, label int64)");
     conv_idx->add_option("images", conv_images, "IDX images file")->required()->check(CLI::ExistingFile);
     conv_idx->add_option("labels", conv_labels, "IDX labels file")->required()->check(CLI::ExistingFile);
     conv_idx->add_option("-o,--output", conv_out, "Output HDF5 file")->required();
@@ -423,10 +429,24 @@ int main(int argc, char** argv) {
     try {
         try {
             app.parse(argc, argv);
-        } catch (const CLI::ParseError& e) {
-            rc = rank == 0 ? app.exit(e) : (e.get_exit_code());
+        } catch (const CLI::CallForHelp& e) {
+            rc = rank == 0 ? app.exit(e) : 0;
             MPI_Finalize();
             return rc;
+        } catch (const CLI::CallForAllHelp& e) {
+            rc = rank == 0 ? app.exit(e) : 0;
+            MPI_Finalize();
+            return rc;
+        } catch (const CLI::CallForVersion& e) {
+            rc = rank == 0 ? app.exit(e) : 0;
+            MPI_Finalize();
+            return rc;
+        } catch (const CLI::ParseError& e) {
+            // Same form as every other error: each rank prints it, exit status 2.
+            std::fprintf(stderr, "mpistage: rank %d: ConfigError: %s (see --help)\n", rank,
+                         e.what());
+            MPI_Finalize();
+            return 2;
         }
         if (stage->parsed()) {
             rc = cli::run_stage(sa);

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <stdexcept>
 #include <iterator>
 #include <string>
 #include <vector>
@@ -54,9 +55,11 @@ private:
 
 std::vector<std::pair<std::uint64_t, std::uint64_t>> read_idx(const std::string& path) {
     std::ifstream in(path);
+    if (!in) throw std::runtime_error("test data missing: cannot open " + path);
     std::vector<std::pair<std::uint64_t, std::uint64_t>> lines;
     std::uint64_t o = 0, s = 0;
     while (in >> o >> s) lines.emplace_back(o, s);
+    if (lines.empty()) throw std::runtime_error("test data: no index lines in " + path);
     return lines;
 }
 

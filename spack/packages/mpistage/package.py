@@ -1,5 +1,7 @@
-# Spack recipe for mpistage. Use it from a repository checkout:
-#   spack repo add spack && spack install mpistage@main +torch ~cuda
+# Spack recipe for mpistage. From a repository checkout (the URLs below are where the project
+# will be published; until then build the checkout itself):
+#   spack repo add spack
+#   spack dev-build -d . mpistage@main +torch ~cuda
 # Variants map one to one onto the CMake options of CMakeLists.txt.
 
 from spack.package import *
