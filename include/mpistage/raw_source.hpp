@@ -31,6 +31,10 @@ struct RawField {
     std::uint64_t num_records = 0;
 };
 
+/// Element type of an IDX type code (0x08 uint8, 0x09 int8, 0x0B int16, 0x0C int32, 0x0D float32,
+/// 0x0E float64). Pure. @throws FormatError naming `where` for any other code.
+DType idx_dtype(unsigned code, const std::string& where);
+
 /// Parses the header of an uncompressed IDX file (magic 0x0000TTDD, big-endian int32 dims:
 /// dims[0] is N, the rest the sample shape; TT 0x08 uint8, 0x09 int8, 0x0B int16, 0x0C int32,
 /// 0x0D float32, 0x0E float64). Not collective.

@@ -101,6 +101,7 @@ public:
     std::vector<std::uint8_t> serialize() const;
 
 private:
+    void add_entry(const std::string& name, unsigned kind, const std::vector<std::uint8_t>& list);
     std::vector<std::uint8_t> features_;  // serialized map entries (Features field 1)
 };
 

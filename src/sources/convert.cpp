@@ -12,6 +12,7 @@
 #include <fstream>
 
 #include "mpistage/error.hpp"
+#include "mpistage/raw_source.hpp"
 #include "mpistage/tf_example.hpp"
 #include "mpistage/tfrecord_source.hpp"
 
@@ -48,15 +49,7 @@ IdxArray read_idx_any(const std::string& path) {
         throw FormatError("convert: '" + path + "' is not an IDX file (bad magic at offset 0)");
     }
     IdxArray a;
-    switch (bytes[2]) {
-    case 0x08: a.dtype = DType::uint8; break;
-    case 0x09: a.dtype = DType::int8; break;
-    case 0x0B: a.dtype = DType::int16; break;
-    case 0x0C: a.dtype = DType::int32; break;
-    case 0x0D: a.dtype = DType::float32; break;
-    case 0x0E: a.dtype = DType::float64; break;
-    default: throw FormatError("convert: '" + path + "': unknown IDX type code at offset 2");
-    }
+    a.dtype = idx_dtype(bytes[2], "convert: " + path);
     const unsigned nd = bytes[3];
     const std::size_t header = 4 + 4u * nd;
     if (nd == 0 || bytes.size() < header) {

@@ -22,6 +22,20 @@ std::uint64_t shape_elements(const std::vector<std::int64_t>& shape) {
 
 }  // namespace
 
+DType idx_dtype(unsigned code, const std::string& where) {
+    switch (code) {
+    case 0x08: return DType::uint8;
+    case 0x09: return DType::int8;
+    case 0x0B: return DType::int16;
+    case 0x0C: return DType::int32;
+    case 0x0D: return DType::float32;
+    case 0x0E: return DType::float64;
+    default: break;
+    }
+    throw FormatError(where + ": unknown IDX element type code " + std::to_string(code) +
+                      " at offset 2");
+}
+
 RawField parse_idx_header(const std::string& path, const std::string& field_name) {
     detail::PosixFile file(path);
     const std::string ctx = "idx: " + path;
@@ -39,17 +53,7 @@ RawField parse_idx_header(const std::string& path, const std::string& field_name
     f.name = field_name;
     f.path = path;
     f.big_endian = true;
-    switch (magic[2]) {
-    case 0x08: f.dtype = DType::uint8; break;
-    case 0x09: f.dtype = DType::int8; break;
-    case 0x0B: f.dtype = DType::int16; break;
-    case 0x0C: f.dtype = DType::int32; break;
-    case 0x0D: f.dtype = DType::float32; break;
-    case 0x0E: f.dtype = DType::float64; break;
-    default:
-        throw FormatError(ctx + ": unknown IDX element type code " + std::to_string(magic[2]) +
-                          " at offset 2");
-    }
+    f.dtype = idx_dtype(magic[2], ctx);
     const unsigned ndims = magic[3];
     if (ndims == 0) throw FormatError(ctx + ": IDX header declares 0 dimensions (offset 3)");
     std::vector<unsigned char> dims(4u * ndims);

@@ -420,12 +420,7 @@ ExampleBuilder& ExampleBuilder::add_bytes(const std::string& name, const void* d
                                           std::size_t size_bytes) {
     std::vector<std::uint8_t> list;
     put_bytes(list, 1, data, size_bytes);
-    std::vector<std::uint8_t> feature;
-    put_bytes(feature, 1, list.data(), list.size());
-    std::vector<std::uint8_t> entry;
-    put_bytes(entry, 1, name.data(), name.size());
-    put_bytes(entry, 2, feature.data(), feature.size());
-    put_bytes(features_, 1, entry.data(), entry.size());
+    add_entry(name, 1, list);
     return *this;
 }
 
@@ -433,12 +428,7 @@ ExampleBuilder& ExampleBuilder::add_bytes_list(const std::string& name,
                                                const std::vector<std::string>& values) {
     std::vector<std::uint8_t> list;
     for (const auto& v : values) put_bytes(list, 1, v.data(), v.size());
-    std::vector<std::uint8_t> feature;
-    put_bytes(feature, 1, list.data(), list.size());
-    std::vector<std::uint8_t> entry;
-    put_bytes(entry, 1, name.data(), name.size());
-    put_bytes(entry, 2, feature.data(), feature.size());
-    put_bytes(features_, 1, entry.data(), entry.size());
+    add_entry(name, 1, list);
     return *this;
 }
 
@@ -454,12 +444,7 @@ ExampleBuilder& ExampleBuilder::add_floats(const std::string& name,
             list.insert(list.end(), p, p + 4);
         }
     }
-    std::vector<std::uint8_t> feature;
-    put_bytes(feature, 2, list.data(), list.size());
-    std::vector<std::uint8_t> entry;
-    put_bytes(entry, 1, name.data(), name.size());
-    put_bytes(entry, 2, feature.data(), feature.size());
-    put_bytes(features_, 1, entry.data(), entry.size());
+    add_entry(name, 2, list);
     return *this;
 }
 
@@ -476,13 +461,19 @@ ExampleBuilder& ExampleBuilder::add_int64s(const std::string& name,
             put_varint(list, static_cast<std::uint64_t>(v));
         }
     }
+    add_entry(name, 3, list);
+    return *this;
+}
+
+void ExampleBuilder::add_entry(const std::string& name, unsigned kind,
+                               const std::vector<std::uint8_t>& list) {
+    // Feature { oneof kind = list }, then the map entry { key = 1; value = 2 } of Features.
     std::vector<std::uint8_t> feature;
-    put_bytes(feature, 3, list.data(), list.size());
+    put_bytes(feature, kind, list.data(), list.size());
     std::vector<std::uint8_t> entry;
     put_bytes(entry, 1, name.data(), name.size());
     put_bytes(entry, 2, feature.data(), feature.size());
     put_bytes(features_, 1, entry.data(), entry.size());
-    return *this;
 }
 
 std::vector<std::uint8_t> ExampleBuilder::serialize() const {

@@ -1,4 +1,5 @@
 // Pure TFRecord framing and the index-free scan (no MPI): see tfrecord_source.hpp.
+#include "detail/byte_order.hpp"
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -13,21 +14,10 @@ namespace tfrecord {
 
 namespace {
 
-std::uint64_t load_u64(const std::uint8_t* p) {
-    std::uint64_t v = 0;
-    for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
-    return v;
-}
-std::uint32_t load_u32(const std::uint8_t* p) {
-    return static_cast<std::uint32_t>(p[0]) | (static_cast<std::uint32_t>(p[1]) << 8) |
-           (static_cast<std::uint32_t>(p[2]) << 16) | (static_cast<std::uint32_t>(p[3]) << 24);
-}
-void store_u64(std::uint8_t* p, std::uint64_t v) {
-    for (int i = 0; i < 8; ++i) p[i] = static_cast<std::uint8_t>(v >> (8 * i));
-}
-void store_u32(std::uint8_t* p, std::uint32_t v) {
-    for (int i = 0; i < 4; ++i) p[i] = static_cast<std::uint8_t>(v >> (8 * i));
-}
+using detail::load_le32;
+using detail::load_le64;
+using detail::store_le32;
+using detail::store_le64;
 
 /// A sliding read window over one file, so small headers cost one large read, not one each.
 class Window {
@@ -68,7 +58,7 @@ bool is_candidate(Window& w, std::uint64_t pos) {
     if (size - pos < kFramingBytes) return false;
     const std::uint8_t* h = w.get(pos, kHeaderBytes);
     // Cheap rejection first: most positions hold a length that cannot fit.
-    if (load_u64(h) > size - pos - kFramingBytes) return false;
+    if (load_le64(h) > size - pos - kFramingBytes) return false;
     std::uint64_t length = 0;
     if (check_header(h, pos, size, length) != HeaderStatus::ok) return false;
     const std::uint64_t next = pos + kFramingBytes + length;
@@ -96,7 +86,7 @@ bool payload_ok(Window& w, std::uint64_t pos, std::uint64_t length) {
         crc = crc32c(w.get(begin + done, n), static_cast<std::size_t>(n), crc);
         done += n;
     }
-    return load_u32(w.get(begin + length, 4)) == mask_crc32c(crc);
+    return load_le32(w.get(begin + length, 4)) == mask_crc32c(crc);
 }
 
 std::size_t file_of(const std::vector<std::uint64_t>& starts, std::uint64_t pos) {
@@ -109,7 +99,7 @@ std::size_t file_of(const std::vector<std::uint64_t>& starts, std::uint64_t pos)
                              const std::uint8_t* header) {
     std::string detail = to_string(s);
     if (s != HeaderStatus::too_short && header != nullptr) {
-        detail += ", length field " + std::to_string(load_u64(header));
+        detail += ", length field " + std::to_string(load_le64(header));
     }
     detail += ", file size " + std::to_string(f.size_bytes);
     throw FormatError("tfrecord: " + f.name + ": not a TFRecord / truncated record at offset " +
@@ -136,21 +126,21 @@ HeaderStatus check_header(const std::uint8_t* header, std::uint64_t offset, std:
                           std::uint64_t& length) {
     length = 0;
     if (offset > file_size || file_size - offset < kFramingBytes) return HeaderStatus::too_short;
-    length = load_u64(header);
-    if (load_u32(header + 8) != masked_crc32c(header, 8)) return HeaderStatus::bad_length_crc;
+    length = load_le64(header);
+    if (load_le32(header + 8) != masked_crc32c(header, 8)) return HeaderStatus::bad_length_crc;
     if (length > file_size - offset - kFramingBytes) return HeaderStatus::does_not_fit;
     return HeaderStatus::ok;
 }
 
 void append_record(std::vector<std::uint8_t>& out, const void* payload, std::size_t size_bytes) {
     std::uint8_t header[kHeaderBytes];
-    store_u64(header, size_bytes);
-    store_u32(header + 8, masked_crc32c(header, 8));
+    store_le64(header, size_bytes);
+    store_le32(header + 8, masked_crc32c(header, 8));
     out.insert(out.end(), header, header + kHeaderBytes);
     const auto* p = static_cast<const std::uint8_t*>(payload);
     out.insert(out.end(), p, p + size_bytes);
     std::uint8_t footer[4];
-    store_u32(footer, masked_crc32c(payload, size_bytes));
+    store_le32(footer, masked_crc32c(payload, size_bytes));
     out.insert(out.end(), footer, footer + 4);
 }
 

@@ -1,5 +1,6 @@
 // TfRecordSource: collective open over MPI-IO, index-free split agreement, DALI index files,
 // whole-file gzip, and independent thread-safe reads. See tfrecord_source.hpp.
+#include "detail/byte_order.hpp"
 #include "mpistage/tfrecord_source.hpp"
 
 #include <fcntl.h>
@@ -60,15 +61,8 @@ bool ends_with(const std::string& s, const std::string& suffix) {
            s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-std::uint64_t load_u64(const std::uint8_t* p) {
-    std::uint64_t v = 0;
-    for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
-    return v;
-}
-std::uint32_t load_u32(const std::uint8_t* p) {
-    return static_cast<std::uint32_t>(p[0]) | (static_cast<std::uint32_t>(p[1]) << 8) |
-           (static_cast<std::uint32_t>(p[2]) << 16) | (static_cast<std::uint32_t>(p[3]) << 24);
-}
+using detail::load_le32;
+using detail::load_le64;
 
 /// Reads exactly `n` bytes at `off` with pread, in pieces of at most `max_piece`.
 void pread_exact(int fd, const std::string& path, std::uint64_t off, void* dst, std::uint64_t n,
@@ -618,7 +612,7 @@ TfRecordSource::TfRecordSource(const Communicator& comm, std::vector<std::string
                     if (hs != tfrecord::HeaderStatus::ok || length != en.size - kFramingBytes) {
                         throw FormatError(where + "does not match the data: at offset " +
                                           std::to_string(en.offset) + " the length field reads " +
-                                          std::to_string(load_u64(h)) + " (" +
+                                          std::to_string(load_le64(h)) + " (" +
                                           tfrecord::to_string(hs) + "), the index says " +
                                           std::to_string(en.size - kFramingBytes));
                     }
@@ -628,7 +622,7 @@ TfRecordSource::TfRecordSource(const Communicator& comm, std::vector<std::string
                     if (so.verify_payloads) {
                         std::vector<std::uint8_t> buf(static_cast<std::size_t>(length + 4));
                         im.read_at(en.file, en.offset + kHeaderBytes, buf.data(), buf.size(), true);
-                        if (masked_crc32c(buf.data(), length) != load_u32(buf.data() + length)) {
+                        if (masked_crc32c(buf.data(), length) != load_le32(buf.data() + length)) {
                             if (im.options.on_corrupt == OnCorrupt::error) {
                                 throw FormatError("tfrecord: " + f.path +
                                                   ": payload CRC32C mismatch in record at "
@@ -837,7 +831,7 @@ void TfRecordSource::read(const std::uint64_t* ids, std::size_t count, BatchSink
                               std::to_string(r.offset) + " changed since open");
         }
         if (im.options.verify_payload_crc && masked_crc32c(rec + kHeaderBytes, r.length) !=
-                                                 load_u32(rec + kHeaderBytes + r.length)) {
+                                                 load_le32(rec + kHeaderBytes + r.length)) {
             throw FormatError(
                 "tfrecord: " + name + ": payload CRC32C mismatch in record at offset " +
                 std::to_string(r.offset) + " (length " + std::to_string(r.length) + ")");
