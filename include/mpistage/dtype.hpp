@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace mpistage {
 
@@ -19,5 +20,14 @@ std::size_t dtype_size(DType t) noexcept;
 std::string dtype_name(DType t);
 /// Parses a name written by `dtype_name`. @throws ConfigError for unknown names.
 DType parse_dtype(const std::string& name);
+
+/// Bytes of one sample of shape `shape` with elements of `t` (product of the dimensions times the
+/// element size), checked: @throws ConfigError naming `what` when a dimension is negative or the
+/// product exceeds 2^62 bytes (it would overflow 64-bit offsets further on).
+std::uint64_t checked_sample_bytes(const std::vector<std::int64_t>& shape, DType t,
+                                   const std::string& what);
+
+/// a·b, or throws ConfigError naming `what` when the product exceeds 2^62.
+std::uint64_t checked_mul(std::uint64_t a, std::uint64_t b, const std::string& what);
 
 }  // namespace mpistage

@@ -17,22 +17,31 @@
 
 namespace mpistage {
 
+/// Largest accepted `LoaderOptions::prefetch`.
+constexpr std::size_t kMaxPrefetch = 4096;
+/// Largest accepted `LoaderOptions::io_threads`.
+constexpr std::size_t kMaxIoThreads = 256;
+
 /// Options of a loader. Fields of `plan` must be equal on every rank (checked collectively);
 /// `prefetch` and `io_threads` may differ between ranks.
 struct LoaderOptions {
     /// Batch size, seed, sharding, shuffle and remainder policy (DESIGN.md §2 "plan").
     PlanOptions plan;
-    /// Batches read ahead of the consumer: the ring has this many host buffers, allocated once.
-    /// Must be ≥ 1. Resident batch memory is prefetch × batch bytes.
+    /// Batches read ahead of the consumer: the ring has this many host buffers (at most one per
+    /// batch of an epoch), allocated once. 1 ≤ prefetch ≤ kMaxPrefetch. Resident batch memory is
+    /// prefetch × batch bytes; a ring larger than half of the node's memory per rank is a
+    /// ConfigError.
     std::size_t prefetch = 2;
-    /// Background I/O threads filling the ring. 0 reads on the consumer thread inside `next()`.
+    /// Background I/O threads filling the ring (at most kMaxIoThreads; no more are started than
+    /// an epoch has batches). 0 reads on the consumer thread inside `next()`.
     /// Sources whose reads call MPI (`Source::reads_use_mpi`) run with 0 threads unless MPI
     /// provides MPI_THREAD_MULTIPLE.
     std::size_t io_threads = 1;
     /// Allocate the ring with `cudaHostAlloc` (pinned) when a CUDA device is usable.
     bool pin_memory = true;
 
-    /// @throws ConfigError for a zero prefetch depth or invalid plan options.
+    /// @throws ConfigError for a prefetch depth or thread count out of range, or invalid plan
+    ///         options.
     void validate() const;
 };
 

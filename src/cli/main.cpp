@@ -7,6 +7,7 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -15,6 +16,7 @@
 #include "mpistage/config.hpp"
 #include "mpistage/hdf5_source.hpp"
 #include "mpistage/loader.hpp"
+#include "mpistage/plan.hpp"
 #include "mpistage/raw_source.hpp"
 #include "mpistage/tf_example.hpp"
 #include "mpistage/tfrecord_source.hpp"
@@ -116,6 +118,52 @@ std::unique_ptr<Source> open_source(const Communicator& comm, const StageArgs& a
                       "' (expected auto, hdf5, idx or tfrecord)");
 }
 
+std::string join(const std::vector<std::string>& v) {
+    std::string out;
+    for (const auto& x : v) out += (out.empty() ? "" : " ") + x;
+    return out;
+}
+
+// Every flag that decides which collectives a rank makes, or what it stages, must be equal on
+// all ranks. One allgather of their hashes; on a mismatch every rank builds the same message.
+void check_same_arguments(const Communicator& comm, const StageArgs& a) {
+    const std::vector<std::pair<const char*, std::string>> args = {
+        {"FILE", join(a.files)},
+        {"--field", join(a.fields)},
+        {"--format", a.format},
+        {"--batch-size", std::to_string(a.batch_size)},
+        {"--epochs", std::to_string(a.epochs)},
+        {"--first-epoch", std::to_string(a.first_epoch)},
+        {"--shuffle", a.shuffle},
+        {"--sharding", a.sharding},
+        {"--seed", std::to_string(a.seed)},
+        {"--remainder", a.remainder},
+        {"--verify", a.verify ? "on" : "off"},
+        {"--json", a.json.empty() ? "(none)" : "(given)"},
+        {"--index", join(a.index_paths)},
+        {"--feature", join(a.features)},
+        {"--on-corrupt", a.on_corrupt},
+    };
+    const std::size_t k = args.size();
+    std::vector<std::uint64_t> mine(k);
+    for (std::size_t i = 0; i < k; ++i) mine[i] = fnv1a64(args[i].second);
+    std::vector<std::uint64_t> all(k * static_cast<std::size_t>(comm.size()));
+    check_mpi(MPI_Allgather(mine.data(), static_cast<int>(k), MPI_UINT64_T, all.data(),
+                            static_cast<int>(k), MPI_UINT64_T, comm.get()),
+              "MPI_Allgather(argument hashes)");
+    for (std::size_t i = 0; i < k; ++i) {
+        for (int r = 1; r < comm.size(); ++r) {
+            if (all[static_cast<std::size_t>(r) * k + i] == all[i]) continue;
+            const std::string v0 = comm.broadcast(args[i].second, 0);
+            const std::string vr = comm.broadcast(args[i].second, r);
+            throw ConfigError(std::string("stage: ranks were given different arguments: ") +
+                              args[i].first + " is '" + v0 + "' on rank 0 but '" + vr +
+                              "' on rank " + std::to_string(r) +
+                              "; every rank must run the same command");
+        }
+    }
+}
+
 struct EpochReport {
     std::uint64_t epoch = 0;
     std::vector<std::uint64_t> batches;
@@ -142,6 +190,10 @@ EpochReport verify_epoch(const Communicator& comm, std::uint64_t epoch,
         counts[i] = static_cast<int>(r.valid[i]);
         displs[i] = static_cast<int>(total);
         total += r.valid[i];
+    }
+    if (total > static_cast<std::uint64_t>(std::numeric_limits<int>::max())) {
+        throw ConfigError("stage: --verify gathers the valid ids of an epoch on rank 0 and supports "
+                          "at most 2^31-1 of them; this epoch has " + std::to_string(total));
     }
     std::vector<std::int64_t> all(comm.rank() == 0 ? total : 0);
     check_mpi(MPI_Gatherv(ids.data(), static_cast<int>(ids.size()), MPI_INT64_T, all.data(),
@@ -179,6 +231,16 @@ EpochReport verify_epoch(const Communicator& comm, std::uint64_t epoch,
 
 int run_stage(const StageArgs& a) {
     const Communicator comm(MPI_COMM_WORLD);
+    check_same_arguments(comm, a);
+    run_agreed(comm, [&] {
+        if (a.first_epoch + a.epochs < a.first_epoch) {
+            throw ConfigError("stage: --first-epoch + --epochs overflows 64 bits");
+        }
+        if (!a.json.empty() && comm.rank() == 0) {
+            std::ofstream probe(a.json, std::ios::app);
+            if (!probe) throw IoError("stage: cannot write --json file '" + a.json + "'");
+        }
+    });
     auto source = open_source(comm, a);
     LoaderOptions opts;
     opts.plan.batch_size = a.batch_size;
@@ -294,6 +356,16 @@ int run_stage(const StageArgs& a) {
                             static_cast<unsigned long long>(r.expected),
                             static_cast<unsigned long long>(r.duplicates),
                             static_cast<unsigned long long>(r.missing));
+            }
+            if (reports.empty()) {
+                std::printf("warning: no epoch was staged (--epochs 0)\n");
+            }
+            for (const auto& r : reports) {
+                if (!r.batches.empty() && r.batches.front() == 0) {
+                    std::printf("warning: epoch %llu yielded 0 batches per rank (under drop, "
+                                "batch size x ranks exceeds the samples)\n",
+                                static_cast<unsigned long long>(r.epoch));
+                }
             }
             if (all_ok) {
                 std::printf("exactly-once: OK\n");
@@ -427,26 +499,36 @@ int main(int argc, char** argv) {
 
     int rc = 0;
     try {
+        // Parse on every rank, then agree: a parse error on one rank (a wrapper script passing
+        // it other flags, a file missing on one node) fails every rank instead of hanging them.
+        int outcome = 0;  // 0 parsed, 1 help/version printed, 2 error
+        std::string parse_error;
         try {
             app.parse(argc, argv);
         } catch (const CLI::CallForHelp& e) {
-            rc = rank == 0 ? app.exit(e) : 0;
-            MPI_Finalize();
-            return rc;
+            outcome = 1;
+            if (rank == 0) app.exit(e);
         } catch (const CLI::CallForAllHelp& e) {
-            rc = rank == 0 ? app.exit(e) : 0;
-            MPI_Finalize();
-            return rc;
+            outcome = 1;
+            if (rank == 0) app.exit(e);
         } catch (const CLI::CallForVersion& e) {
-            rc = rank == 0 ? app.exit(e) : 0;
-            MPI_Finalize();
-            return rc;
+            outcome = 1;
+            if (rank == 0) app.exit(e);
         } catch (const CLI::ParseError& e) {
-            // Same form as every other error: each rank prints it, exit status 2.
-            std::fprintf(stderr, "mpistage: rank %d: ConfigError: %s (see --help)\n", rank,
-                         e.what());
-            MPI_Finalize();
-            return 2;
+            outcome = 2;
+            parse_error = std::string(e.what()) + " (see --help)";
+        }
+        {
+            const Communicator comm(MPI_COMM_WORLD);
+            LocalStatus status;
+            status.failed = outcome == 2;
+            status.kind = ErrorKind::config;
+            status.message = parse_error;
+            agree_or_throw(comm, status);
+            if (comm.allreduce_max(static_cast<std::uint64_t>(outcome)) == 1) {
+                MPI_Finalize();
+                return 0;
+            }
         }
         if (stage->parsed()) {
             rc = cli::run_stage(sa);

@@ -8,7 +8,9 @@
 #include <exception>
 #include <map>
 #include <mutex>
+#include <system_error>
 #include <thread>
+#include <unistd.h>
 
 #include "../stage/detail/host_memory.hpp"
 #include "mpistage/config.hpp"
@@ -25,6 +27,14 @@ using Clock = std::chrono::steady_clock;
 void LoaderOptions::validate() const {
     plan.validate();
     if (prefetch == 0) throw ConfigError("loader: prefetch must be at least 1");
+    if (prefetch > kMaxPrefetch) {
+        throw ConfigError("loader: prefetch " + std::to_string(prefetch) + " exceeds " +
+                          std::to_string(kMaxPrefetch) + " batches");
+    }
+    if (io_threads > kMaxIoThreads) {
+        throw ConfigError("loader: io_threads " + std::to_string(io_threads) + " exceeds " +
+                          std::to_string(kMaxIoThreads));
+    }
 }
 
 namespace {
@@ -173,10 +183,30 @@ void Loader::Impl::allocate_ring() {
     const auto& fields = source.fields();
     const std::uint64_t b = options.plan.batch_size;
     std::uint64_t fixed_bytes = 0;
+    std::uint64_t sample_bytes = 0;
     for (const auto& f : fields) {
-        if (!f.ragged) fixed_bytes += (f.sample_bytes * b + 63) / 64 * 64;
+        if (f.ragged) continue;
+        sample_bytes += f.sample_bytes;
+        fixed_bytes += (checked_mul(f.sample_bytes, b, "loader: batch of field '" + f.name + "'") + 63) / 64 * 64;
     }
-    const std::uint64_t slot_bytes = fixed_bytes + b * sizeof(std::int64_t) + b;
+    const std::uint64_t slot_bytes = fixed_bytes + checked_mul(b, sizeof(std::int64_t) + 1, "loader: batch");
+    // More slots than batches in an epoch would only hold memory.
+    const std::uint64_t slots = std::max<std::uint64_t>(1, std::min<std::uint64_t>(options.prefetch, totals.steps));
+    const std::uint64_t ring_bytes = checked_mul(slots, slot_bytes, "loader: prefetch ring");
+    const long pages = sysconf(_SC_PHYS_PAGES);
+    const long page_size = sysconf(_SC_PAGE_SIZE);
+    if (pages > 0 && page_size > 0) {
+        const std::uint64_t limit = static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page_size) / 2 /
+                                    static_cast<std::uint64_t>(std::max(1, comm.node_size()));
+        if (ring_bytes > limit) {
+            throw ConfigError("loader: the prefetch ring needs " + std::to_string(ring_bytes) + " bytes (" +
+                              std::to_string(slots) + " slots x batch_size " + std::to_string(b) + " x " +
+                              std::to_string(sample_bytes) + " bytes per sample), more than half of this "
+                              "node's memory shared by its " + std::to_string(comm.node_size()) +
+                              " rank(s) (" + std::to_string(limit) + " bytes each); lower the batch "
+                              "size or prefetch depth");
+        }
+    }
     bool pinned = false;
     if (options.pin_memory) {
         const CudaDeviceInfo dev = probe_cuda_device(comm.node_rank());
@@ -189,7 +219,7 @@ void Loader::Impl::allocate_ring() {
 #endif
     }
     ring = std::make_shared<Ring>();
-    for (std::size_t i = 0; i < options.prefetch; ++i) {
+    for (std::uint64_t i = 0; i < slots; ++i) {
         auto slot = std::make_unique<Slot>();
         slot->block = detail::HostBlock(slot_bytes, pinned);
         std::byte* p = slot->block.data();
@@ -517,13 +547,22 @@ EpochRange Loader::epoch(std::uint64_t e) {
     impl->epoch = e;
     run_agreed(d.comm, [&] { impl->plan = plan_epoch(d.num_samples, d.comm.size(), d.comm.rank(), d.options.plan, e); });
     d.epoch_active = true;
-    if (d.use_threads && impl->plan.steps > 0) {
-        EpochRange::Impl* raw = impl.get();
-        for (std::size_t t = 0; t < d.options.io_threads; ++t) {
-            raw->threads.emplace_back([raw] { raw->worker(); });
-        }
+    EpochRange range(std::move(impl));
+    if (d.use_threads && range.impl_->plan.steps > 0) {
+        // No more threads than batches; a failure to start one is agreed like any other error
+        // (the range's destructor joins the threads already started).
+        EpochRange::Impl* raw = range.impl_.get();
+        const std::uint64_t count = std::min<std::uint64_t>(d.options.io_threads, raw->plan.steps);
+        run_agreed(d.comm, [&] {
+            try {
+                for (std::uint64_t t = 0; t < count; ++t) raw->threads.emplace_back([raw] { raw->worker(); });
+            } catch (const std::system_error& e) {
+                throw IoError("loader: cannot start I/O thread " + std::to_string(raw->threads.size()) +
+                              " of " + std::to_string(count) + ": " + e.what());
+            }
+        });
     }
-    return EpochRange(std::move(impl));
+    return range;
 }
 
 }  // namespace mpistage

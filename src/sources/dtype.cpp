@@ -49,4 +49,23 @@ DType parse_dtype(const std::string& name) {
     throw ConfigError("unknown dtype '" + name + "' (expected uint8..int64, float32, float64, bool)");
 }
 
+std::uint64_t checked_mul(std::uint64_t a, std::uint64_t b, const std::string& what) {
+    constexpr std::uint64_t kLimit = std::uint64_t{1} << 62;
+    if (a != 0 && b > kLimit / a) {
+        throw ConfigError(what + ": size " + std::to_string(a) + " x " + std::to_string(b) +
+                          " exceeds 2^62 bytes");
+    }
+    return a * b;
+}
+
+std::uint64_t checked_sample_bytes(const std::vector<std::int64_t>& shape, DType t,
+                                   const std::string& what) {
+    std::uint64_t bytes = dtype_size(t);
+    for (const auto d : shape) {
+        if (d < 0) throw ConfigError(what + ": negative dimension " + std::to_string(d));
+        bytes = checked_mul(bytes, static_cast<std::uint64_t>(d), what + ": sample shape");
+    }
+    return bytes;
+}
+
 }  // namespace mpistage

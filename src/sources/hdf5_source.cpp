@@ -139,7 +139,7 @@ struct Hdf5Source::Impl {
             f.info.sample_shape.push_back(static_cast<std::int64_t>(f.dims[d]));
             f.row_elements *= f.dims[d];
         }
-        f.info.sample_bytes = f.row_elements * dtype_size(f.info.dtype);
+        f.info.sample_bytes = checked_sample_bytes(f.info.sample_shape, f.info.dtype, ctx);
 
         detail::H5Plist dcpl(h5check(H5Dget_create_plist(f.dataset.get()), ctx + ": dcpl"));
         const int nfilters = H5Pget_nfilters(dcpl.get());
@@ -165,19 +165,58 @@ struct Hdf5Source::Impl {
                    : layout == H5D_CHUNKED  ? "chunked"
                    : layout == H5D_COMPACT  ? "compact"
                                             : "virtual";
-        if (layout == H5D_CONTIGUOUS && nfilters == 0) {
+        // The pread fast path reads raw bytes at H5Dget_offset, so it is only taken when those
+        // bytes are exactly the native type (or its byte-swapped twin: same precision, offset,
+        // sign and float layout) and live in this very file: not behind an external link, not
+        // in external raw storage.
+        if (layout == H5D_CONTIGUOUS && nfilters == 0 && H5Pget_external_count(dcpl.get()) == 0 &&
+            in_this_file(f.dataset.get())) {
             const haddr_t offset = H5Dget_offset(f.dataset.get());
             detail::hdf5_error_stack();
-            const bool order_ok = H5Tget_order(type.get()) == H5Tget_order(f.mem_type);
-            const bool same_size = H5Tget_size(type.get()) == dtype_size(f.info.dtype);
-            if (offset != HADDR_UNDEF && same_size) {
+            bool swap = false;
+            if (offset != HADDR_UNDEF && same_as_native(type.get(), f.mem_type, swap)) {
                 f.fast_path = true;
-                f.byte_swap = !order_ok;
+                f.byte_swap = swap;
                 f.base_offset = offset;
             }
         }
         (void)explicit_field;
         fields.push_back(std::move(f));
+    }
+
+    // True when `object` lives in the opened file (an external link resolves to another file).
+    bool in_this_file(hid_t object) const {
+        const hid_t owner = H5Iget_file_id(object);
+        if (owner < 0) {
+            detail::hdf5_error_stack();
+            return false;
+        }
+        auto name_of = [](hid_t f) {
+            const ssize_t n = H5Fget_name(f, nullptr, 0);
+            std::string out(n > 0 ? static_cast<std::size_t>(n) : 0, '\0');
+            if (n > 0) H5Fget_name(f, out.data(), out.size() + 1);
+            return out;
+        };
+        const bool same = name_of(owner) == name_of(file.get());
+        H5Fclose(owner);
+        return same;
+    }
+
+    // True when `file_type` equals the native `mem_type`, or equals it with the opposite byte
+    // order (then `swap` is set).
+    static bool same_as_native(hid_t file_type, hid_t mem_type, bool& swap) {
+        swap = false;
+        if (H5Tequal(file_type, mem_type) > 0) return true;
+        detail::H5Type twin(H5Tcopy(mem_type));
+        if (!twin) return false;
+        const H5T_order_t order = H5Tget_order(mem_type);
+        if (H5Tset_order(twin.get(), order == H5T_ORDER_LE ? H5T_ORDER_BE : H5T_ORDER_LE) < 0) {
+            detail::hdf5_error_stack();
+            return false;
+        }
+        swap = H5Tequal(file_type, twin.get()) > 0;
+        detail::hdf5_error_stack();
+        return swap;
     }
 
     std::vector<std::string> discover() {
@@ -253,6 +292,14 @@ struct Hdf5Source::Impl {
             std::vector<std::string> names = options.fields;
             const bool explicit_fields = !names.empty();
             if (!explicit_fields) names = discover();
+            for (std::size_t i = 0; i < names.size(); ++i) {
+                for (std::size_t j = 0; j < i; ++j) {
+                    if (names[i] == names[j]) {
+                        throw ConfigError("hdf5: " + path + ": field '" + names[i] +
+                                          "' is given more than once");
+                    }
+                }
+            }
             for (const auto& n : names) open_field(n, explicit_fields);
             num_samples = fields.front().dims[0];
             for (const auto& f : fields) {

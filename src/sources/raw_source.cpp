@@ -14,11 +14,6 @@ std::uint32_t be32(const unsigned char* p) {
            std::uint32_t{p[3]};
 }
 
-std::uint64_t shape_elements(const std::vector<std::int64_t>& shape) {
-    std::uint64_t n = 1;
-    for (auto d : shape) n *= static_cast<std::uint64_t>(d);
-    return n;
-}
 
 }  // namespace
 
@@ -62,7 +57,9 @@ RawField parse_idx_header(const std::string& path, const std::string& field_name
     for (unsigned d = 1; d < ndims; ++d) f.sample_shape.push_back(be32(dims.data() + 4 * d));
     f.header_bytes = 4 + 4ull * ndims;
     const std::uint64_t need =
-        f.header_bytes + f.num_records * shape_elements(f.sample_shape) * dtype_size(f.dtype);
+        f.header_bytes + checked_mul(f.num_records,
+                                     checked_sample_bytes(f.sample_shape, f.dtype, ctx),
+                                     ctx + ": records");
     if (file.size_bytes() != need) {
         throw FormatError(ctx + ": header declares " + std::to_string(f.num_records) +
                           " records (" + std::to_string(need) + " bytes) but the file has " +
@@ -89,7 +86,8 @@ RawSource::RawSource(const Communicator& comm, std::vector<RawField> fields)
             info.name = f.name;
             info.dtype = f.dtype;
             info.sample_shape = f.sample_shape;
-            info.sample_bytes = shape_elements(f.sample_shape) * dtype_size(f.dtype);
+            info.sample_bytes =
+                checked_sample_bytes(f.sample_shape, f.dtype, "raw: " + f.path + ": field '" + f.name + "'");
             if (info.sample_bytes == 0) {
                 throw ConfigError("raw: " + f.path + ": field '" + f.name + "' has 0-byte records");
             }
@@ -107,7 +105,7 @@ RawSource::RawSource(const Communicator& comm, std::vector<RawField> fields)
                                       std::to_string(info.sample_bytes) + "-byte records");
                 }
                 f.num_records = body / info.sample_bytes;
-            } else if (f.num_records * info.sample_bytes > body) {
+            } else if (checked_mul(f.num_records, info.sample_bytes, "raw: " + f.path) > body) {
                 throw IoError("raw: " + f.path + ": truncated: " + std::to_string(f.num_records) +
                               " records need " + std::to_string(f.num_records * info.sample_bytes) +
                               " bytes after offset " + std::to_string(f.header_bytes) +

@@ -336,7 +336,8 @@ ExampleDecoder::ExampleDecoder(std::vector<FeatureSpec> specs) : specs_(std::mov
         f.dtype = s.ragged ? DType::uint8 : s.dtype;
         f.sample_shape = s.shape;
         f.ragged = s.ragged;
-        f.sample_bytes = s.ragged ? 0 : element_count(s.shape) * dtype_size(f.dtype);
+        f.sample_bytes =
+            s.ragged ? 0 : checked_sample_bytes(s.shape, f.dtype, "feature '" + s.name + "'");
         fields_.push_back(std::move(f));
     }
 }

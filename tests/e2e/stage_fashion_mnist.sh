@@ -73,8 +73,31 @@ set -e
 elapsed=$(( $(date +%s) - start ))
 [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "mismatched batch sizes: rc=$rc"
 [ "$elapsed" -le 30 ] || fail "mismatched batch sizes took ${elapsed}s"
-n=$(grep -c 'ConfigError: loader: options differ across ranks: batch_size is 32 on rank 0 but 16 on rank 2' "$work/mismatch.err" || true)
+n=$(grep -c "ConfigError: stage: ranks were given different arguments: --batch-size is '32' on rank 0 but '16' on rank 2" "$work/mismatch.err" || true)
 [ "$n" -eq 3 ] || { cat "$work/mismatch.err"; fail "expected the same ConfigError on all 3 ranks, got $n"; }
+
+# Other per-rank differences (found by review): a flag that changes the number of collectives
+# (--epochs, --verify) and an input file missing on one rank. Same error everywhere, no hang.
+cat > "$work/wrap2.sh" <<'SH'
+#!/usr/bin/env bash
+# wrap2.sh "RANK0 ARGS" "OTHER ARGS" CLI
+if [ "${OMPI_COMM_WORLD_RANK:-0}" = "0" ]; then eval exec "$3" $1; else eval exec "$3" $2; fi
+SH
+chmod +x "$work/wrap2.sh"
+for case in "stage $h5 -e 2 -q|stage $h5 -e 1 -q|--epochs is '2' on rank 0 but '1' on rank 1" \
+            "stage $h5 --verify -q|stage $h5 -q|--verify is 'on' on rank 0 but 'off' on rank 1" \
+            "stage $h5 -q|stage $work/missing.h5 -q|File does not exist"; do
+    IFS='|' read -r a0 a1 pattern <<< "$case"
+    start=$(date +%s)
+    set +e
+    timeout -k 5 60 "$mpiexec" -np 3 --oversubscribe "$work/wrap2.sh" "$a0" "$a1" "$cli" >/dev/null 2>"$work/diff.err"
+    rc=$?
+    set -e
+    [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { cat "$work/diff.err"; fail "per-rank difference ($pattern): rc=$rc"; }
+    [ $(( $(date +%s) - start )) -le 30 ] || fail "per-rank difference ($pattern) took more than 30 s"
+    n=$(grep -c -F -e "$pattern" "$work/diff.err" || true)
+    [ "$n" -eq 3 ] || { cat "$work/diff.err"; fail "expected '$pattern' on 3 ranks, got $n"; }
+done
 
 # Bad input: a file that is not HDF5 fails on every rank with the same message naming it.
 printf 'not hdf5 at all' > "$work/bogus.h5"

@@ -1,0 +1,144 @@
+// Regression tests for the pread fast path of Hdf5Source (found by the adversarial review):
+// it must never read bytes that are not exactly the native type in this very file.
+//  - an external link: H5Dget_offset is an offset in the *target* file;
+//  - an integer with 16-bit precision at bit offset 8, and a float with a non-IEEE exponent
+//    bias: same size as the native type, different bits.
+// Known answers come from h5dump.
+#include <hdf5.h>
+
+#include "hdf5_test_util.hpp"
+#include "mpistage/hdf5_source.hpp"
+
+using namespace mpistage;
+
+namespace {
+
+class RowSink final : public BatchSink {
+public:
+    explicit RowSink(std::size_t bytes) : data_(bytes) {}
+    std::byte* fixed(std::size_t, std::size_t slot) override { return data_.data() + slot * 4; }
+    std::byte* ragged(std::size_t, std::size_t, std::uint64_t) override { return nullptr; }
+    template <class T>
+    T at(std::size_t i) const {
+        T v{};
+        std::memcpy(&v, data_.data() + i * sizeof(T), sizeof(T));
+        return v;
+    }
+
+private:
+    std::vector<std::byte> data_;
+};
+
+struct OddFiles {
+    std::string dir;
+    std::string target;
+    std::string link;
+    std::string odd;
+};
+
+// Rank 0 writes the files with the HDF5 C API (serial driver); everyone gets the paths.
+const OddFiles& odd_files() {
+    static OddFiles f = [] {
+        OddFiles out;
+        long id = static_cast<long>(getpid());
+        MPI_Bcast(&id, 1, MPI_LONG, 0, MPI_COMM_WORLD);
+        out.dir = "/tmp/mpistage-fastpath-" + std::to_string(id);
+        out.target = out.dir + "/target.h5";
+        out.link = out.dir + "/link.h5";
+        out.odd = out.dir + "/odd_types.h5";
+        int ok = 1;
+        if (h5t::rank() == 0) {
+            static std::string cleanup;
+            cleanup = out.dir;
+            std::atexit([] { std::filesystem::remove_all(cleanup); });
+            std::filesystem::create_directories(out.dir);
+            std::vector<std::int32_t> x(100);
+            for (int i = 0; i < 100; ++i) x[static_cast<std::size_t>(i)] = i;
+            hsize_t n = 100;
+            hid_t t = H5Fcreate(out.target.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+            hid_t sp = H5Screate_simple(1, &n, nullptr);
+            hid_t d = H5Dcreate2(t, "x", H5T_STD_I32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+            ok = ok && H5Dwrite(d, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, x.data()) >= 0;
+            H5Dclose(d);
+            H5Sclose(sp);
+            H5Fclose(t);
+
+            hid_t l = H5Fcreate(out.link.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+            hsize_t padn = 100000;
+            std::vector<std::uint8_t> pad(padn, 0x41);
+            sp = H5Screate_simple(1, &padn, nullptr);
+            d = H5Dcreate2(l, "pad", H5T_STD_U8LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+            ok = ok && H5Dwrite(d, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, pad.data()) >= 0;
+            H5Dclose(d);
+            H5Sclose(sp);
+            ok = ok && H5Lcreate_external("target.h5", "/x", l, "ext", H5P_DEFAULT, H5P_DEFAULT) >= 0;
+            H5Fclose(l);
+
+            hid_t o = H5Fcreate(out.odd.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+            hsize_t six = 6;
+            sp = H5Screate_simple(1, &six, nullptr);
+            hid_t p16 = H5Tcopy(H5T_STD_I32LE);
+            H5Tset_precision(p16, 16);
+            H5Tset_offset(p16, 8);
+            const std::int32_t iv[6] = {1, 2, 3, -4, 100, -32768};
+            d = H5Dcreate2(o, "p16", p16, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+            ok = ok && H5Dwrite(d, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, iv) >= 0;
+            H5Dclose(d);
+            H5Tclose(p16);
+            hid_t bias = H5Tcopy(H5T_IEEE_F32LE);
+            H5Tset_ebias(bias, 100);
+            const float fv[6] = {1.0f, 2.0f, 3.5f, -4.0f, 100.0f, 0.5f};
+            d = H5Dcreate2(o, "f_bias", bias, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+            ok = ok && H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, fv) >= 0;
+            H5Dclose(d);
+            H5Tclose(bias);
+            H5Sclose(sp);
+            H5Fclose(o);
+        }
+        MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
+        if (!ok) throw std::runtime_error("could not write the fast-path test files");
+        return out;
+    }();
+    return f;
+}
+
+template <class T>
+void expect_rows_match_h5dump(const std::string& file, const std::string& dataset,
+                              std::size_t rows) {
+    Communicator comm(MPI_COMM_WORLD);
+    Hdf5Options o;
+    o.fields = {dataset};
+    Hdf5Source src(comm, file, o);
+    EXPECT_EQ(src.num_samples(), rows);
+    const auto want = h5t::parse_as<T>(h5t::h5dump_values(file, dataset));
+    ASSERT_EQ(want.size(), rows);  // same on every rank (broadcast)
+    std::vector<std::uint64_t> ids(rows);
+    for (std::size_t i = 0; i < rows; ++i) ids[i] = i;
+    RowSink sink(rows * sizeof(T));
+    src.read(ids.data(), ids.size(), sink);
+    for (std::size_t i = 0; i < rows; ++i) {
+        EXPECT_EQ(sink.at<T>(i), want[i]) << dataset << " row " << i << " of " << file;
+    }
+}
+
+}  // namespace
+
+TEST(Hdf5FastPath, ExternalLinkReadsTheTargetFile) {
+    const OddFiles& f = odd_files();
+    expect_rows_match_h5dump<std::int32_t>(f.link, "ext", 100);
+}
+
+TEST(Hdf5FastPath, IntegerWithOddPrecisionAndOffsetIsConverted) {
+    expect_rows_match_h5dump<std::int32_t>(odd_files().odd, "p16", 6);
+}
+
+TEST(Hdf5FastPath, FloatWithOddExponentBiasIsConverted) {
+    expect_rows_match_h5dump<float>(odd_files().odd, "f_bias", 6);
+}
+
+TEST(Hdf5FastPath, DuplicateFieldIsConfigError) {
+    Communicator comm(MPI_COMM_WORLD);
+    Hdf5Options o;
+    o.fields = {"x", "x"};
+    EXPECT_THROW(Hdf5Source(comm, odd_files().target, o), ConfigError);
+}
