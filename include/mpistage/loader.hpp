@@ -130,7 +130,8 @@ struct LoaderStats {
 
 class Loader;
 
-/// The batches of one epoch, in plan order. Single consumer; obtained from `Loader::epoch`.
+/// The batches of one epoch, in plan order. Single consumer; obtained from `Loader::epoch`; must
+/// not outlive its loader (batches and tensors may: they own their ring slot).
 /// Every rank yields `steps()` batches; the caller must consume the epoch to the end (or destroy
 /// the range) on every rank, since each `next()` takes part in one small agreement allreduce.
 class EpochRange {
