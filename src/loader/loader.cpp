@@ -548,20 +548,20 @@ EpochRange Loader::epoch(std::uint64_t e) {
     run_agreed(d.comm, [&] { impl->plan = plan_epoch(d.num_samples, d.comm.size(), d.comm.rank(), d.options.plan, e); });
     d.epoch_active = true;
     EpochRange range(std::move(impl));
-    if (d.use_threads && range.impl_->plan.steps > 0) {
-        // No more threads than batches; a failure to start one is agreed like any other error
-        // (the range's destructor joins the threads already started).
-        EpochRange::Impl* raw = range.impl_.get();
-        const std::uint64_t count = std::min<std::uint64_t>(d.options.io_threads, raw->plan.steps);
-        run_agreed(d.comm, [&] {
-            try {
-                for (std::uint64_t t = 0; t < count; ++t) raw->threads.emplace_back([raw] { raw->worker(); });
-            } catch (const std::system_error& e) {
-                throw IoError("loader: cannot start I/O thread " + std::to_string(raw->threads.size()) +
-                              " of " + std::to_string(count) + ": " + e.what());
-            }
-        });
-    }
+    // No more threads than batches; a failure to start one is agreed like any other error (the
+    // range's destructor joins the threads already started). The agreement is collective, so
+    // every rank makes it, also ranks that read on the caller's thread (io_threads may differ).
+    EpochRange::Impl* raw = range.impl_.get();
+    const std::uint64_t count =
+        d.use_threads ? std::min<std::uint64_t>(d.options.io_threads, raw->plan.steps) : 0;
+    run_agreed(d.comm, [&] {
+        try {
+            for (std::uint64_t t = 0; t < count; ++t) raw->threads.emplace_back([raw] { raw->worker(); });
+        } catch (const std::system_error& e) {
+            throw IoError("loader: cannot start I/O thread " + std::to_string(raw->threads.size()) +
+                          " of " + std::to_string(count) + ": " + e.what());
+        }
+    });
     return range;
 }
 
