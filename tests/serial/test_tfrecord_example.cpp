@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "vec_sink.hpp"
 #include "mpistage/error.hpp"
 #include "mpistage/tf_example.hpp"
 #include "mpistage/tfrecord_source.hpp"
@@ -18,30 +19,7 @@ using namespace mpistage;
 
 namespace {
 
-class VecSink : public BatchSink {
-public:
-    explicit VecSink(const std::vector<FieldInfo>& fields) : fields_(fields) {
-        fixed_.resize(fields.size());
-        ragged_.resize(fields.size());
-    }
-    std::byte* fixed(std::size_t field, std::size_t slot) override {
-        auto& v = fixed_[field];
-        const std::size_t need = (slot + 1) * fields_[field].sample_bytes;
-        if (v.size() < need) v.resize(need);
-        return v.data() + slot * fields_[field].sample_bytes;
-    }
-    std::byte* ragged(std::size_t field, std::size_t slot, std::uint64_t size) override {
-        auto& r = ragged_[field];
-        if (r.size() <= slot) r.resize(slot + 1);
-        r[slot].assign(static_cast<std::size_t>(size), std::byte{0});
-        return r[slot].data();
-    }
-    std::vector<std::vector<std::byte>> fixed_;
-    std::vector<std::vector<std::vector<std::byte>>> ragged_;
-
-private:
-    std::vector<FieldInfo> fields_;
-};
+using test::VecSink;
 
 template <class T>
 std::vector<T> as(const std::vector<std::byte>& v) {
