@@ -525,9 +525,27 @@ int main(int argc, char** argv) {
             status.kind = ErrorKind::config;
             status.message = parse_error;
             agree_or_throw(comm, status);
-            if (comm.allreduce_max(static_cast<std::uint64_t>(outcome)) == 1) {
+            const auto lo = comm.allreduce_min(static_cast<std::uint64_t>(outcome));
+            const auto hi = comm.allreduce_max(static_cast<std::uint64_t>(outcome));
+            if (lo != hi) {
+                throw ConfigError("ranks were given different arguments: --help or --version on "
+                                  "some ranks only; every rank must run the same command");
+            }
+            if (hi == 1) {
                 MPI_Finalize();
                 return 0;
+            }
+            // The subcommand decides every collective that follows: it must be the same.
+            const std::string which = stage->parsed()      ? "stage"
+                                      : conv_idx->parsed() ? "convert idx"
+                                      : index->parsed()    ? "index"
+                                                           : "(none)";
+            const auto h = fnv1a64(which);
+            if (comm.allreduce_min(h) != comm.allreduce_max(h)) {
+                const std::string first = comm.broadcast(which, 0);
+                throw ConfigError("ranks were given different subcommands ('" + first +
+                                  "' on rank 0, another elsewhere); every rank must run the "
+                                  "same command");
             }
         }
         if (stage->parsed()) {
