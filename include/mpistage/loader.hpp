@@ -182,8 +182,9 @@ private:
 ///
 /// Construction is collective: it duplicates `comm`, validates options, computes the byte-range
 /// cut and skew correction (`MPI_Allreduce`/`MPI_Exscan`), and compares a fingerprint of the
-/// dataset and plan options across ranks once, so ranks whose options differ all throw the same
-/// `ConfigError` instead of hanging. The source must outlive the loader. Not thread-safe: one
+/// dataset (metadata and the bytes of samples 0, N/2 and N−1, read once) and plan options across
+/// ranks once, so ranks whose options or files differ all throw the same `ConfigError` instead
+/// of hanging or mixing data. The source must outlive the loader. Not thread-safe: one
 /// thread drives a loader.
 class Loader {
 public:

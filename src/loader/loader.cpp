@@ -111,14 +111,53 @@ struct Loader::Impl {
         : comm(c), source(s), options(std::move(o)) {}
 
     void check_same_options();
+    std::uint64_t probe_contents() const;
+    std::uint64_t content_hash = 0;
     void compute_cut();
     void allocate_ring();
     void fill(Slot& slot, const EpochPlan& plan, std::uint64_t step) const;
 };
 
+// Hash of the bytes of samples 0, N/2 and N-1: the same path may hold different files on
+// different nodes, which metadata alone (shapes, sizes) does not reveal.
+std::uint64_t Loader::Impl::probe_contents() const {
+    class ProbeSink final : public BatchSink {
+    public:
+        explicit ProbeSink(const std::vector<FieldInfo>& fields) : fields_(fields) {
+            fixed_.resize(fields.size());
+        }
+        std::byte* fixed(std::size_t field, std::size_t slot) override {
+            auto& v = fixed_[field];
+            const std::size_t need = (slot + 1) * fields_[field].sample_bytes;
+            if (v.size() < need) v.resize(need);
+            return v.data() + slot * fields_[field].sample_bytes;
+        }
+        std::byte* ragged(std::size_t, std::size_t, std::uint64_t size_bytes) override {
+            ragged_.emplace_back(size_bytes);
+            return ragged_.back().data();
+        }
+        std::uint64_t hash() const {
+            std::string all;
+            for (const auto& v : fixed_) all.append(reinterpret_cast<const char*>(v.data()), v.size());
+            for (const auto& v : ragged_) all.append(reinterpret_cast<const char*>(v.data()), v.size());
+            return fnv1a64(all);
+        }
+
+    private:
+        const std::vector<FieldInfo>& fields_;
+        std::vector<std::vector<std::byte>> fixed_;
+        std::vector<std::vector<std::byte>> ragged_;
+    };
+    std::vector<std::uint64_t> ids{0, num_samples / 2, num_samples - 1};
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+    ProbeSink sink(source.fields());
+    source.read(ids.data(), ids.size(), sink);
+    return sink.hash();
+}
+
 void Loader::Impl::check_same_options() {
     const std::string fp = plan_fingerprint(num_samples, comm.size(), options.plan) + "|" +
-                           source.fingerprint();
+                           source.fingerprint() + "|" + std::to_string(content_hash);
     const std::uint64_t h = fnv1a64(fp);
     if (comm.allreduce_min(h) == comm.allreduce_max(h)) return;
     // Differing ranks: gather the parts so every rank builds the same, specific message.
@@ -136,6 +175,8 @@ void Loader::Impl::check_same_options() {
         {"remainder", static_cast<std::uint64_t>(p.remainder), to_string(p.remainder)},
         {"num_samples", num_samples, std::to_string(num_samples)},
         {"dataset fingerprint", fnv1a64(source.fingerprint()), "hash " + std::to_string(fnv1a64(source.fingerprint()))},
+        {"contents of samples 0, N/2, N-1 (same path, different file?)", content_hash,
+         "hash " + std::to_string(content_hash)},
     };
     std::string msg = "loader: options differ across ranks:";
     for (const auto& part : parts) {
@@ -155,7 +196,7 @@ void Loader::Impl::check_same_options() {
         msg += std::string(" ") + part.name + " is " + t0 + " on rank 0 but " + t1 + " on rank " +
                std::to_string(other) + ";";
     }
-    msg += " every rank must pass the same plan options";
+    msg += " every rank must pass the same plan options and the same files";
     throw ConfigError(msg);
 }
 
@@ -301,6 +342,7 @@ Loader::Loader(MPI_Comm comm, const Source& source, LoaderOptions options)
         d.options.validate();
         d.num_samples = source.num_samples();
         if (d.num_samples == 0) throw ConfigError("loader: the source has no samples: nothing to shard");
+        d.content_hash = d.probe_contents();
     });
     // One fingerprint comparison (N, plan options, dataset) before anything is derived from them.
     d.check_same_options();

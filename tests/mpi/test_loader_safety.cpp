@@ -100,12 +100,14 @@ TEST(LoaderSafety, ReadErrorOnOneRankBecomesSameIoErrorEverywhere) {
         // (computed before the loader exists, so background threads can never miss it).
         const EpochPlan plan = plan_epoch(src.num_samples(), w, cs.fail_rank, o.plan, 0);
         ASSERT_GT(plan.steps, cs.fail_step + 1);  // same on every rank
-        if (h5t::rank() == cs.fail_rank) src.set_trigger(plan.ids[cs.fail_step * 5]);
         const std::string what = "fail rank " + std::to_string(cs.fail_rank) + " step " +
                                  std::to_string(cs.fail_step) + " prefetch " +
                                  std::to_string(cs.prefetch) + " io_threads " +
                                  std::to_string(cs.threads) + (cs.chunked ? " chunked" : "");
         Loader loader(MPI_COMM_WORLD, src, o);
+        // Armed after construction (which reads samples 0, N/2, N-1 once for the content
+        // fingerprint) and before epoch() starts any I/O thread.
+        if (h5t::rank() == cs.fail_rank) src.set_trigger(plan.ids[cs.fail_step * 5]);
         std::uint64_t good = 0;
         std::uint64_t error_step = ~0ull;
         const auto out = h5t::catch_error<IoError>([&] {
