@@ -91,4 +91,35 @@ void agree_or_throw(const Communicator& comm, const LocalStatus& status);
 /// `fn` must not itself make collective calls that other ranks might skip.
 void run_agreed(const Communicator& comm, const std::function<void()>& fn);
 
+/// Local: runs `fn` and returns its outcome as a `LocalStatus` instead of throwing, so the
+/// caller can reach the next agreement point on every rank (then call `agree_or_throw`).
+LocalStatus capture(const std::function<void()>& fn) noexcept;
+
+/// Collective: like `run_agreed`, but returns `fn`'s result on every rank.
+/// @throws the agreed `Error` subclass when `fn` threw on any rank.
+template <class Fn>
+auto run_agreed_value(const Communicator& comm, Fn&& fn) -> decltype(fn()) {
+    decltype(fn()) out{};
+    run_agreed(comm, [&] { out = fn(); });
+    return out;
+}
+
+/// One value every rank must hold identically: a name for messages and its text form.
+struct NamedValue {
+    std::string name;  ///< what the value is, e.g. "--batch-size" or "file size of a.tfrecord"
+    std::string text;  ///< the value as text; ranks compare hashes of it, then print it
+};
+
+/// Collective: checks that every rank passed the same texts for the same names (in the same
+/// order; the list's length must be equal on all ranks). Costs one allgather of one hash per
+/// value when they agree. When they differ, every rank throws the same `ConfigError`:
+/// "`context`: ranks disagree: NAME is 'A' on rank 0 but 'B' on rank R; ... `advice`".
+/// @throws ConfigError (agreed); MpiError when a collective fails.
+void require_same(const Communicator& comm, const std::vector<NamedValue>& values,
+                  const std::string& context, const std::string& advice);
+
+/// Collective: `require_same` for one value.
+void require_same(const Communicator& comm, const std::string& name, const std::string& text,
+                  const std::string& context, const std::string& advice);
+
 }  // namespace mpistage

@@ -39,6 +39,14 @@ struct LoaderOptions {
     std::size_t io_threads = 1;
     /// Allocate the ring with `cudaHostAlloc` (pinned) when a CUDA device is usable.
     bool pin_memory = true;
+    /// Watchdog deadline of every collective the loader makes on its own communicator: when
+    /// the other ranks do not arrive within this time, the job is aborted (`MPI_Abort`) with a
+    /// message naming the ranks that did not arrive and what each rank was doing. Must be equal
+    /// on every rank; zero disables the watchdog. (Issue "Collective safety".)
+    std::chrono::seconds timeout{300};
+    /// Hash every byte of the dataset on every rank's shard and compare across ranks (slow,
+    /// reads the whole dataset once); without it only shard-boundary samples are compared.
+    bool verify_files = false;
 
     /// @throws ConfigError for a prefetch depth or thread count out of range, or invalid plan
     ///         options.
@@ -116,8 +124,14 @@ struct LoaderStats {
     std::uint64_t padding_slots = 0;
     /// Bytes read from the source (payload bytes of all fields).
     std::uint64_t bytes_read = 0;
-    /// Time the consumer spent waiting inside `next()` for data and agreement.
+    /// Time the consumer spent waiting inside `next()` for data and agreement
+    /// (= wait_io_time + wait_peers_time + bookkeeping).
     std::chrono::duration<double> wait_time{0};
+    /// Part of `wait_time` spent waiting for this rank's own reads (the ring was empty).
+    std::chrono::duration<double> wait_io_time{0};
+    /// Part of `wait_time` spent in collectives waiting for other ranks: a large value on
+    /// every rank but one points at that one rank as the laggard.
+    std::chrono::duration<double> wait_peers_time{0};
     /// Time from the first `next()` of an epoch to its end, summed over epochs.
     std::chrono::duration<double> epoch_time{0};
     /// Samples the byte-range cut gave this rank before the skew correction.

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "mpistage/hash.hpp"
+
 namespace mpistage {
 
 /// How samples are divided among ranks.
@@ -119,11 +121,6 @@ private:
     unsigned half_bits_ = 0;
     std::uint64_t half_mask_ = 0;
 };
-
-/// splitmix64 finaliser; used for keys and fingerprints.
-std::uint64_t mix64(std::uint64_t x) noexcept;
-/// FNV-1a 64-bit hash of a string (fingerprints).
-std::uint64_t fnv1a64(const std::string& s) noexcept;
 
 /// A string identifying everything that decides the sequence; ranks compare its hash once.
 std::string plan_fingerprint(std::uint64_t num_samples, int world_size, const PlanOptions& options);

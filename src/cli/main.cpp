@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "mpistage/convert.hpp"
+#include "cli/convert.hpp"
 #include "mpistage/config.hpp"
 #include "mpistage/hdf5_source.hpp"
 #include "mpistage/loader.hpp"

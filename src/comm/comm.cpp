@@ -166,13 +166,7 @@ void agree_or_throw(const Communicator& comm, const LocalStatus& status) {
 }
 
 void run_agreed(const Communicator& comm, const std::function<void()>& fn) {
-    LocalStatus status;
-    try {
-        fn();
-    } catch (...) {
-        status = LocalStatus::from_current_exception();
-    }
-    agree_or_throw(comm, status);
+    agree_or_throw(comm, capture(fn));
 }
 
 }  // namespace mpistage

@@ -12,7 +12,7 @@
 #include <thread>
 #include <unistd.h>
 
-#include "../stage/detail/host_memory.hpp"
+#include "stage/host_memory.hpp"
 #include "mpistage/config.hpp"
 #include "mpistage/device.hpp"
 

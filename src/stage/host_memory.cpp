@@ -1,4 +1,4 @@
-#include "detail/host_memory.hpp"
+#include "stage/host_memory.hpp"
 
 #include <cstdlib>
 #include <mutex>

@@ -1,5 +1,5 @@
 // Conversion of IDX files (optionally gzip-compressed) to HDF5 and TFRecord (`mpistage convert idx`).
-#include "mpistage/convert.hpp"
+#include "cli/convert.hpp"
 
 #include <hdf5.h>
 #include <zlib.h>

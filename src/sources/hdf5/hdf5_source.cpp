@@ -9,8 +9,8 @@
 #include <cstring>
 #include <map>
 
-#include "detail/hdf5_util.hpp"
-#include "detail/posix_file.hpp"
+#include "sources/hdf5/hdf5_util.hpp"
+#include "util/posix_file.hpp"
 
 namespace mpistage {
 

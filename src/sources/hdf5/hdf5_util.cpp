@@ -1,4 +1,4 @@
-#include "detail/hdf5_util.hpp"
+#include "sources/hdf5/hdf5_util.hpp"
 
 namespace mpistage::detail {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <array>
 
-#include "detail/posix_file.hpp"
+#include "util/posix_file.hpp"
 
 namespace mpistage {
 

@@ -1,4 +1,4 @@
-#include "detail/posix_file.hpp"
+#include "util/posix_file.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -1,5 +1,5 @@
 // Pure TFRecord framing and the index-free scan (no MPI): see tfrecord_source.hpp.
-#include "detail/byte_order.hpp"
+#include "util/byte_order.hpp"
 #include <algorithm>
 #include <cstring>
 #include <limits>

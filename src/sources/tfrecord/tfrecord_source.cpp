@@ -1,6 +1,6 @@
 // TfRecordSource: collective open over MPI-IO, index-free split agreement, DALI index files,
 // whole-file gzip, and independent thread-safe reads. See tfrecord_source.hpp.
-#include "detail/byte_order.hpp"
+#include "util/byte_order.hpp"
 #include "mpistage/tfrecord_source.hpp"
 
 #include <fcntl.h>

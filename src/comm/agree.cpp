@@ -1,0 +1,57 @@
+// The agreement vocabulary: every "same on every rank?" check and every "local error → the
+// same error everywhere" step of the library goes through these functions.
+#include <mpi.h>
+
+#include "mpistage/comm.hpp"
+#include "mpistage/hash.hpp"
+
+namespace mpistage {
+
+LocalStatus capture(const std::function<void()>& fn) noexcept {
+    try {
+        fn();
+    } catch (...) {
+        return LocalStatus::from_current_exception();
+    }
+    return {};
+}
+
+void require_same(const Communicator& comm, const std::vector<NamedValue>& values,
+                  const std::string& context, const std::string& advice) {
+    // Agree on the count first: a rank with a different list must not desynchronise the gather.
+    const std::uint64_t k = values.size();
+    if (comm.allreduce_min(k) != comm.allreduce_max(k)) {
+        throw ConfigError(context + ": ranks disagree on the number of values to compare (" +
+                          std::to_string(comm.allreduce_min(k)) + " vs " +
+                          std::to_string(comm.allreduce_max(k)) + "); " + advice);
+    }
+    if (k == 0) return;
+    std::vector<std::uint64_t> mine(k);
+    for (std::size_t i = 0; i < k; ++i) mine[i] = fnv1a64(values[i].name + '\0' + values[i].text);
+    std::vector<std::uint64_t> all(k * static_cast<std::size_t>(comm.size()));
+    check_mpi(MPI_Allgather(mine.data(), static_cast<int>(k), MPI_UINT64_T, all.data(),
+                            static_cast<int>(k), MPI_UINT64_T, comm.get()),
+              "MPI_Allgather(require_same)");
+    std::string detail;
+    for (std::size_t i = 0; i < k; ++i) {
+        int other = -1;
+        for (int r = 1; r < comm.size() && other < 0; ++r) {
+            if (all[static_cast<std::size_t>(r) * k + i] != all[i]) other = r;
+        }
+        if (other < 0) continue;
+        // Every rank knows `other`, so both broadcasts are made by all ranks in the same order.
+        const std::string t0 = comm.broadcast(values[i].text, 0);
+        const std::string tr = comm.broadcast(values[i].text, other);
+        detail += (detail.empty() ? " " : "; ") + values[i].name + " is '" + t0 +
+                  "' on rank 0 but '" + tr + "' on rank " + std::to_string(other);
+    }
+    if (detail.empty()) return;
+    throw ConfigError(context + ": ranks disagree:" + detail + "; " + advice);
+}
+
+void require_same(const Communicator& comm, const std::string& name, const std::string& text,
+                  const std::string& context, const std::string& advice) {
+    require_same(comm, std::vector<NamedValue>{{name, text}}, context, advice);
+}
+
+}  // namespace mpistage
