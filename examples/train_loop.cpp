@@ -26,7 +26,7 @@ int main(int argc, char** argv) {
         options.plan.shuffle = mpistage::Shuffle::local;
         options.plan.remainder = mpistage::Remainder::mask;
         options.prefetch = 4;
-        mpistage::Loader loader(MPI_COMM_WORLD, source, options);
+        mpistage::Loader loader(comm, source, options);
         for (std::uint64_t epoch = 0; epoch < 2; ++epoch) {
             double label_sum = 0;
             std::uint64_t counted = 0;

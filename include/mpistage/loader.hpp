@@ -202,9 +202,12 @@ private:
 /// thread drives a loader.
 class Loader {
 public:
-    /// Collective over `comm`. @throws ConfigError (invalid or differing options, N = 0),
-    /// MpiError; identical on every rank.
-    Loader(MPI_Comm comm, const Source& source, LoaderOptions options);
+    /// Collective over `comm`, which is borrowed for this call only: the loader keeps its own
+    /// `MPI_Comm_dup` (freed when the loader is destroyed, while MPI is still initialised), so
+    /// `comm` may be destroyed after construction. Every public constructor of the library
+    /// takes the communicator this way. @throws ConfigError (invalid or differing options,
+    /// N = 0), MpiError; identical on every rank.
+    Loader(const Communicator& comm, const Source& source, LoaderOptions options);
     ~Loader();
     Loader(const Loader&) = delete;
     Loader& operator=(const Loader&) = delete;

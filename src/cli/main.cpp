@@ -250,7 +250,7 @@ int run_stage(const StageArgs& a) {
     opts.plan.remainder = parse_remainder(a.remainder);
     opts.prefetch = a.prefetch;
     opts.io_threads = a.threads;
-    Loader loader(comm.get(), *source, opts);
+    Loader loader(comm, *source, opts);
     const bool drop = opts.plan.remainder == Remainder::drop;
 
     if (comm.rank() == 0 && !a.quiet) {

@@ -107,8 +107,8 @@ struct Loader::Impl {
     bool use_threads = false;
     bool epoch_active = false;
 
-    Impl(MPI_Comm c, const Source& s, LoaderOptions o)
-        : comm(c), source(s), options(std::move(o)) {}
+    Impl(const Communicator& c, const Source& s, LoaderOptions o)
+        : comm(c.get()), source(s), options(std::move(o)) {}
 
     void check_same_options();
     std::uint64_t probe_contents() const;
@@ -335,7 +335,7 @@ void Loader::Impl::fill(Slot& slot, const EpochPlan& plan, std::uint64_t step) c
     }
 }
 
-Loader::Loader(MPI_Comm comm, const Source& source, LoaderOptions options)
+Loader::Loader(const Communicator& comm, const Source& source, LoaderOptions options)
     : impl_(std::make_unique<Impl>(comm, source, std::move(options))) {
     Impl& d = *impl_;
     run_agreed(d.comm, [&] {

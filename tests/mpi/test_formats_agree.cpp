@@ -140,8 +140,8 @@ TEST(FormatsAgree, LoadersGiveIdenticalSamplesForTheSameIds) {
     o.plan.remainder = Remainder::mask;
     o.plan.seed = 11;
     o.io_threads = 2;
-    Loader lh(MPI_COMM_WORLD, h5, o);
-    Loader lt(MPI_COMM_WORLD, tfr, o);
+    Loader lh(comm, h5, o);
+    Loader lt(comm, tfr, o);
     auto eh = lh.epoch(1);
     auto et = lt.epoch(1);
     ASSERT_EQ(eh.steps(), et.steps());

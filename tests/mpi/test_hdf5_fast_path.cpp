@@ -171,7 +171,7 @@ TEST(LoaderContents, SamePathDifferentFileOnOneRankIsConfigError) {
         Hdf5Source src(comm, "same.h5");
         LoaderOptions o;
         o.plan.batch_size = 4;
-        const auto out = h5t::catch_error<ConfigError>([&] { Loader loader(MPI_COMM_WORLD, src, o); });
+        const auto out = h5t::catch_error<ConfigError>([&] { Loader loader(comm, src, o); });
         if (h5t::size() > 1) {
             h5t::expect_same_error(out, "ConfigError", {"contents of samples 0, N/2, N-1"});
         } else {

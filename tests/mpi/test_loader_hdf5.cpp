@@ -260,7 +260,7 @@ TEST(LoaderHdf5, SweepExactlyOnceEqualStepsAndRowData) {
                         const Source& src = use_chunked ? static_cast<const Source&>(chunked) : contiguous;
                         Config c{b, rem, sharding, shuffle, prefetch, threads};
                         const std::string what = c.str() + (use_chunked ? " chunked-gzip" : " contiguous");
-                        Loader loader(MPI_COMM_WORLD, src, c.options());
+                        Loader loader(comm, src, c.options());
                         BatchChecker chk{rem, b, n, generated_row_ok, use_chunked ? &dumped_chunked : &dumped_contig, what};
                         // Two epochs when shuffling (different order, each exactly once).
                         const std::uint64_t epochs = shuffle == Shuffle::none ? 1 : 2;
@@ -333,7 +333,7 @@ TEST(LoaderHdf5, FashionMnistRowsEqualH5dumpAndIdx) {
         {333, Remainder::drop, Sharding::byte_range, Shuffle::none, 2, 0},
     };
     for (const auto& c : configs) {
-        Loader loader(MPI_COMM_WORLD, src, c.options());
+        Loader loader(comm, src, c.options());
         BatchChecker chk{c.remainder, c.batch, n, idx_row_ok, &dumped, c.str() + " fashion"};
         const auto o = consume_epoch(loader, 3, chk, true);
         check_epoch_collectively(loader, o, c, n, chk.what);
@@ -357,7 +357,7 @@ TEST(LoaderHdf5, RangeForLoopAtEveryPrefetchDepth) {
     for (std::size_t prefetch = 1; prefetch <= 2; ++prefetch) {
         for (std::size_t threads = 0; threads <= 1; ++threads) {
             Config c{4, Remainder::mask, Sharding::byte_range, Shuffle::none, prefetch, threads};
-            Loader loader(MPI_COMM_WORLD, src, c.options());
+            Loader loader(comm, src, c.options());
             BatchChecker chk{c.remainder, c.batch, n, generated_row_ok, nullptr, c.str() + " range-for"};
             std::vector<std::int64_t> ids;
             std::uint64_t batches = 0;
@@ -395,7 +395,7 @@ TEST(LoaderHdf5, FewerRowsThanRanks) {
     ASSERT_EQ(src.num_samples(), 1u);
     for (const auto rem : {Remainder::mask, Remainder::pad}) {
         Config c{3, rem, Sharding::byte_range, Shuffle::none, 2, 1};
-        Loader loader(MPI_COMM_WORLD, src, c.options());
+        Loader loader(comm, src, c.options());
         BatchChecker chk{rem, 3, 1, generated_row_ok, &dumped, c.str() + " N=1"};
         const auto o = consume_epoch(loader, 0, chk, true);
         check_epoch_collectively(loader, o, c, 1, chk.what);

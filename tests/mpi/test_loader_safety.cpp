@@ -104,7 +104,7 @@ TEST(LoaderSafety, ReadErrorOnOneRankBecomesSameIoErrorEverywhere) {
                                  std::to_string(cs.fail_step) + " prefetch " +
                                  std::to_string(cs.prefetch) + " io_threads " +
                                  std::to_string(cs.threads) + (cs.chunked ? " chunked" : "");
-        Loader loader(MPI_COMM_WORLD, src, o);
+        Loader loader(comm, src, o);
         // Armed after construction (which reads samples 0, N/2, N-1 once for the content
         // fingerprint) and before epoch() starts any I/O thread.
         if (h5t::rank() == cs.fail_rank) src.set_trigger(plan.ids[cs.fail_step * 5]);
@@ -144,27 +144,27 @@ TEST(LoaderSafety, DifferingOptionsAreSameConfigErrorAtConstruction) {
     const bool odd = h5t::rank() == h5t::size() - 1;
     {
         auto o = opts(odd ? 9 : 8, Remainder::pad, 2, 1);
-        H5T_EXPECT_SAME_ERROR(ConfigError, Loader(MPI_COMM_WORLD, src, o), "batch_size", "8", "9");
+        H5T_EXPECT_SAME_ERROR(ConfigError, Loader(comm, src, o), "batch_size", "8", "9");
     }
     {
         auto o = opts(8, odd ? Remainder::mask : Remainder::drop, 2, 1);
-        H5T_EXPECT_SAME_ERROR(ConfigError, Loader(MPI_COMM_WORLD, src, o), "remainder");
+        H5T_EXPECT_SAME_ERROR(ConfigError, Loader(comm, src, o), "remainder");
     }
     {
         auto o = opts(8, Remainder::drop, 2, 1);
         o.plan.seed = odd ? 7 : 0;
-        H5T_EXPECT_SAME_ERROR(ConfigError, Loader(MPI_COMM_WORLD, src, o), "seed");
+        H5T_EXPECT_SAME_ERROR(ConfigError, Loader(comm, src, o), "seed");
     }
     {
         // An invalid option on one rank only (batch size 0): agreed before anything else.
         auto o = opts(odd ? 0 : 8, Remainder::drop, 2, 1);
-        H5T_EXPECT_SAME_ERROR(ConfigError, Loader(MPI_COMM_WORLD, src, o), "batch");
+        H5T_EXPECT_SAME_ERROR(ConfigError, Loader(comm, src, o), "batch");
     }
     {
         // A different dataset on one rank (same shapes, different layout): fingerprints differ.
         Hdf5Source other(comm, odd ? files.generated_chunked : files.generated_contiguous);
         auto o = opts(8, Remainder::drop, 2, 1);
-        H5T_EXPECT_SAME_ERROR(ConfigError, Loader(MPI_COMM_WORLD, other, o), "fingerprint");
+        H5T_EXPECT_SAME_ERROR(ConfigError, Loader(comm, other, o), "fingerprint");
         other.close();
     }
     src.close();
@@ -179,7 +179,7 @@ TEST(LoaderSafety, PrefetchAndThreadsMayDifferAcrossRanks) {
     Hdf5Source src(comm, files.generated_contiguous);
     const auto r = static_cast<std::size_t>(h5t::rank());
     auto o = opts(6, Remainder::mask, 1 + r % 3, r % 3);
-    Loader loader(MPI_COMM_WORLD, src, o);
+    Loader loader(comm, src, o);
     std::vector<std::int64_t> ids;
     std::uint64_t batches = 0;
     std::string error;
@@ -215,7 +215,7 @@ TEST(LoaderSafety, HoldingAllPrefetchSlotsIsConfigErrorNotHang) {
         for (std::size_t threads = 0; threads <= 2; ++threads) {
             const std::string what = "prefetch " + std::to_string(prefetch) + " io_threads " +
                                      std::to_string(threads);
-            Loader loader(MPI_COMM_WORLD, src, opts(4, Remainder::mask, prefetch, threads));
+            Loader loader(comm, src, opts(4, Remainder::mask, prefetch, threads));
             ASSERT_GT(loader.totals().steps, prefetch);  // same on every rank
             {
                 std::vector<HostBatch> held;
@@ -258,7 +258,7 @@ TEST(LoaderSafety, EpochMisuseIsAgreed) {
     ASSERT_TRUE(files.ok);
     Communicator comm(MPI_COMM_WORLD);
     Hdf5Source src(comm, files.generated_contiguous);
-    Loader loader(MPI_COMM_WORLD, src, opts(4, Remainder::pad, 2, 1));
+    Loader loader(comm, src, opts(4, Remainder::pad, 2, 1));
     {
         auto range = loader.epoch(0);
         H5T_EXPECT_SAME_ERROR(ConfigError, loader.epoch(1), "in flight");

@@ -146,7 +146,7 @@ TEST(RawIdx, LoaderExactlyOnceWithFileBytes) {
         o.plan.sharding = c.sharding;
         o.prefetch = c.prefetch;
         o.io_threads = c.threads;
-        Loader loader(MPI_COMM_WORLD, src, o);
+        Loader loader(comm, src, o);
         const std::string what = "B=" + std::to_string(c.b) + " " + to_string(c.rem) + " " + to_string(c.shuffle);
         std::vector<std::int64_t> ids;
         std::uint64_t batches = 0, bad = 0;

@@ -44,7 +44,7 @@ TEST(TorchHdf5, TensorsEqualH5dumpRowsAndOutliveNextBatch) {
         o.plan.seed = 99;
         o.prefetch = 2;
         o.io_threads = 2;
-        Loader loader(MPI_COMM_WORLD, src, o);
+        Loader loader(comm, src, o);
         const std::int64_t b = 50;
         std::uint64_t checked = 0, problems = 0, batches = 0;
         std::vector<std::int64_t> valid_ids;
@@ -126,7 +126,7 @@ TEST(TorchHdf5, TensorsOutliveLoader) {
         o.plan.remainder = Remainder::mask;
         o.prefetch = 2;
         o.io_threads = 1;
-        Loader loader(MPI_COMM_WORLD, src, o);
+        Loader loader(comm, src, o);
         auto range = loader.epoch(0);
         HostBatch hb;
         ASSERT_TRUE(range.next(hb));  // steps >= 1 on every rank
