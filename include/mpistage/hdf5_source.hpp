@@ -14,6 +14,10 @@
 
 namespace mpistage {
 
+namespace detail {
+struct Hdf5Access;
+}
+
 /// Options of an HDF5 source.
 struct Hdf5Options {
     /// Dataset paths that form the fields (e.g. {"images", "labels"}). Empty: every dataset of
@@ -35,11 +39,15 @@ struct Hdf5Options {
 /// outside HDF5's global lock; every other layout goes through `H5Dread` (independent transfer)
 /// behind one process-wide mutex, as HDF5 is not thread-safe.
 ///
+/// HDF5's automatic error printing is switched off only while the source calls HDF5 (and
+/// restored after); HDF5's messages travel inside the exceptions instead.
+///
 /// Thread safety: `read` may be called from several threads at once. Ownership: owns the HDF5
 /// file and dataset handles; close with `close()` (collective) or let the destructor do it.
 class Hdf5Source final : public Source {
 public:
     /// Collective over `comm`: every rank checks the file, then opens it with the MPI-IO driver.
+    /// `comm` is borrowed for the call; the source keeps its own duplicate.
     /// @throws IoError (missing/unreadable file), FormatError (not an HDF5 file),
     ///         ConfigError (missing dataset, NULL/scalar dataspace, differing first dimensions,
     ///         unsupported type), Hdf5Error (unavailable filter, naming dataset and filter).
@@ -59,16 +67,6 @@ public:
     /// True when some field is read through H5Dread (MPI-IO independent reads).
     bool reads_use_mpi() const override;
 
-    /// Collective bulk read: rows `[row_begin, row_begin + row_count)` of field `field` into
-    /// `dst` (row_count × sample_bytes bytes, native order) with collective MPI-IO transfers.
-    /// Reads are split into pieces of at most `max_read_bytes`; every rank makes the same number
-    /// of `H5Dread` calls (the maximum over ranks), passing an empty selection when it has no
-    /// piece left, so ranks with fewer (or zero) rows never leave the others waiting.
-    /// @returns the number of H5Dread calls this rank made (equal on all ranks).
-    /// @throws Hdf5Error / ConfigError identically on every rank.
-    std::uint64_t read_rows_collective(std::size_t field, std::uint64_t row_begin,
-                                       std::uint64_t row_count, std::byte* dst) const;
-
     /// Collective: closes datasets and the file. Safe to call twice.
     void close() noexcept;
 
@@ -76,6 +74,7 @@ public:
     const std::string& path() const noexcept;
 
 private:
+    friend struct detail::Hdf5Access;
     struct Impl;
     std::unique_ptr<Impl> impl_;
 };

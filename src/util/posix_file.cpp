@@ -10,10 +10,13 @@
 #include <utility>
 
 #include "mpistage/error.hpp"
+#include "util/input_file.hpp"
 
 namespace mpistage::detail {
 
 PosixFile::PosixFile(const std::string& path) : path_(path) {
+    // Never open a FIFO, socket or character device: open() would block or consume data.
+    probe_input_file(path, "cannot open");
     fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd_ < 0) {
         throw IoError("cannot open '" + path + "': " + std::strerror(errno));

@@ -11,7 +11,9 @@ namespace mpistage::detail {
 class PosixFile {
 public:
     PosixFile() = default;
-    /// @throws IoError naming the path and errno text when the file cannot be opened.
+    /// Checks the path with `probe_input_file` first (only regular files and block devices).
+    /// @throws IoError naming the path and errno text when the file cannot be opened;
+    ///         ConfigError for a directory, FIFO, socket or character device.
     explicit PosixFile(const std::string& path);
     PosixFile(PosixFile&& o) noexcept;
     PosixFile& operator=(PosixFile&& o) noexcept;

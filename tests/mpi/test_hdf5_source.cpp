@@ -12,6 +12,7 @@
 #include "hdf5_test_util.hpp"
 #include "mpistage/comm.hpp"
 #include "mpistage/hdf5_source.hpp"
+#include "sources/hdf5/hdf5_collective.hpp"
 
 using mpistage::Communicator;
 using mpistage::DType;
@@ -130,7 +131,7 @@ TEST(Hdf5Source, ChunkedRowsMatchH5dump) {
     const std::uint64_t begin = r * 21 / w, end = (r + 1) * 21 / w;
     Hdf5Source small(comm, file, fields_opt({"dataset1"}, 3 * 16 * 4));
     std::vector<std::int32_t> rows((end - begin) * 16, -7);
-    const auto calls = small.read_rows_collective(0, begin, end - begin,
+    const auto calls = mpistage::detail::Hdf5Access::read_rows_collective(small, 0, begin, end - begin,
                                                   reinterpret_cast<std::byte*>(rows.data()));
     EXPECT_TRUE(h5t::same_on_all_ranks(calls));
     EXPECT_EQ(calls, (h5t::max(end - begin) + 2) / 3);
@@ -304,7 +305,7 @@ TEST(Hdf5Source, HugeCollectiveSplitReadsAcross2To31) {
         Hdf5Source src(comm, file, fields_opt({"huge_1d"}, max_bytes));
         std::vector<std::uint8_t> out(count, 0xEE);
         const std::uint64_t calls =
-            src.read_rows_collective(0, begin, count, reinterpret_cast<std::byte*>(out.data()));
+            mpistage::detail::Hdf5Access::read_rows_collective(src, 0, begin, count, reinterpret_cast<std::byte*>(out.data()));
         const std::uint64_t rows_per_piece = max_bytes;  // 1-byte rows
         const std::uint64_t want = (h5t::max(count) + rows_per_piece - 1) / rows_per_piece;
         EXPECT_EQ(h5t::min(calls), h5t::max(calls)) << "ranks made different numbers of calls";
@@ -360,7 +361,7 @@ void collective_case(const Communicator& comm, const std::string& path, const st
                      const std::vector<T>& truth, std::size_t row_elems, const std::string& what) {
     Hdf5Source src(comm, path, fields_opt({field}, max_bytes));
     std::vector<T> out(count * row_elems, T(-1));
-    const std::uint64_t calls = src.read_rows_collective(
+    const std::uint64_t calls = mpistage::detail::Hdf5Access::read_rows_collective(src, 
         0, begin, count, count ? reinterpret_cast<std::byte*>(out.data()) : nullptr);
     const std::uint64_t rows_per_piece =
         std::max<std::uint64_t>(max_bytes / (row_elems * sizeof(T)), 1);
@@ -421,12 +422,12 @@ TEST(Hdf5Collective, InvalidRangeOnOneRankIsAgreed) {
     const bool bad = h5t::rank() == h5t::size() - 1;
     std::vector<std::int32_t> out(30);
     H5T_EXPECT_SAME_ERROR(mpistage::ConfigError,
-                          src.read_rows_collective(0, bad ? 8 : 0, bad ? 5 : 2,
+                          mpistage::detail::Hdf5Access::read_rows_collective(src, 0, bad ? 8 : 0, bad ? 5 : 2,
                                                    reinterpret_cast<std::byte*>(out.data())),
                           "exceed N = 10", "ten");
     // The source is still usable collectively afterwards.
     const auto [begin, count] = block(10);
-    const auto calls = src.read_rows_collective(0, begin, count, reinterpret_cast<std::byte*>(out.data()));
+    const auto calls = mpistage::detail::Hdf5Access::read_rows_collective(src, 0, begin, count, reinterpret_cast<std::byte*>(out.data()));
     EXPECT_TRUE(h5t::same_on_all_ranks(calls));
     for (std::uint64_t k = 0; k < count * 3; ++k) {
         EXPECT_EQ(out[k], static_cast<std::int32_t>(1000 * (begin + k / 3) + k % 3));

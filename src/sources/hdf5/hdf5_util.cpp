@@ -29,6 +29,13 @@ std::string hdf5_error_stack() {
     return out;
 }
 
-void hdf5_silence() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+Hdf5ErrorSilencer::Hdf5ErrorSilencer() noexcept {
+    saved_ = H5Eget_auto2(H5E_DEFAULT, &func_, &data_) >= 0;
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+}
+
+Hdf5ErrorSilencer::~Hdf5ErrorSilencer() {
+    if (saved_) H5Eset_auto2(H5E_DEFAULT, func_, data_);
+}
 
 }  // namespace mpistage::detail

@@ -18,8 +18,21 @@ std::recursive_mutex& hdf5_mutex();
 /// HDF5's current error stack as text ("func: description (major/minor)"), then cleared.
 std::string hdf5_error_stack();
 
-/// Turns off HDF5's automatic stack printing (we capture it into exceptions instead).
-void hdf5_silence();
+/// Scoped: turns off HDF5's automatic error printing (the library captures the stack into its
+/// exceptions instead) and restores the caller's handler on destruction, so an application's
+/// own HDF5 error reporting is left as it was. Use under `hdf5_mutex()`.
+class Hdf5ErrorSilencer {
+public:
+    Hdf5ErrorSilencer() noexcept;
+    ~Hdf5ErrorSilencer();
+    Hdf5ErrorSilencer(const Hdf5ErrorSilencer&) = delete;
+    Hdf5ErrorSilencer& operator=(const Hdf5ErrorSilencer&) = delete;
+
+private:
+    H5E_auto2_t func_ = nullptr;
+    void* data_ = nullptr;
+    bool saved_ = false;
+};
 
 /// Throws Hdf5Error naming `what` with HDF5's stack when `status < 0`; returns `status`.
 template <typename T>

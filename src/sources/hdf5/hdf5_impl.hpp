@@ -1,0 +1,71 @@
+#pragma once
+// The state behind an Hdf5Source, shared by its files (internal).
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "mpistage/comm.hpp"
+#include "mpistage/hdf5_source.hpp"
+#include "sources/hdf5/hdf5_util.hpp"
+#include "util/posix_file.hpp"
+
+namespace mpistage {
+
+namespace detail {
+
+/// One field: an open dataset and how its rows are read.
+struct Hdf5Field {
+    FieldInfo info;
+    detail::H5Dataset dataset;
+    hid_t mem_type = H5I_INVALID_HID;   // native type of info.dtype (owned by HDF5)
+    std::vector<hsize_t> dims;          // full dataset dims, dims[0] = N
+    std::uint64_t row_elements = 1;     // product of dims[1..]
+    bool fast_path = false;             // contiguous, raw pread at base_offset
+    bool byte_swap = false;             // file order differs from native (fast path only)
+    std::uint64_t base_offset = 0;      // H5Dget_offset
+    std::string layout;                 // for messages and the fingerprint
+};
+
+
+}  // namespace detail
+
+struct Hdf5Source::Impl {
+    std::string path;
+    Hdf5Options options;
+    /// The source's own duplicate of the caller's communicator (for collective reads).
+    std::optional<Communicator> comm;
+    detail::H5File file;
+    std::vector<detail::Hdf5Field> fields;
+    std::vector<FieldInfo> infos;
+    std::uint64_t num_samples = 0;
+    std::uint64_t record_bytes = 0;
+    detail::PosixFile raw;  // for the pread fast path
+
+    std::string where(const detail::Hdf5Field& f) const {
+        return "hdf5: " + path + ": dataset '" + f.info.name + "'";
+    }
+
+    /// Collective over `c`: checks, opens (MPI-IO driver) and discovers the fields.
+    void open(const Communicator& c);
+    /// Opens dataset `name` as a field. Local; call under the HDF5 lock.
+    void open_field(const std::string& name);
+    /// @throws Hdf5Error when a filter the dataset needs is unavailable.
+    void check_filters(hid_t dcpl, const std::string& ctx) const;
+    /// True when `object` lives in the opened file (an external link resolves to another file).
+    bool in_this_file(hid_t object) const;
+    /// Every dataset usable as a field, when they share dimension 0. @throws ConfigError.
+    std::vector<std::string> discover() const;
+    /// Opens the fields named in the options (or discovered) and checks their alignment.
+    void open_fields();
+
+    /// Independent H5Dread of `count` rows at `row` into `dst`.
+    void read_hdf5_rows(const detail::Hdf5Field& f, std::uint64_t row, std::uint64_t count,
+                        std::byte* dst, hid_t dxpl) const;
+    /// Reads `count` consecutive rows into contiguous `dst`, in pieces of at most max_read_bytes.
+    void read_rows(const detail::Hdf5Field& f, std::uint64_t row, std::uint64_t count,
+                   std::byte* dst) const;
+};
+
+}  // namespace mpistage

@@ -1,0 +1,77 @@
+#include "sources/hdf5/hdf5_types.hpp"
+
+#include <algorithm>
+#include <map>
+
+#include "mpistage/error.hpp"
+#include "sources/hdf5/hdf5_util.hpp"
+
+namespace mpistage::detail {
+
+DType dtype_of(hid_t type, const std::string& path, const std::string& dataset) {
+    const H5T_class_t cls = H5Tget_class(type);
+    const std::size_t size = H5Tget_size(type);
+    if (cls == H5T_INTEGER) {
+        const bool is_signed = H5Tget_sign(type) == H5T_SGN_2;
+        switch (size) {
+        case 1: return is_signed ? DType::int8 : DType::uint8;
+        case 2: return is_signed ? DType::int16 : DType::uint16;
+        case 4: return is_signed ? DType::int32 : DType::uint32;
+        case 8: return is_signed ? DType::int64 : DType::uint64;
+        default: break;
+        }
+    } else if (cls == H5T_FLOAT) {
+        if (size == 4) return DType::float32;
+        if (size == 8) return DType::float64;
+    }
+    static const std::map<H5T_class_t, const char*> names = {
+        {H5T_INTEGER, "integer"}, {H5T_FLOAT, "float"}, {H5T_STRING, "string"},
+        {H5T_BITFIELD, "bitfield"}, {H5T_OPAQUE, "opaque"}, {H5T_COMPOUND, "compound"},
+        {H5T_REFERENCE, "reference"}, {H5T_ENUM, "enum"}, {H5T_VLEN, "variable-length"},
+        {H5T_ARRAY, "array"}};
+    const auto it = names.find(cls);
+    throw ConfigError("hdf5: " + path + ": dataset '" + dataset + "' has an unsupported type (" +
+                      (it != names.end() ? it->second : "unknown class") + ", " +
+                      std::to_string(size) +
+                      " bytes); fields must be fixed-size integers or 4/8-byte floats");
+}
+
+hid_t native_type(DType t) {
+    switch (t) {
+    case DType::uint8: return H5T_NATIVE_UINT8;
+    case DType::int8: return H5T_NATIVE_INT8;
+    case DType::uint16: return H5T_NATIVE_UINT16;
+    case DType::int16: return H5T_NATIVE_INT16;
+    case DType::uint32: return H5T_NATIVE_UINT32;
+    case DType::int32: return H5T_NATIVE_INT32;
+    case DType::uint64: return H5T_NATIVE_UINT64;
+    case DType::int64: return H5T_NATIVE_INT64;
+    case DType::float32: return H5T_NATIVE_FLOAT;
+    case DType::float64: return H5T_NATIVE_DOUBLE;
+    case DType::boolean: return H5T_NATIVE_UINT8;
+    }
+    return H5T_NATIVE_UINT8;
+}
+
+void swap_bytes(std::byte* p, std::uint64_t count, std::size_t elem) {
+    if (elem <= 1) return;
+    for (std::uint64_t i = 0; i < count; ++i, p += elem) std::reverse(p, p + elem);
+}
+
+bool same_as_native(hid_t file_type, hid_t mem_type, bool& swap) {
+    swap = false;
+    if (H5Tequal(file_type, mem_type) > 0) return true;
+    detail::H5Type twin(H5Tcopy(mem_type));
+    if (!twin) return false;
+    const H5T_order_t order = H5Tget_order(mem_type);
+    if (H5Tset_order(twin.get(), order == H5T_ORDER_LE ? H5T_ORDER_BE : H5T_ORDER_LE) < 0) {
+        detail::hdf5_error_stack();
+        return false;
+    }
+    swap = H5Tequal(file_type, twin.get()) > 0;
+    detail::hdf5_error_stack();
+    return swap;
+}
+
+
+}  // namespace mpistage::detail
