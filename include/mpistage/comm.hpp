@@ -110,9 +110,10 @@ struct NamedValue {
     std::string text;  ///< the value as text; ranks compare hashes of it, then print it
 };
 
-/// Collective: checks that every rank passed the same texts for the same names (in the same
-/// order; the list's length must be equal on all ranks). Costs one allgather of one hash per
-/// value when they agree. When they differ, every rank throws the same `ConfigError`:
+/// Collective: checks that every rank passed the same texts (in the same order; the list's
+/// length must be equal on all ranks). Only texts are compared; names label the message, which
+/// uses rank 0's names so it is identical everywhere. Costs one allgather of one hash per value
+/// when they agree. When they differ, every rank throws the same `ConfigError`:
 /// "`context`: ranks disagree: NAME is 'A' on rank 0 but 'B' on rank R; ... `advice`".
 /// @throws ConfigError (agreed); MpiError when a collective fails.
 void require_same(const Communicator& comm, const std::vector<NamedValue>& values,

@@ -27,7 +27,7 @@ void require_same(const Communicator& comm, const std::vector<NamedValue>& value
     }
     if (k == 0) return;
     std::vector<std::uint64_t> mine(k);
-    for (std::size_t i = 0; i < k; ++i) mine[i] = fnv1a64(values[i].name + '\0' + values[i].text);
+    for (std::size_t i = 0; i < k; ++i) mine[i] = fnv1a64(values[i].text);
     std::vector<std::uint64_t> all(k * static_cast<std::size_t>(comm.size()));
     check_mpi(MPI_Allgather(mine.data(), static_cast<int>(k), MPI_UINT64_T, all.data(),
                             static_cast<int>(k), MPI_UINT64_T, comm.get()),
@@ -40,9 +40,11 @@ void require_same(const Communicator& comm, const std::vector<NamedValue>& value
         }
         if (other < 0) continue;
         // Every rank knows `other`, so both broadcasts are made by all ranks in the same order.
+        // Names may hold rank-local text (a path); rank 0's name keeps the message identical.
+        const std::string name = comm.broadcast(values[i].name, 0);
         const std::string t0 = comm.broadcast(values[i].text, 0);
         const std::string tr = comm.broadcast(values[i].text, other);
-        detail += (detail.empty() ? " " : "; ") + values[i].name + " is '" + t0 +
+        detail += (detail.empty() ? " " : "; ") + name + " is '" + t0 +
                   "' on rank 0 but '" + tr + "' on rank " + std::to_string(other);
     }
     if (detail.empty()) return;

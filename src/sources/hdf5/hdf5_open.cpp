@@ -3,6 +3,7 @@
 
 #include "sources/hdf5/hdf5_impl.hpp"
 #include "sources/hdf5/hdf5_types.hpp"
+#include "util/file_identity.hpp"
 #include "util/input_file.hpp"
 
 namespace mpistage {
@@ -38,7 +39,11 @@ void Hdf5Source::Impl::open(const Communicator& c) {
                               "byte offset 0, 512, 1024, ...)");
         }
     });
-    // 2. Collective open through the MPI-IO driver on the library's communicator.
+    // 2. The same file on every rank? A different file (another node's copy, a file being
+    //    rewritten) would send ranks into different collectives inside H5Fopen.
+    require_same(c, "contents of " + path, detail::file_identity(raw), "hdf5",
+                 "every rank must open the same, unchanging file");
+    // 3. Collective open through the MPI-IO driver on the library's communicator.
     run_agreed(c, [&] {
         detail::H5Plist fapl(h5check(H5Pcreate(H5P_FILE_ACCESS), "hdf5: H5Pcreate(fapl)"));
         h5check(H5Pset_fapl_mpio(fapl.get(), comm->get(), MPI_INFO_NULL),
@@ -47,7 +52,7 @@ void Hdf5Source::Impl::open(const Communicator& c) {
             h5check(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()),
                     "hdf5: " + path + ": H5Fopen (MPI-IO)"));
     });
-    // 3. Fields: same file, same answers on every rank, but agree anyway.
+    // 4. Fields: same file, same answers on every rank, but agree anyway.
     run_agreed(c, [&] { open_fields(); });
 }
 
