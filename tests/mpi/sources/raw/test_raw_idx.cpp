@@ -3,9 +3,17 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <cstdint>
+#include <cstring>
+#include <fstream>
 #include <set>
+#include <string>
+#include <vector>
 
-#include "hdf5_test_util.hpp"
+#include "h5t_checks.hpp"
+#include "h5t_files.hpp"
+#include "h5t_h5dump.hpp"
+#include "h5t_mpi.hpp"
 #include "mpistage/comm.hpp"
 #include "mpistage/loader.hpp"
 #include "mpistage/raw_source.hpp"
