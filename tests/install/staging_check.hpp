@@ -99,4 +99,27 @@ inline mpistage::LoaderOptions loader_options() {
     return options;
 }
 
+/// The whole consumer: MPI setup, the IDX pair in WORK_DIR (argv[1]), one staged epoch handed
+/// batch by batch to `per_batch(batch, seen)`, the exactly-once report. Returns the exit code.
+template <class PerBatch>
+int run(int argc, char** argv, const char* who, PerBatch per_batch) {
+    int provided = 0;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    int rc = 0;
+    try {
+        if (argc != 2) throw mpistage::ConfigError("usage: x WORK_DIR");
+        mpistage::Communicator comm(MPI_COMM_WORLD);
+        mpistage::RawSource source = open_source(comm, argv[1]);
+        mpistage::Loader loader(comm, source, loader_options());
+        Seen seen;
+        for (const mpistage::HostBatch& batch : loader.epoch(0)) per_batch(batch, seen);
+        rc = report(MPI_COMM_WORLD, seen, who);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "%s: %s\n", who, e.what());
+        rc = 2;
+    }
+    MPI_Finalize();
+    return rc;
+}
+
 }  // namespace consumer
