@@ -14,6 +14,18 @@ function(mpistage_add_mpi_test target)
       TIMEOUT ${ARG_TIMEOUT}
       LABELS "${ARG_LABELS};np${np}"
       PROCESSORS ${np}
-      ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
+      ENVIRONMENT "${MPISTAGE_MPI_TEST_ENV}")
   endforeach()
 endfunction()
+
+# Run-time options of the sanitizer build (cmake/MpistageSanitize.cmake): Open MPI's own leaks
+# are suppressed (tests/sanitizers/lsan.supp), UBSan prints the stack of a finding.
+set(MPISTAGE_SANITIZER_ENV "")
+if(MPISTAGE_SANITIZER_FLAGS)
+  set(MPISTAGE_SANITIZER_ENV
+    "LSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/tests/sanitizers/lsan.supp:print_suppressions=0"
+    "UBSAN_OPTIONS=print_stacktrace=1"
+    "ASAN_OPTIONS=detect_leaks=1")
+endif()
+set(MPISTAGE_MPI_TEST_ENV "OMPI_ALLOW_RUN_AS_ROOT=1" "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"
+    "OMPI_MCA_rmaps_base_oversubscribe=1" ${MPISTAGE_SANITIZER_ENV})
