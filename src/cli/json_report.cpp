@@ -91,7 +91,7 @@ void check_json_destination(const std::string& path) {
     }
     const std::string folder = folder_of(path);
     if (::access(folder.c_str(), W_OK | X_OK) != 0) {
-        throw_json_io(path, "its folder '" + folder + "' is not writable", errno);
+        throw_json_io(path, "cannot write into its folder '" + folder + "'", errno);
     }
 }
 

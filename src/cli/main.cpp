@@ -37,7 +37,7 @@ void report_error(const cli::CommandLine& cl, int rank, int world_size, const Er
     try {
         cli::write_error_json(cl.stage.json, world_size, e);
     } catch (const std::exception& w) {
-        std::fprintf(stderr, "mpistage: rank 0: warning: %s\n", w.what());
+        std::fprintf(stderr, "mpistage: warning: rank 0 could not record the error: %s\n", w.what());
     }
 }
 
