@@ -26,11 +26,10 @@ void run_convert(const Communicator& comm, const ConvertArgs& a) {
         } else {
             write_idx_hdf5(images, labels, a.output, a.chunk_rows, a.gzip_level);
         }
-        std::printf("wrote %s: images [%llu...] %s, labels [%llu] %s\n", a.output.c_str(),
-                    static_cast<unsigned long long>(images.dims[0]),
-                    dtype_name(images.dtype).c_str(),
-                    static_cast<unsigned long long>(labels.dims[0]),
-                    dtype_name(labels.dtype).c_str());
+        std::printf(
+            "wrote %s: images [%llu...] %s, labels [%llu] %s\n", a.output.c_str(),
+            static_cast<unsigned long long>(images.dims[0]), dtype_name(images.dtype).c_str(),
+            static_cast<unsigned long long>(labels.dims[0]), dtype_name(labels.dtype).c_str());
     });
 }
 

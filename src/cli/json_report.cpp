@@ -109,7 +109,8 @@ void write_stage_json(const StageArgs& a, const StageOutcome& o) {
     for (const auto& r : o.epochs) j["epochs"].push_back(epoch_json(r, a.verify));
     j["ranks"] = nlohmann::json::array();
     for (std::size_t r = 0; r < o.ranks.size(); ++r) j["ranks"].push_back(rank_json(r, o.ranks[r]));
-    write_file_atomically(a.json, j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+    write_file_atomically(a.json,
+                          j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
 }
 
 void write_error_json(const std::string& path, int world_size, const Error& error) {
@@ -117,7 +118,8 @@ void write_error_json(const std::string& path, int world_size, const Error& erro
     j["status"] = "error";
     j["world_size"] = world_size;
     j["error"] = {{"kind", error_kind_name(error.kind())}, {"message", error.what()}};
-    write_file_atomically(path, j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+    write_file_atomically(path,
+                          j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
 }
 
 }  // namespace mpistage::cli

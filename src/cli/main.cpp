@@ -20,10 +20,17 @@ int run_command(cli::CommandLine& cl, int argc, char** argv) {
     Communicator comm(MPI_COMM_WORLD);
     int rc = 0;
     switch (cl.parse_agreed(comm, argc, argv)) {
-    case cli::Command::stage: rc = cli::run_stage(comm, cl.stage); break;
-    case cli::Command::convert_idx: cli::run_convert(comm, cl.convert); break;
-    case cli::Command::index: cli::run_index(comm, cl.index); break;
-    case cli::Command::none: break;  // --help or --version was printed
+        case cli::Command::stage:
+            rc = cli::run_stage(comm, cl.stage);
+            break;
+        case cli::Command::convert_idx:
+            cli::run_convert(comm, cl.convert);
+            break;
+        case cli::Command::index:
+            cli::run_index(comm, cl.index);
+            break;
+        case cli::Command::none:
+            break;  // --help or --version was printed
     }
     comm.free();
     return rc;
@@ -37,7 +44,8 @@ void report_error(const cli::CommandLine& cl, int rank, int world_size, const Er
     try {
         cli::write_error_json(cl.stage.json, world_size, e);
     } catch (const std::exception& w) {
-        std::fprintf(stderr, "mpistage: warning: rank 0 could not record the error: %s\n", w.what());
+        std::fprintf(stderr, "mpistage: warning: rank 0 could not record the error: %s\n",
+                     w.what());
     }
 }
 

@@ -31,8 +31,7 @@ bool looks_like_tfrecord(const std::string& path) {
         if (path.find(s) != std::string::npos) return true;
     }
     // Whole-file gzip TFRecords (TensorFlow, Beam, TFX) usually end in .gz without a hint.
-    return path.size() > 3 && path.compare(path.size() - 3, 3, ".gz") == 0 &&
-           !looks_like_idx(path);
+    return path.size() > 3 && path.compare(path.size() - 3, 3, ".gz") == 0 && !looks_like_idx(path);
 }
 
 std::vector<RawField> idx_fields(const StageArgs& a) {
@@ -74,7 +73,8 @@ std::string detect_format(const StageArgs& a) {
 }
 
 void require_same_format(const Communicator& comm, const StageArgs& a, const std::string& format) {
-    require_same(comm, "the source type (--format " + a.format + ", FILE '" + a.files.front() + "')",
+    require_same(comm,
+                 "the source type (--format " + a.format + ", FILE '" + a.files.front() + "')",
                  format, "stage",
                  "the same path names different kinds of file on different ranks (nodes); every "
                  "rank must see the same files");
@@ -92,7 +92,8 @@ std::unique_ptr<Source> open_source(const Communicator& comm, const StageArgs& a
         return std::make_unique<Hdf5Source>(comm, a.files.front(), o);
     }
     if (format == "idx") {
-        return std::make_unique<RawSource>(comm, run_agreed_value(comm, [&] { return idx_fields(a); }));
+        return std::make_unique<RawSource>(comm,
+                                           run_agreed_value(comm, [&] { return idx_fields(a); }));
     }
     const TfRecordOptions o = run_agreed_value(comm, [&] { return tfrecord_options(a); });
     return std::make_unique<TfRecordSource>(comm, a.files, o);

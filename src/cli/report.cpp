@@ -16,19 +16,19 @@ namespace {
 using ull = unsigned long long;
 
 void print_rank_table(const std::vector<RankTotals>& ranks) {
-    std::printf("per rank, all epochs (samples = valid samples; wait = seconds waiting for data, "
-                "of which wait_io for this rank's reads and wait_peers for other ranks in "
-                "collectives; moved = records the skew correction moved):\n");
+    std::printf(
+        "per rank, all epochs (samples = valid samples; wait = seconds waiting for data, "
+        "of which wait_io for this rank's reads and wait_peers for other ranks in "
+        "collectives; moved = records the skew correction moved):\n");
     std::printf("%5s %10s %8s %14s %10s %10s %10s %12s %8s\n", "rank", "samples", "batches",
                 "bytes", "MB/s", "wait_s", "wait_io_s", "wait_peers_s", "moved");
     for (std::size_t r = 0; r < ranks.size(); ++r) {
         const RankTotals& t = ranks[r];
-        std::printf("%5zu %10llu %8llu %14llu %10.1f %10.3f %10.3f %12.3f %8llu\n", r,
-                    static_cast<ull>(t.samples), static_cast<ull>(t.batches),
-                    static_cast<ull>(t.bytes),
-                    t.seconds > 0 ? static_cast<double>(t.bytes) / t.seconds / 1e6 : 0.0,
-                    t.wait_seconds, t.wait_io_seconds, t.wait_peers_seconds,
-                    static_cast<ull>(t.records_moved));
+        std::printf(
+            "%5zu %10llu %8llu %14llu %10.1f %10.3f %10.3f %12.3f %8llu\n", r,
+            static_cast<ull>(t.samples), static_cast<ull>(t.batches), static_cast<ull>(t.bytes),
+            t.seconds > 0 ? static_cast<double>(t.bytes) / t.seconds / 1e6 : 0.0, t.wait_seconds,
+            t.wait_io_seconds, t.wait_peers_seconds, static_cast<ull>(t.records_moved));
     }
 }
 
@@ -48,18 +48,20 @@ void print_balance(const std::vector<RankTotals>& ranks) {
 
 void print_verdicts(const std::vector<EpochReport>& epochs, bool all_ok) {
     for (const auto& r : epochs) {
-        std::printf("epoch %llu: %llu batches per rank, %llu valid samples, duplicates %llu, "
-                    "missing %llu\n",
-                    static_cast<ull>(r.epoch), static_cast<ull>(r.batches.front()),
-                    static_cast<ull>(r.expected), static_cast<ull>(r.duplicates),
-                    static_cast<ull>(r.missing));
+        std::printf(
+            "epoch %llu: %llu batches per rank, %llu valid samples, duplicates %llu, "
+            "missing %llu\n",
+            static_cast<ull>(r.epoch), static_cast<ull>(r.batches.front()),
+            static_cast<ull>(r.expected), static_cast<ull>(r.duplicates),
+            static_cast<ull>(r.missing));
     }
     if (epochs.empty()) std::printf("warning: no epoch was staged (--epochs 0)\n");
     for (const auto& r : epochs) {
         if (!r.batches.empty() && r.batches.front() == 0) {
-            std::printf("warning: epoch %llu yielded 0 batches per rank (under drop, batch size "
-                        "x ranks exceeds the samples)\n",
-                        static_cast<ull>(r.epoch));
+            std::printf(
+                "warning: epoch %llu yielded 0 batches per rank (under drop, batch size "
+                "x ranks exceeds the samples)\n",
+                static_cast<ull>(r.epoch));
         }
     }
     if (all_ok) {
@@ -94,14 +96,13 @@ std::vector<RankTotals> gather_rank_totals(const Communicator& comm, const Loade
         return static_cast<std::uint64_t>(std::max(0.0, d.count()) * 1e6);
     };
     constexpr int kColumns = 8;
-    const std::uint64_t mine[kColumns] = {s.valid_samples,    s.batches,
-                                          s.bytes_read,       us(s.epoch_time),
-                                          us(s.wait_time),    us(s.wait_io_time),
-                                          us(s.wait_peers_time), s.records_moved};
+    const std::uint64_t mine[kColumns] = {
+        s.valid_samples, s.batches,          s.bytes_read,          us(s.epoch_time),
+        us(s.wait_time), us(s.wait_io_time), us(s.wait_peers_time), s.records_moved};
     std::vector<std::uint64_t> all(static_cast<std::size_t>(comm.size()) * kColumns);
-    check_mpi(MPI_Allgather(mine, kColumns, MPI_UINT64_T, all.data(), kColumns, MPI_UINT64_T,
-                            comm.get()),
-              "MPI_Allgather(rank totals)");
+    check_mpi(
+        MPI_Allgather(mine, kColumns, MPI_UINT64_T, all.data(), kColumns, MPI_UINT64_T, comm.get()),
+        "MPI_Allgather(rank totals)");
     std::vector<RankTotals> out(static_cast<std::size_t>(comm.size()));
     for (std::size_t r = 0; r < out.size(); ++r) {
         const std::uint64_t* v = all.data() + r * kColumns;
@@ -111,11 +112,12 @@ std::vector<RankTotals> gather_rank_totals(const Communicator& comm, const Loade
 }
 
 void print_header(const StageArgs& a, const StageOutcome& o) {
-    std::printf("mpistage %s: %llu samples, %d ranks, batch %llu, shuffle %s, remainder %s, "
-                "sharding %s, %llu epoch(s)\n",
-                MPISTAGE_VERSION, static_cast<ull>(o.num_samples), o.world_size,
-                static_cast<ull>(a.batch_size), a.shuffle.c_str(), a.remainder.c_str(),
-                a.sharding.c_str(), static_cast<ull>(a.epochs));
+    std::printf(
+        "mpistage %s: %llu samples, %d ranks, batch %llu, shuffle %s, remainder %s, "
+        "sharding %s, %llu epoch(s)\n",
+        MPISTAGE_VERSION, static_cast<ull>(o.num_samples), o.world_size,
+        static_cast<ull>(a.batch_size), a.shuffle.c_str(), a.remainder.c_str(), a.sharding.c_str(),
+        static_cast<ull>(a.epochs));
     for (const auto& f : o.fields) {
         std::string shape;
         for (auto d : f.sample_shape) shape += (shape.empty() ? "" : ",") + std::to_string(d);
@@ -138,13 +140,20 @@ void print_summary(const StageArgs& a, const StageOutcome& o) {
 
 std::string error_kind_name(ErrorKind kind) {
     switch (kind) {
-    case ErrorKind::config: return "ConfigError";
-    case ErrorKind::io: return "IoError";
-    case ErrorKind::format: return "FormatError";
-    case ErrorKind::mpi: return "MpiError";
-    case ErrorKind::hdf5: return "Hdf5Error";
-    case ErrorKind::cuda: return "CudaError";
-    case ErrorKind::generic: break;
+        case ErrorKind::config:
+            return "ConfigError";
+        case ErrorKind::io:
+            return "IoError";
+        case ErrorKind::format:
+            return "FormatError";
+        case ErrorKind::mpi:
+            return "MpiError";
+        case ErrorKind::hdf5:
+            return "Hdf5Error";
+        case ErrorKind::cuda:
+            return "CudaError";
+        case ErrorKind::generic:
+            break;
     }
     return "Error";
 }

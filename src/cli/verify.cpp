@@ -49,8 +49,10 @@ std::vector<std::int64_t> gather_ids(const Communicator& comm, const std::vector
     }
     // `valid` is allgathered, so every rank takes this branch or none.
     if (total > static_cast<std::uint64_t>(std::numeric_limits<int>::max())) {
-        throw ConfigError("stage: --verify gathers the valid ids of an epoch on rank 0 and supports "
-                          "at most 2^31-1 of them; this epoch has " + std::to_string(total));
+        throw ConfigError(
+            "stage: --verify gathers the valid ids of an epoch on rank 0 and supports "
+            "at most 2^31-1 of them; this epoch has " +
+            std::to_string(total));
     }
     std::vector<std::int64_t> all(comm.rank() == 0 ? total : 0);
     check_mpi(MPI_Gatherv(ids.data(), static_cast<int>(ids.size()), MPI_INT64_T, all.data(),

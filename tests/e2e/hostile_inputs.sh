@@ -15,6 +15,7 @@
 set -euo pipefail
 cli="$(readlink -f "$1")"; work="$2"; data="$3"; fmnist="$4"
 mpiexec="${MPIEXEC:-mpirun}"
+[ -d "$work" ] && chmod -R u+rwx "$work" 2>/dev/null || true  # a failed run may leave a mode-000 folder
 rm -rf "$work"
 mkdir -p "$work"
 work="$(readlink -f "$work")"
