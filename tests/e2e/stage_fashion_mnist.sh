@@ -73,7 +73,7 @@ set -e
 elapsed=$(( $(date +%s) - start ))
 [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "mismatched batch sizes: rc=$rc"
 [ "$elapsed" -le 30 ] || fail "mismatched batch sizes took ${elapsed}s"
-n=$(grep -c "ConfigError: stage: ranks were given different arguments: --batch-size is '32' on rank 0 but '16' on rank 2" "$work/mismatch.err" || true)
+n=$(grep -c "ConfigError: stage: ranks were given different arguments: ranks disagree: --batch-size is '32' on rank 0 but '16' on rank 2" "$work/mismatch.err" || true)
 [ "$n" -eq 3 ] || { cat "$work/mismatch.err"; fail "expected the same ConfigError on all 3 ranks, got $n"; }
 
 # Other per-rank differences (found by review): a flag that changes the number of collectives
@@ -86,7 +86,7 @@ SH
 chmod +x "$work/wrap2.sh"
 for case in "stage $h5 -e 2 -q|stage $h5 -e 1 -q|--epochs is '2' on rank 0 but '1' on rank 1" \
             "stage $h5 --verify -q|stage $h5 -q|--verify is 'on' on rank 0 but 'off' on rank 1" \
-            "stage $h5 -q|stage $work/missing.h5 -q|File does not exist"; do
+            "stage $h5 -q|stage $work/missing.h5 -q|stage: FILE: '$work/missing.h5' does not exist"; do
     IFS='|' read -r a0 a1 pattern <<< "$case"
     start=$(date +%s)
     set +e

@@ -1,0 +1,103 @@
+#pragma once
+// Command-line arguments of the `mpistage` executable: one option struct per command, the CLI11
+// description that fills them, and the collective parse that makes every rank agree on the
+// outcome (internal to the CLI).
+
+#include <CLI/CLI.hpp>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mpistage/comm.hpp"
+
+namespace mpistage::cli {
+
+/// `mpistage stage FILE... [options]`.
+struct StageArgs {
+    std::vector<std::string> files;
+    std::vector<std::string> fields;
+    std::string format = "auto";
+    std::uint64_t batch_size = 32;
+    std::uint64_t epochs = 1;
+    std::uint64_t first_epoch = 0;
+    std::string shuffle = "none";
+    std::string sharding = "byte_range";
+    std::uint64_t seed = 0;
+    std::string remainder = "drop";
+    std::size_t prefetch = 2;
+    std::size_t threads = 1;
+    bool verify = false;
+    /// Watchdog deadline of the loader's collectives in seconds (0 disables).
+    std::int64_t timeout_seconds = 300;
+    /// Hash every byte of the dataset across ranks (LoaderOptions::verify_files).
+    bool verify_files = false;
+    std::string json;
+    bool quiet = false;
+    std::vector<std::string> index_paths;
+    std::vector<std::string> features;
+    std::string on_corrupt = "error";
+};
+
+/// `mpistage convert idx IMAGES LABELS -o OUT [options]`.
+struct ConvertArgs {
+    std::string images;
+    std::string labels;
+    std::string output;
+    std::uint64_t chunk_rows = 0;
+    int gzip_level = 0;
+    std::string format = "hdf5";
+};
+
+/// `mpistage index FILE... [-o OUT]...`.
+struct IndexArgs {
+    std::vector<std::string> files;
+    std::vector<std::string> outputs;
+};
+
+/// Which command a command line selects.
+enum class Command { none, stage, convert_idx, index };
+
+/// Name of a command as the user types it ("stage", "convert idx", "index", "(none)").
+std::string command_name(Command c);
+
+/// The CLI11 application with every command and option bound to the structs below.
+/// Not copyable or movable (CLI11 keeps pointers into it).
+class CommandLine {
+public:
+    CommandLine();
+    CommandLine(const CommandLine&) = delete;
+    CommandLine& operator=(const CommandLine&) = delete;
+
+    StageArgs stage;
+    ConvertArgs convert;
+    IndexArgs index;
+
+    /// The command this rank parsed (Command::none before parsing or when none was given).
+    Command command() const;
+    /// Collective over `comm`: parses `argv` on every rank, then agrees on the outcome: a parse
+    /// error on any rank (bad flag, negative value for an unsigned flag) is the same ConfigError
+    /// on every rank; --help/--version given on some ranks only, or different commands, are a
+    /// ConfigError on every rank (require_same). Returns Command::none on every rank when
+    /// --help or --version was printed (by rank 0). @throws ConfigError (agreed), MpiError.
+    Command parse_agreed(const Communicator& comm, int argc, char** argv);
+
+private:
+    CLI::App app_;
+    CLI::App* stage_cmd_ = nullptr;
+    CLI::App* convert_idx_cmd_ = nullptr;
+    CLI::App* index_cmd_ = nullptr;
+};
+
+/// The stage flags that decide which collectives a rank makes or what it stages, as named
+/// texts for `require_same` ("--batch-size" → "64"). `--prefetch` and `--threads` may differ
+/// between ranks and are not listed; `--json` is listed as given / not given.
+std::vector<NamedValue> stage_argument_values(const StageArgs& a);
+
+/// The words of `v` separated by single spaces.
+std::string join_words(const std::vector<std::string>& v);
+
+/// The advice every "ranks were given different arguments" error ends with.
+extern const char* const kSameCommandAdvice;
+
+}  // namespace mpistage::cli

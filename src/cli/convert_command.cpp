@@ -1,0 +1,36 @@
+// `mpistage convert idx`: rank 0 converts; every rank gets the same outcome.
+#include <cstdio>
+
+#include "cli/commands.hpp"
+#include "cli/convert.hpp"
+#include "mpistage/error.hpp"
+#include "util/input_file.hpp"
+
+namespace mpistage::cli {
+
+void run_convert(const Communicator& comm, const ConvertArgs& a) {
+    run_agreed(comm, [&] {
+        if (comm.rank() != 0) return;
+        // Probe first: gzopen on a FIFO would block, and "does not exist" must not hide
+        // "permission denied".
+        detail::probe_input_file(a.images, "convert: IMAGES");
+        detail::probe_input_file(a.labels, "convert: LABELS");
+        if (a.format != "hdf5" && a.format != "tfrecord") {
+            throw ConfigError("convert: unknown --format '" + a.format +
+                              "' (expected hdf5 or tfrecord)");
+        }
+        const IdxArray images = read_idx_any(a.images);
+        const IdxArray labels = read_idx_any(a.labels);
+        if (a.format == "tfrecord") {
+            write_idx_tfrecord(images, labels, a.output);
+        } else {
+            write_idx_hdf5(images, labels, a.output, a.chunk_rows, a.gzip_level);
+        }
+        std::printf(
+            "wrote %s: images [%llu...] %s, labels [%llu] %s\n", a.output.c_str(),
+            static_cast<unsigned long long>(images.dims[0]), dtype_name(images.dtype).c_str(),
+            static_cast<unsigned long long>(labels.dims[0]), dtype_name(labels.dtype).c_str());
+    });
+}
+
+}  // namespace mpistage::cli

@@ -1,0 +1,161 @@
+// The text report of `mpistage stage` (rank 0) and the per-rank totals behind it.
+#include "cli/report.hpp"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "mpistage/config.hpp"
+#include "mpistage/tfrecord_source.hpp"
+
+namespace mpistage::cli {
+
+namespace {
+
+using ull = unsigned long long;
+
+void print_rank_table(const std::vector<RankTotals>& ranks) {
+    std::printf(
+        "per rank, all epochs (samples = valid samples; wait = seconds waiting for data, "
+        "of which wait_io for this rank's reads and wait_peers for other ranks in "
+        "collectives; moved = records the skew correction moved):\n");
+    std::printf("%5s %10s %8s %14s %10s %10s %10s %12s %8s\n", "rank", "samples", "batches",
+                "bytes", "MB/s", "wait_s", "wait_io_s", "wait_peers_s", "moved");
+    for (std::size_t r = 0; r < ranks.size(); ++r) {
+        const RankTotals& t = ranks[r];
+        std::printf(
+            "%5zu %10llu %8llu %14llu %10.1f %10.3f %10.3f %12.3f %8llu\n", r,
+            static_cast<ull>(t.samples), static_cast<ull>(t.batches), static_cast<ull>(t.bytes),
+            t.seconds > 0 ? static_cast<double>(t.bytes) / t.seconds / 1e6 : 0.0, t.wait_seconds,
+            t.wait_io_seconds, t.wait_peers_seconds, static_cast<ull>(t.records_moved));
+    }
+}
+
+// Residual byte skew after the count-equalising skew correction (DESIGN.md "Balance").
+void print_balance(const std::vector<RankTotals>& ranks) {
+    std::uint64_t max_bytes = 0;
+    std::uint64_t sum_bytes = 0;
+    for (const auto& t : ranks) {
+        max_bytes = std::max(max_bytes, t.bytes);
+        sum_bytes += t.bytes;
+    }
+    const double mean = static_cast<double>(sum_bytes) / static_cast<double>(ranks.size());
+    std::printf("balance: bytes per rank max/mean %.4f (max - mean = %.0f bytes)\n",
+                mean > 0 ? static_cast<double>(max_bytes) / mean : 1.0,
+                static_cast<double>(max_bytes) - mean);
+}
+
+void print_verdicts(const std::vector<EpochReport>& epochs, bool all_ok) {
+    for (const auto& r : epochs) {
+        std::printf(
+            "epoch %llu: %llu batches per rank, %llu valid samples, duplicates %llu, "
+            "missing %llu\n",
+            static_cast<ull>(r.epoch), static_cast<ull>(r.batches.front()),
+            static_cast<ull>(r.expected), static_cast<ull>(r.duplicates),
+            static_cast<ull>(r.missing));
+    }
+    if (epochs.empty()) std::printf("warning: no epoch was staged (--epochs 0)\n");
+    for (const auto& r : epochs) {
+        if (!r.batches.empty() && r.batches.front() == 0) {
+            std::printf(
+                "warning: epoch %llu yielded 0 batches per rank (under drop, batch size "
+                "x ranks exceeds the samples)\n",
+                static_cast<ull>(r.epoch));
+        }
+    }
+    if (all_ok) {
+        std::printf("exactly-once: OK\n");
+        return;
+    }
+    std::string why;
+    for (const auto& r : epochs) {
+        if (r.ok) continue;
+        why += "epoch " + std::to_string(r.epoch) + ": duplicates " + std::to_string(r.duplicates) +
+               ", missing " + std::to_string(r.missing) + ", out of range " +
+               std::to_string(r.out_of_range) + "; ";
+    }
+    std::printf("exactly-once: FAILED (%s)\n", why.c_str());
+}
+
+}  // namespace
+
+SourceStatistics source_statistics(const Source& source) {
+    // TODO(lead): Source::statistics() — replace this cast once the virtual is merged.
+    SourceStatistics s;
+    if (const auto* tfr = dynamic_cast<const TfRecordSource*>(&source)) {
+        s.counts_skipped_records = true;
+        s.skipped_records = tfr->skipped_records();
+    }
+    return s;
+}
+
+std::vector<RankTotals> gather_rank_totals(const Communicator& comm, const LoaderStats& s) {
+    // Times travel as microseconds so one allgather of uint64 carries every column.
+    const auto us = [](std::chrono::duration<double> d) {
+        return static_cast<std::uint64_t>(std::max(0.0, d.count()) * 1e6);
+    };
+    constexpr int kColumns = 8;
+    const std::uint64_t mine[kColumns] = {
+        s.valid_samples, s.batches,          s.bytes_read,          us(s.epoch_time),
+        us(s.wait_time), us(s.wait_io_time), us(s.wait_peers_time), s.records_moved};
+    std::vector<std::uint64_t> all(static_cast<std::size_t>(comm.size()) * kColumns);
+    check_mpi(
+        MPI_Allgather(mine, kColumns, MPI_UINT64_T, all.data(), kColumns, MPI_UINT64_T, comm.get()),
+        "MPI_Allgather(rank totals)");
+    std::vector<RankTotals> out(static_cast<std::size_t>(comm.size()));
+    for (std::size_t r = 0; r < out.size(); ++r) {
+        const std::uint64_t* v = all.data() + r * kColumns;
+        out[r] = {v[0], v[1], v[2], v[3] / 1e6, v[4] / 1e6, v[5] / 1e6, v[6] / 1e6, v[7]};
+    }
+    return out;
+}
+
+void print_header(const StageArgs& a, const StageOutcome& o) {
+    std::printf(
+        "mpistage %s: %llu samples, %d ranks, batch %llu, shuffle %s, remainder %s, "
+        "sharding %s, %llu epoch(s)\n",
+        MPISTAGE_VERSION, static_cast<ull>(o.num_samples), o.world_size,
+        static_cast<ull>(a.batch_size), a.shuffle.c_str(), a.remainder.c_str(), a.sharding.c_str(),
+        static_cast<ull>(a.epochs));
+    for (const auto& f : o.fields) {
+        std::string shape;
+        for (auto d : f.sample_shape) shape += (shape.empty() ? "" : ",") + std::to_string(d);
+        std::printf("  field %-12s %-8s [B%s%s]%s\n", f.name.c_str(), dtype_name(f.dtype).c_str(),
+                    shape.empty() ? "" : ",", shape.c_str(), f.ragged ? " ragged" : "");
+    }
+    if (o.source.skipped_records > 0) {
+        std::printf("  skipped %llu corrupt record(s) (--on-corrupt skip)\n",
+                    static_cast<ull>(o.source.skipped_records));
+    }
+    std::fflush(stdout);
+}
+
+void print_summary(const StageArgs& a, const StageOutcome& o) {
+    print_rank_table(o.ranks);
+    print_balance(o.ranks);
+    if (a.verify) print_verdicts(o.epochs, o.all_ok);
+    std::fflush(stdout);
+}
+
+std::string error_kind_name(ErrorKind kind) {
+    switch (kind) {
+        case ErrorKind::config:
+            return "ConfigError";
+        case ErrorKind::io:
+            return "IoError";
+        case ErrorKind::format:
+            return "FormatError";
+        case ErrorKind::mpi:
+            return "MpiError";
+        case ErrorKind::hdf5:
+            return "Hdf5Error";
+        case ErrorKind::cuda:
+            return "CudaError";
+        case ErrorKind::generic:
+            break;
+    }
+    return "Error";
+}
+
+}  // namespace mpistage::cli

@@ -1,0 +1,94 @@
+// The exactly-once check of `mpistage stage --verify`: rank 0 counts every gathered id.
+#include "cli/verify.hpp"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "mpistage/error.hpp"
+
+namespace mpistage::cli {
+
+namespace {
+
+struct Verdict {
+    std::uint64_t duplicates = 0;
+    std::uint64_t missing = 0;
+    std::uint64_t out_of_range = 0;
+    std::uint64_t unique = 0;
+};
+
+// Rank 0: counts each id of the epoch.
+Verdict count_ids(const std::vector<std::int64_t>& all, std::uint64_t num_samples,
+                  std::uint64_t expected) {
+    Verdict v;
+    std::vector<std::uint32_t> seen(num_samples, 0);
+    for (auto id : all) {
+        if (id < 0 || static_cast<std::uint64_t>(id) >= num_samples) {
+            ++v.out_of_range;
+            continue;
+        }
+        if (++seen[static_cast<std::size_t>(id)] > 1) ++v.duplicates;
+    }
+    for (auto c : seen) v.unique += c > 0;
+    v.missing = expected > v.unique ? expected - v.unique : 0;
+    return v;
+}
+
+// Collective: the ids of every rank, concatenated in rank order on rank 0 (empty elsewhere).
+std::vector<std::int64_t> gather_ids(const Communicator& comm, const std::vector<std::int64_t>& ids,
+                                     const std::vector<std::uint64_t>& valid) {
+    std::vector<int> counts(valid.size());
+    std::vector<int> displs(valid.size());
+    std::uint64_t total = 0;
+    for (std::size_t i = 0; i < counts.size(); ++i) {
+        counts[i] = static_cast<int>(valid[i]);  // used only when total fits in an int
+        displs[i] = static_cast<int>(total);
+        total += valid[i];
+    }
+    // `valid` is allgathered, so every rank takes this branch or none.
+    if (total > static_cast<std::uint64_t>(std::numeric_limits<int>::max())) {
+        throw ConfigError(
+            "stage: --verify gathers the valid ids of an epoch on rank 0 and supports "
+            "at most 2^31-1 of them; this epoch has " +
+            std::to_string(total));
+    }
+    std::vector<std::int64_t> all(comm.rank() == 0 ? total : 0);
+    check_mpi(MPI_Gatherv(ids.data(), static_cast<int>(ids.size()), MPI_INT64_T, all.data(),
+                          counts.data(), displs.data(), MPI_INT64_T, 0, comm.get()),
+              "MPI_Gatherv(valid ids)");
+    return all;
+}
+
+}  // namespace
+
+EpochReport count_epoch(const Communicator& comm, std::uint64_t epoch, std::uint64_t batches) {
+    EpochReport r;
+    r.epoch = epoch;
+    r.batches = comm.allgather(batches);
+    return r;
+}
+
+EpochReport verify_epoch(const Communicator& comm, std::uint64_t epoch,
+                         const std::vector<std::int64_t>& ids, std::uint64_t batches,
+                         std::uint64_t num_samples, const EpochTotals& totals, bool drop) {
+    EpochReport r = count_epoch(comm, epoch, batches);
+    r.valid = comm.allgather(ids.size());
+    r.expected = drop ? totals.valid_samples : num_samples;
+    const std::vector<std::int64_t> all = gather_ids(comm, ids, r.valid);
+    Verdict v;
+    if (comm.rank() == 0) v = count_ids(all, num_samples, r.expected);
+    std::uint64_t verdict[4] = {v.duplicates, v.missing, v.out_of_range, v.unique};
+    check_mpi(MPI_Bcast(verdict, 4, MPI_UINT64_T, 0, comm.get()), "MPI_Bcast(verdict)");
+    r.duplicates = verdict[0];
+    r.missing = verdict[1];
+    r.out_of_range = verdict[2];
+    const bool equal_steps =
+        std::all_of(r.batches.begin(), r.batches.end(), [&](auto b) { return b == r.batches[0]; });
+    r.ok = equal_steps && r.duplicates == 0 && r.missing == 0 && r.out_of_range == 0 &&
+           verdict[3] == r.expected;
+    return r;
+}
+
+}  // namespace mpistage::cli
