@@ -31,6 +31,19 @@ struct Case {
     std::uint64_t seed = 0;
 };
 
+/// The case of N samples, W ranks, batch size B, remainder, mode and seed.
+inline Case make_case(std::uint64_t n, int w, std::uint64_t b, mpistage::Remainder rem, Mode mode,
+                      std::uint64_t seed = 0) {
+    Case c;
+    c.num_samples = n;
+    c.world_size = w;
+    c.batch_size = b;
+    c.remainder = rem;
+    c.mode = mode;
+    c.seed = seed;
+    return c;
+}
+
 inline mpistage::PlanOptions options_of(const Case& c) {
     mpistage::PlanOptions o;
     o.batch_size = c.batch_size;

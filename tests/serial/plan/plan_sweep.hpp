@@ -44,13 +44,7 @@ void for_each_case(const Mode& mode, mpistage::Remainder remainder, Violations& 
     for (const std::uint64_t n : kNumSamples) {
         for (const int w : kWorldSizes) {
             for (const std::uint64_t b : kBatchSizes) {
-                Case c;
-                c.num_samples = n;
-                c.world_size = w;
-                c.batch_size = b;
-                c.remainder = remainder;
-                c.mode = mode;
-                c.seed = 20240611;
+                const Case c = make_case(n, w, b, remainder, mode, 20240611);
                 if (n == 0) {
                     const mpistage::PlanOptions o = options_of(c);
                     bool threw = false;

@@ -14,20 +14,10 @@
 
 namespace {
 
-using mpistage::ConfigError;
 using mpistage::EpochPlan;
 using mpistage::PlanOptions;
 using mpistage::Remainder;
-using mpistage::Sharding;
-using mpistage::Shuffle;
-using mpistage_test_plan::kBatchSizes;
-using mpistage_test_plan::kEpochs;
-using mpistage_test_plan::kModes;
-using mpistage_test_plan::kNumSamples;
-using mpistage_test_plan::kRemainders;
-using mpistage_test_plan::kWorldSizes;
-using mpistage_test_plan::Mode;
-using mpistage_test_plan::Violations;
+using namespace mpistage_test_plan;
 
 // ---- record sizes: byte-range cuts (uniform and skewed) ---------------------------------------
 

@@ -12,10 +12,7 @@
 namespace {
 
 using mpistage::Remainder;
-using mpistage_test_plan::kModes;
-using mpistage_test_plan::Mode;
-using mpistage_test_plan::ModeRemainder;
-using mpistage_test_plan::PlanProperties;
+using namespace mpistage_test_plan;
 
 std::string param_name(const ::testing::TestParamInfo<ModeRemainder>& info) {
     const Mode m = kModes[static_cast<std::size_t>(std::get<0>(info.param))];

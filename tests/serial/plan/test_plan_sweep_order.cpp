@@ -16,12 +16,7 @@ namespace {
 using mpistage::EpochPlan;
 using mpistage::PlanOptions;
 using mpistage::Sharding;
-using mpistage_test_plan::Case;
-using mpistage_test_plan::for_each_case;
-using mpistage_test_plan::kEpochs;
-using mpistage_test_plan::PlanProperties;
-using mpistage_test_plan::Violations;
-using mpistage_test_plan::WorldPlan;
+using namespace mpistage_test_plan;
 
 // ---- order between epochs ---------------------------------------------------------------------
 

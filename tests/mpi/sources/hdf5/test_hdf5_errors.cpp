@@ -17,7 +17,6 @@ using h5src::fields_opt;
 using h5src::H2File;
 using h5src::kDir;
 using mpistage::Communicator;
-using mpistage::DType;
 using mpistage::Hdf5Options;
 using mpistage::Hdf5Source;
 

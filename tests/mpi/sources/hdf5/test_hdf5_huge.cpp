@@ -21,7 +21,6 @@ using h5src::fields_opt;
 using h5src::kDir;
 using mpistage::Communicator;
 using mpistage::DType;
-using mpistage::Hdf5Options;
 using mpistage::Hdf5Source;
 
 // BUGS H3: elements past 2^31 of a 2,147,483,700-element gzip dataset, via Source::read.

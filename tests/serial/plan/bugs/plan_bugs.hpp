@@ -21,6 +21,7 @@ using mpistage::Remainder;
 using mpistage::Sharding;
 using mpistage::Shuffle;
 using mpistage_test_plan::Case;
+using mpistage_test_plan::make_case;
 using mpistage_test_plan::Mode;
 using mpistage_test_plan::WorldPlan;
 
@@ -30,18 +31,6 @@ inline const std::vector<Mode> kAllModes = {{Sharding::byte_range, Shuffle::none
                                             {Sharding::byte_range, Shuffle::local},
                                             {Sharding::global, Shuffle::none},
                                             {Sharding::global, Shuffle::global}};
-
-inline Case make_case(std::uint64_t n, int w, std::uint64_t b, Remainder rem, Mode mode,
-                      std::uint64_t seed = 0) {
-    Case c;
-    c.num_samples = n;
-    c.world_size = w;
-    c.batch_size = b;
-    c.remainder = rem;
-    c.mode = mode;
-    c.seed = seed;
-    return c;
-}
 
 /// How many times each sample appears with valid = 1 over all ranks.
 inline std::vector<int> valid_multiplicity(const WorldPlan& wp, std::uint64_t n) {

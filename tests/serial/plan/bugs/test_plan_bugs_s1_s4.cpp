@@ -16,22 +16,8 @@
 namespace {
 
 using mpistage::ConfigError;
-using mpistage::EpochPlan;
-using mpistage::kPaddingId;
 using mpistage::PlanOptions;
-using mpistage::Remainder;
-using mpistage::Sharding;
-using mpistage::Shuffle;
-using mpistage_test_plan::Case;
-using mpistage_test_plan::Mode;
-using mpistage_test_plan::WorldPlan;
-using mpistage_test_plan_bugs::expect_equal_steps;
-using mpistage_test_plan_bugs::expect_exactly_once;
-using mpistage_test_plan_bugs::expect_flagged_padding;
-using mpistage_test_plan_bugs::kAllModes;
-using mpistage_test_plan_bugs::kShuffledModes;
-using mpistage_test_plan_bugs::make_case;
-using mpistage_test_plan_bugs::valid_multiplicity;
+using namespace mpistage_test_plan_bugs;
 
 // S1 (pytorch#25162): N=10, W=3, no shuffle, padding: every sample once with valid=true, padded
 // slots valid=false under mask, 4 slots a rank.

@@ -16,23 +16,8 @@
 
 namespace {
 
-using mpistage::ConfigError;
-using mpistage::EpochPlan;
-using mpistage::kPaddingId;
 using mpistage::PlanOptions;
-using mpistage::Remainder;
-using mpistage::Sharding;
-using mpistage::Shuffle;
-using mpistage_test_plan::Case;
-using mpistage_test_plan::Mode;
-using mpistage_test_plan::WorldPlan;
-using mpistage_test_plan_bugs::expect_equal_steps;
-using mpistage_test_plan_bugs::expect_exactly_once;
-using mpistage_test_plan_bugs::expect_flagged_padding;
-using mpistage_test_plan_bugs::kAllModes;
-using mpistage_test_plan_bugs::kShuffledModes;
-using mpistage_test_plan_bugs::make_case;
-using mpistage_test_plan_bugs::valid_multiplicity;
+using namespace mpistage_test_plan_bugs;
 
 // S5 (huggingface/datasets#6623): records 1..5, W=2, B=2: 2 batches on both ranks (last one
 // masked or padded), or 1 with drop; never a rank without a step.
