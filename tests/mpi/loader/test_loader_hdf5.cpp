@@ -11,7 +11,7 @@
 #include <iostream>
 #include <sstream>
 
-#include "hdf5_test_util.hpp"
+#include "../hdf5_test_util.hpp"
 #include "mpistage/comm.hpp"
 #include "mpistage/hdf5_source.hpp"
 #include "mpistage/loader.hpp"
