@@ -72,8 +72,7 @@ struct HostField {
     const T* as() const {
         if (sizeof(T) != dtype_size(info->dtype) && !(info->ragged && sizeof(T) == 1)) {
             throw ConfigError("field '" + info->name + "' has " + dtype_name(info->dtype) +
-                              " elements; requested a " + std::to_string(sizeof(T)) +
-                              "-byte type");
+                              " elements; requested a " + std::to_string(sizeof(T)) + "-byte type");
         }
         return reinterpret_cast<const T*>(data);
     }
@@ -204,8 +203,8 @@ private:
 /// computes the byte-range cut and skew correction (`MPI_Allreduce`/`MPI_Exscan`), so ranks
 /// whose options or files differ all throw the same `ConfigError` instead of hanging or mixing
 /// data. Every collective of the loader is watched: a rank that does not arrive within
-/// `timeout` ends the job with a message naming it (see `Communicator`). The source must outlive the loader. Not thread-safe: one
-/// thread drives a loader.
+/// `timeout` ends the job with a message naming it (see `Communicator`). The source must outlive
+/// the loader. Not thread-safe: one thread drives a loader.
 class Loader {
 public:
     /// Collective over `comm`, which is borrowed for this call only: the loader keeps its own

@@ -10,13 +10,20 @@ namespace mpistage {
 
 void throw_error(ErrorKind kind, const std::string& what) {
     switch (kind) {
-    case ErrorKind::config: throw ConfigError(what);
-    case ErrorKind::io: throw IoError(what);
-    case ErrorKind::format: throw FormatError(what);
-    case ErrorKind::mpi: throw MpiError(what);
-    case ErrorKind::hdf5: throw Hdf5Error(what);
-    case ErrorKind::cuda: throw CudaError(what);
-    case ErrorKind::generic: break;
+        case ErrorKind::config:
+            throw ConfigError(what);
+        case ErrorKind::io:
+            throw IoError(what);
+        case ErrorKind::format:
+            throw FormatError(what);
+        case ErrorKind::mpi:
+            throw MpiError(what);
+        case ErrorKind::hdf5:
+            throw Hdf5Error(what);
+        case ErrorKind::cuda:
+            throw CudaError(what);
+        case ErrorKind::generic:
+            break;
     }
     throw Error(what);
 }
@@ -50,9 +57,12 @@ Communicator::Communicator(MPI_Comm user_comm) : watch_(std::make_unique<detail:
 }
 
 Communicator::Communicator(Communicator&& other) noexcept
-    : watch_(std::move(other.watch_)), comm_(std::exchange(other.comm_, MPI_COMM_NULL)),
+    : watch_(std::move(other.watch_)),
+      comm_(std::exchange(other.comm_, MPI_COMM_NULL)),
       node_comm_(std::exchange(other.node_comm_, MPI_COMM_NULL)),
-      rank_(other.rank_), size_(other.size_), node_rank_(other.node_rank_),
+      rank_(other.rank_),
+      size_(other.size_),
+      node_rank_(other.node_rank_),
       node_size_(other.node_size_) {}
 
 Communicator& Communicator::operator=(Communicator&& other) noexcept {
@@ -69,7 +79,9 @@ Communicator& Communicator::operator=(Communicator&& other) noexcept {
     return *this;
 }
 
-Communicator::~Communicator() { free(); }
+Communicator::~Communicator() {
+    free();
+}
 
 void Communicator::free() noexcept {
     int finalized = 0;
@@ -163,9 +175,8 @@ std::vector<std::uint64_t> Communicator::allgather(const std::vector<std::uint64
 }
 std::string Communicator::broadcast(const std::string& value, int root) const {
     std::uint64_t len = value.size();
-    watched("MPI_Ibcast(length)", [&](MPI_Request* r) {
-        return MPI_Ibcast(&len, 1, MPI_UINT64_T, root, comm_, r);
-    });
+    watched("MPI_Ibcast(length)",
+            [&](MPI_Request* r) { return MPI_Ibcast(&len, 1, MPI_UINT64_T, root, comm_, r); });
     std::string out = rank_ == root ? value : std::string(len, '\0');
     // Pieces of at most 1 GiB: one MPI call never exceeds INT_MAX elements.
     constexpr std::uint64_t kPiece = 1u << 30;

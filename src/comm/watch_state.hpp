@@ -3,9 +3,9 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <string>
-#include <deque>
 #include <vector>
 
 #include "mpistage/comm.hpp"

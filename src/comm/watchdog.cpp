@@ -117,8 +117,8 @@ std::string build_report(int size, std::uint64_t seq, const char* call, const Wa
     out += "What each rank was doing:";
     for (int r = 0; r < size && r < 64; ++r) {
         const auto it = heard.find(r);
-        out += "\n  " + (it != heard.end() ? it->second
-                                           : "rank " + std::to_string(r) + ": no answer");
+        out +=
+            "\n  " + (it != heard.end() ? it->second : "rank " + std::to_string(r) + ": no answer");
     }
     if (size > 64) out += "\n  ...";
     return out;
@@ -138,7 +138,8 @@ void expire(MPI_Comm comm, int rank, int size, WatchState& state, std::uint64_t 
     std::string text;
     while (Clock::now() < end && static_cast<int>(heard.size()) < size) {
         std::map<int, std::string> announcers;
-        answer_announcements(comm, state, [&] { return mine; }, &announcers);
+        answer_announcements(
+            comm, state, [&] { return mine; }, &announcers);
         for (const auto& [from, t] : announcers) {
             heard[from] = t;
             lowest_announcer = std::min(lowest_announcer, from);
@@ -160,8 +161,10 @@ void expire(MPI_Comm comm, int rank, int size, WatchState& state, std::uint64_t 
     } else {
         // The lowest announcer prints and aborts; this is the fallback if it cannot.
         std::this_thread::sleep_for(kGrace);
-        std::fprintf(stderr, "mpistage watchdog: rank %d aborts after collective #%llu (%s) "
-                     "expired\n", rank, static_cast<unsigned long long>(seq), call);
+        std::fprintf(stderr,
+                     "mpistage watchdog: rank %d aborts after collective #%llu (%s) "
+                     "expired\n",
+                     rank, static_cast<unsigned long long>(seq), call);
         std::fflush(stderr);
     }
     MPI_Abort(comm, kAbortCode);

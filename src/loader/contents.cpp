@@ -42,7 +42,8 @@ private:
     std::vector<std::vector<std::string>> bytes_;
 };
 
-std::vector<std::uint64_t> hash_samples(const Source& source, const std::vector<std::uint64_t>& ids) {
+std::vector<std::uint64_t> hash_samples(const Source& source,
+                                        const std::vector<std::uint64_t>& ids) {
     HashSink sink(source.fields(), ids.size());
     source.read(ids.data(), ids.size(), sink);
     std::vector<std::uint64_t> out(ids.size());
@@ -104,8 +105,8 @@ std::string boundary_mismatches(const std::vector<std::uint64_t>& all, std::size
 
 }  // namespace
 
-void check_same_contents(const Communicator& comm, const Source& source,
-                         std::uint64_t num_samples, bool full) {
+void check_same_contents(const Communicator& comm, const Source& source, std::uint64_t num_samples,
+                         bool full) {
     const int w = comm.size();
     const auto begins = balanced_shard_begins(num_samples, w);
     const auto r = static_cast<std::size_t>(comm.rank());
@@ -119,11 +120,12 @@ void check_same_contents(const Communicator& comm, const Source& source,
         }
     });
     const std::size_t per_rank = mine.size();  // equal: `full` is agreed before this call
-    const std::size_t extra = full ? 2 : 0;      // the two whole-shard hashes at the end
+    const std::size_t extra = full ? 2 : 0;    // the two whole-shard hashes at the end
     const auto all = comm.allgather(mine);
     std::vector<std::uint64_t> pairs;  // the (id, hash) pairs of every rank
     for (int q = 0; q < w; ++q) {
-        const auto at = all.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(q) * per_rank);
+        const auto at =
+            all.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(q) * per_rank);
         pairs.insert(pairs.end(), at, at + static_cast<std::ptrdiff_t>(per_rank - extra));
     }
     std::string detail = boundary_mismatches(pairs, per_rank - extra);
@@ -138,9 +140,10 @@ void check_same_contents(const Communicator& comm, const Source& source,
                   std::to_string(q) + " and rank " + std::to_string(next);
     }
     if (detail.empty()) return;
-    throw ConfigError("loader: the dataset's contents differ across ranks (the same path names "
-                      "different files?): " + detail +
-                      "; every rank must read identical files (compare checksums of the copies)");
+    throw ConfigError(
+        "loader: the dataset's contents differ across ranks (the same path names "
+        "different files?): " +
+        detail + "; every rank must read identical files (compare checksums of the copies)");
 }
 
 }  // namespace mpistage::detail

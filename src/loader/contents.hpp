@@ -16,7 +16,7 @@ namespace mpistage::detail {
 /// Reads through `source.read` (independent). @throws ConfigError, identical on every rank,
 /// naming the ranks and the sample ids (or shard ranges) whose contents differ; a read error
 /// on any rank is agreed first (`agree_or_throw`).
-void check_same_contents(const Communicator& comm, const Source& source,
-                         std::uint64_t num_samples, bool full);
+void check_same_contents(const Communicator& comm, const Source& source, std::uint64_t num_samples,
+                         bool full);
 
 }  // namespace mpistage::detail

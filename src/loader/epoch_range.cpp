@@ -18,8 +18,12 @@ EpochRange::~EpochRange() {
     if (impl_) impl_->shutdown();
 }
 
-std::uint64_t EpochRange::steps() const noexcept { return impl_->plan.steps; }
-const EpochPlan& EpochRange::plan() const noexcept { return impl_->plan; }
+std::uint64_t EpochRange::steps() const noexcept {
+    return impl_->plan.steps;
+}
+const EpochPlan& EpochRange::plan() const noexcept {
+    return impl_->plan;
+}
 
 HostBatch EpochRange::Impl::make_batch(const detail::Slot& slot,
                                        std::shared_ptr<void> lease) const {

@@ -53,8 +53,7 @@ void Loader::Impl::compute_cut() {
     const std::uint64_t first = comm.exscan_sum(cut);
     if (total != num_samples) {
         throw FormatError("loader: the byte-range cuts hold " + std::to_string(total) +
-                          " records in all but the source reports " +
-                          std::to_string(num_samples));
+                          " records in all but the source reports " + std::to_string(num_samples));
     }
     // Skew correction: rank r owns [begins[r], begins[r+1]); records of the cut outside that
     // range move (by descriptor) to the neighbouring rank that owns them.
@@ -76,11 +75,10 @@ void Loader::Impl::allocate_ring() {
     // More slots than batches in an epoch would only hold memory.
     const std::uint64_t slots =
         std::max<std::uint64_t>(1, std::min<std::uint64_t>(options.prefetch, totals.steps));
-    detail::check_host_budget(
-        checked_mul(slots, bytes, "loader: prefetch ring"), comm.node_size(),
-        std::to_string(slots) + " slots x batch_size " + std::to_string(b) + " x " +
-            std::to_string(sample_bytes) + " bytes per sample",
-        "lower the batch size or prefetch depth");
+    detail::check_host_budget(checked_mul(slots, bytes, "loader: prefetch ring"), comm.node_size(),
+                              std::to_string(slots) + " slots x batch_size " + std::to_string(b) +
+                                  " x " + std::to_string(sample_bytes) + " bytes per sample",
+                              "lower the batch size or prefetch depth");
     const bool pinned = detail::choose_pinned_device(options.pin_memory, comm.node_rank());
     ring = detail::make_ring(fields, b, slots, pinned);
     stats.pinned = pinned;
@@ -104,23 +102,36 @@ Loader::Loader(const Communicator& comm, const Source& source, LoaderOptions opt
     d.comm.set_context({"loader: content fingerprint", -1, -1, "", -1});
     detail::check_same_contents(d.comm, source, d.num_samples, d.options.verify_files);
     d.comm.set_context({"loader: construction", -1, -1, "", -1});
-    run_agreed(d.comm, [&] { d.totals = plan_totals(d.num_samples, d.comm.size(), d.options.plan); });
+    run_agreed(d.comm,
+               [&] { d.totals = plan_totals(d.num_samples, d.comm.size(), d.options.plan); });
     agree_or_throw(d.comm, capture([&] { d.compute_cut(); }));
     run_agreed(d.comm, [&] { d.allocate_ring(); });
     int level = MPI_THREAD_SINGLE;
     MPI_Query_thread(&level);
-    d.use_threads = d.options.io_threads > 0 &&
-                    (!source.reads_use_mpi() || level == MPI_THREAD_MULTIPLE);
+    d.use_threads =
+        d.options.io_threads > 0 && (!source.reads_use_mpi() || level == MPI_THREAD_MULTIPLE);
 }
 
 Loader::~Loader() = default;
 
-std::uint64_t Loader::num_samples() const noexcept { return impl_->num_samples; }
-const EpochTotals& Loader::totals() const noexcept { return impl_->totals; }
-const LoaderStats& Loader::stats() const noexcept { return impl_->stats; }
-const LoaderOptions& Loader::options() const noexcept { return impl_->options; }
-const Communicator& Loader::comm() const noexcept { return impl_->comm; }
-const Source& Loader::source() const noexcept { return impl_->source; }
+std::uint64_t Loader::num_samples() const noexcept {
+    return impl_->num_samples;
+}
+const EpochTotals& Loader::totals() const noexcept {
+    return impl_->totals;
+}
+const LoaderStats& Loader::stats() const noexcept {
+    return impl_->stats;
+}
+const LoaderOptions& Loader::options() const noexcept {
+    return impl_->options;
+}
+const Communicator& Loader::comm() const noexcept {
+    return impl_->comm;
+}
+const Source& Loader::source() const noexcept {
+    return impl_->source;
+}
 
 EpochRange Loader::epoch(std::uint64_t e) {
     Impl& d = *impl_;

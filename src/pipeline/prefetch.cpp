@@ -25,9 +25,8 @@ void Prefetcher::worker() {
         std::uint64_t step = 0;
         {
             std::unique_lock<std::mutex> lk(ring_->m);
-            ring_->cv.wait(lk, [&] {
-                return stop_ || next_issue_ >= plan_.steps || !ring_->free.empty();
-            });
+            ring_->cv.wait(
+                lk, [&] { return stop_ || next_issue_ >= plan_.steps || !ring_->free.empty(); });
             if (stop_ || next_issue_ >= plan_.steps) return;
             slot = ring_->free.front();
             ring_->free.pop_front();
@@ -67,7 +66,8 @@ void Prefetcher::shutdown() noexcept {
 std::string Prefetcher::slots_held_message(std::uint64_t step) const {
     return "loader: all " + std::to_string(ring_->slots.size()) +
            " prefetch slots are held by the caller (batches or tensors still alive), so "
-           "batch " + std::to_string(step) + " of epoch " + std::to_string(epoch_) +
+           "batch " +
+           std::to_string(step) + " of epoch " + std::to_string(epoch_) +
            " cannot be read; release earlier batches or raise the prefetch depth";
 }
 

@@ -6,7 +6,9 @@ namespace mpistage::detail {
 
 namespace {
 
-std::uint64_t aligned64(std::uint64_t n) { return (n + 63) / 64 * 64; }
+std::uint64_t aligned64(std::uint64_t n) {
+    return (n + 63) / 64 * 64;
+}
 
 }  // namespace
 
@@ -30,7 +32,8 @@ std::uint64_t slot_bytes(const std::vector<FieldInfo>& fields, std::uint64_t b) 
     std::uint64_t fixed_bytes = 0;
     for (const auto& f : fields) {
         if (f.ragged) continue;
-        fixed_bytes += aligned64(checked_mul(f.sample_bytes, b, "loader: batch of field '" + f.name + "'"));
+        fixed_bytes +=
+            aligned64(checked_mul(f.sample_bytes, b, "loader: batch of field '" + f.name + "'"));
     }
     return fixed_bytes + checked_mul(b, sizeof(std::int64_t) + 1, "loader: batch");
 }

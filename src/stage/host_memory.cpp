@@ -54,7 +54,9 @@ HostBlock& HostBlock::operator=(HostBlock&& o) noexcept {
     return *this;
 }
 
-HostBlock::~HostBlock() { release(); }
+HostBlock::~HostBlock() {
+    release();
+}
 
 void check_host_budget(std::uint64_t ring_bytes, int node_size, const std::string& what,
                        const std::string& advice) {
@@ -65,8 +67,8 @@ void check_host_budget(std::uint64_t ring_bytes, int node_size, const std::strin
                                 static_cast<std::uint64_t>(page_size) / 2 /
                                 static_cast<std::uint64_t>(std::max(1, node_size));
     if (ring_bytes <= limit) return;
-    throw ConfigError("loader: the prefetch ring needs " + std::to_string(ring_bytes) +
-                      " bytes (" + what + "), more than half of this node's memory shared by its " +
+    throw ConfigError("loader: the prefetch ring needs " + std::to_string(ring_bytes) + " bytes (" +
+                      what + "), more than half of this node's memory shared by its " +
                       std::to_string(node_size) + " rank(s) (" + std::to_string(limit) +
                       " bytes each); " + advice);
 }

@@ -29,11 +29,14 @@ double cpu_seconds() {
 /// Forwards to an inner source; `read` first sleeps `delay` on this rank.
 class SlowSource final : public Source {
 public:
-    SlowSource(const Source& inner, std::chrono::milliseconds delay) : inner_(inner), delay_(delay) {}
+    SlowSource(const Source& inner, std::chrono::milliseconds delay)
+        : inner_(inner), delay_(delay) {}
     const std::vector<FieldInfo>& fields() const override { return inner_.fields(); }
     std::uint64_t num_samples() const override { return inner_.num_samples(); }
     std::uint64_t total_bytes() const override { return inner_.total_bytes(); }
-    std::uint64_t records_in_cut(int r, int w) const override { return inner_.records_in_cut(r, w); }
+    std::uint64_t records_in_cut(int r, int w) const override {
+        return inner_.records_in_cut(r, w);
+    }
     std::uint64_t sample_bytes(std::uint64_t id) const override { return inner_.sample_bytes(id); }
     std::string fingerprint() const override { return inner_.fingerprint(); }
     bool reads_use_mpi() const override { return inner_.reads_use_mpi(); }
@@ -73,14 +76,17 @@ TEST(Watchdog, ReportNamesTheLateRankAndWhatEachRankWasDoing) {
         ASSERT_EQ(reports.size(), 1u) << "rank " << r;
         const std::string& rep = reports[0];
         EXPECT_NE(rep.find("Rank(s) that did not arrive: " + std::to_string(w - 1) + " "),
-                  std::string::npos) << rep;
+                  std::string::npos)
+            << rep;
         EXPECT_NE(rep.find("rank " + std::to_string(w - 1) + ": no answer"), std::string::npos)
             << rep;
         for (int q = 0; q < w - 1; ++q) {
             EXPECT_NE(rep.find("rank " + std::to_string(q) + ": waiting at collective #"),
-                      std::string::npos) << rep;
+                      std::string::npos)
+                << rep;
             EXPECT_NE(rep.find("test: agree on batch, epoch 3, step " + std::to_string(7 + q)),
-                      std::string::npos) << rep;
+                      std::string::npos)
+                << rep;
         }
         EXPECT_NE(rep.find("MPI_Iallreduce(sum)"), std::string::npos) << rep;
         EXPECT_NE(rep.find("within 1 s"), std::string::npos) << rep;
@@ -107,9 +113,11 @@ TEST(Watchdog, NoReportWhenEveryRankArrives) {
             EXPECT_EQ(comm.allreduce_max(static_cast<std::uint64_t>(h5t::rank() + i)),
                       static_cast<std::uint64_t>(h5t::size() - 1 + i));
         }
-        const auto all = comm.allgather(std::vector<std::uint64_t>{1, static_cast<std::uint64_t>(h5t::rank())});
+        const auto all =
+            comm.allgather(std::vector<std::uint64_t>{1, static_cast<std::uint64_t>(h5t::rank())});
         ASSERT_EQ(all.size(), 2u * static_cast<std::size_t>(h5t::size()));
-        for (int q = 0; q < h5t::size(); ++q) EXPECT_EQ(all[2 * static_cast<std::size_t>(q) + 1], static_cast<std::uint64_t>(q));
+        for (int q = 0; q < h5t::size(); ++q)
+            EXPECT_EQ(all[2 * static_cast<std::size_t>(q) + 1], static_cast<std::uint64_t>(q));
         EXPECT_EQ(comm.broadcast(h5t::rank() == 0 ? "from zero" : "", 0), "from zero");
         comm.barrier();
     }

@@ -18,7 +18,9 @@ namespace {
 
 constexpr std::uint64_t kRows = 61;
 
-std::int32_t value(std::uint64_t i) { return static_cast<std::int32_t>(i * 3 + 1); }
+std::int32_t value(std::uint64_t i) {
+    return static_cast<std::int32_t>(i * 3 + 1);
+}
 
 /// Collective: every rank writes `<dir>/rank<r>/same.h5` with int32 x[kRows] = value(i), except
 /// that on rank `odd_rank` the samples in `differ` hold -7 (odd_rank < 0: no rank differs).
@@ -32,8 +34,8 @@ std::string write_rank_file(const h5t::TempDir& dir, const std::string& name, in
     if (h5t::rank() == odd_rank) {
         for (const auto id : differ) x[id] = -7;
     }
-    const bool ok = h5t::write_hdf5(mine + "/same.h5", {{"x", H5T_STD_I32LE, H5T_NATIVE_INT32,
-                                                          {kRows}, x.data(), {}, 0}});
+    const bool ok = h5t::write_hdf5(
+        mine + "/same.h5", {{"x", H5T_STD_I32LE, H5T_NATIVE_INT32, {kRows}, x.data(), {}, 0}});
     EXPECT_TRUE(h5t::all_true(ok));
     return mine;
 }
@@ -69,8 +71,8 @@ TEST(LoaderContents, SamePathDifferentFileOnOneRankIsConfigError) {
     const int w = h5t::size();
     const auto out = construct_in(write_rank_file(dir, "all", w - 1, all), false);
     if (w > 1) {
-        h5t::expect_same_error(out, "ConfigError", {"contents differ across ranks",
-                                                    "rank " + std::to_string(w - 1)});
+        h5t::expect_same_error(out, "ConfigError",
+                               {"contents differ across ranks", "rank " + std::to_string(w - 1)});
     } else {
         EXPECT_FALSE(out.threw) << out.message;  // one rank: nothing to differ from
     }
@@ -110,11 +112,11 @@ TEST(LoaderContents, VerifyFilesCatchesADifferenceInsideAShard) {
     EXPECT_FALSE(quick.threw) << quick.message;
     const auto full = construct_in(mine, true);
     if (w > 1) {
-        h5t::expect_same_error(full, "ConfigError",
-                               {"samples [" + std::to_string(b) + ", " + std::to_string(kRows) +
-                                    ") (the shard of rank " + std::to_string(w - 1) +
-                                    ") differ between rank " + std::to_string(w - 2) +
-                                    " and rank " + std::to_string(w - 1)});
+        h5t::expect_same_error(
+            full, "ConfigError",
+            {"samples [" + std::to_string(b) + ", " + std::to_string(kRows) +
+             ") (the shard of rank " + std::to_string(w - 1) + ") differ between rank " +
+             std::to_string(w - 2) + " and rank " + std::to_string(w - 1)});
     } else {
         EXPECT_FALSE(full.threw) << full.message;
     }
