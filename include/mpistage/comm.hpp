@@ -4,9 +4,11 @@
 
 #include <mpi.h>
 
+#include <chrono>
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -17,17 +19,50 @@ namespace mpistage {
 /// Throws `MpiError` naming `call` and the MPI error text when `rc != MPI_SUCCESS`.
 void check_mpi(int rc, const char* call);
 
+/// Default watchdog deadline of a communicator's collectives.
+constexpr std::chrono::seconds kDefaultCollectiveTimeout{300};
+
+/// What a rank is doing when it enters a collective: shown in the watchdog's report when a
+/// collective does not complete in time. Unset numbers are −1, unset texts empty.
+struct CollectiveContext {
+    std::string phase;         ///< e.g. "loader: agree on batch"
+    std::int64_t epoch = -1;   ///< epoch being staged
+    std::int64_t step = -1;    ///< step (batch) of that epoch
+    std::string file;          ///< file being read, if any
+    std::int64_t offset = -1;  ///< byte offset in `file`
+    /// "phase, epoch E, step S, file F, offset O" without the unset parts.
+    std::string describe() const;
+};
+
+namespace detail {
+struct WatchState;
+}
+
 /// The library's own communicator: an `MPI_Comm_dup` of the user's communicator with
 /// `MPI_ERRORS_RETURN` set, plus the node-local communicator from
 /// `MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)` (never launcher environment variables, which are
 /// wrong under `mpirun` inside `sbatch`).
+///
+/// Lifetime: every public constructor of the library (sources, `Loader`) takes a
+/// `const Communicator&` that is borrowed for the call only; the object keeps its own
+/// `MPI_Comm_dup`, so the caller's communicator may be destroyed afterwards.
+///
+/// Watchdog: every collective below is a non-blocking MPI call (`MPI_Iallreduce`, `MPI_Ibcast`,
+/// ...) polled with a short, growing sleep (a waiting rank does not spin at full CPU) until
+/// `timeout()`. When a collective does not complete in time, the ranks that are waiting tell
+/// each other what they are doing (point-to-point, only at that moment, so the steady-state
+/// cost is the polling alone); the lowest waiting rank prints which ranks did not arrive and
+/// what each rank was doing (`CollectiveContext`) to stderr and calls `MPI_Abort`, so the job
+/// ends with a message instead of hanging. Uses the MPI thread level the caller initialised;
+/// all calls are made from the calling thread (MPI_THREAD_FUNNELED suffices).
 ///
 /// Move-only. Construction is collective over `user_comm`. Freeing is collective in MPI terms;
 /// call `free()` on every rank at the same point, the destructor is a no-throw fallback that
 /// frees only while MPI is still initialised. Not thread-safe: one thread at a time.
 class Communicator {
 public:
-    /// Collective over `user_comm`. @throws MpiError when duplication or splitting fails.
+    /// Collective over `user_comm`; the watchdog deadline starts at `kDefaultCollectiveTimeout`.
+    /// @throws MpiError when duplication or splitting fails.
     explicit Communicator(MPI_Comm user_comm);
     Communicator(Communicator&& other) noexcept;
     Communicator& operator=(Communicator&& other) noexcept;
@@ -46,6 +81,21 @@ public:
     /// Number of processes on this node.
     int node_size() const noexcept { return node_size_; }
 
+    /// Not collective: deadline of every later collective on this communicator; zero turns the
+    /// watchdog off. Must be equal on every rank (the loader checks it).
+    void set_timeout(std::chrono::seconds timeout) noexcept;
+    std::chrono::seconds timeout() const noexcept;
+    /// Not collective: what this rank does from now on, for the watchdog's report.
+    void set_context(CollectiveContext context) const;
+    const CollectiveContext& context() const noexcept;
+    /// Not collective: replaces "print the report and `MPI_Abort`" on expiry by a call of
+    /// `handler(report)` on every waiting rank, after which the collective is awaited without a
+    /// deadline (for embedding applications that abort their own way, and for tests). An empty
+    /// handler restores the abort.
+    void set_expiry_handler(std::function<void(const std::string& report)> handler);
+    /// Time this rank spent inside collectives of this communicator waiting for the others.
+    std::chrono::duration<double> collective_wait() const noexcept;
+
     /// Collective barrier. @throws MpiError.
     void barrier() const;
     /// Collective sum of one value. @throws MpiError.
@@ -58,10 +108,18 @@ public:
     std::uint64_t exscan_sum(std::uint64_t value) const;
     /// Collective gather of one value from every rank, on every rank. @throws MpiError.
     std::vector<std::uint64_t> allgather(std::uint64_t value) const;
+    /// Collective gather of `values` (the same count on every rank), rank-major, on every rank.
+    /// @throws MpiError.
+    std::vector<std::uint64_t> allgather(const std::vector<std::uint64_t>& values) const;
     /// Collective broadcast of a string from `root`. @throws MpiError.
     std::string broadcast(const std::string& value, int root) const;
 
 private:
+    /// Starts a non-blocking collective with `start` and waits for it under the watchdog.
+    void watched(const char* call, const std::function<int(MPI_Request*)>& start) const;
+    void wait_watched(MPI_Request& request, const char* call) const;
+
+    std::unique_ptr<detail::WatchState> watch_;
     MPI_Comm comm_ = MPI_COMM_NULL;
     MPI_Comm node_comm_ = MPI_COMM_NULL;
     int rank_ = 0;

@@ -44,12 +44,15 @@ struct LoaderOptions {
     /// message naming the ranks that did not arrive and what each rank was doing. Must be equal
     /// on every rank; zero disables the watchdog. (Issue "Collective safety".)
     std::chrono::seconds timeout{300};
-    /// Hash every byte of the dataset on every rank's shard and compare across ranks (slow,
-    /// reads the whole dataset once); without it only shard-boundary samples are compared.
+    /// At construction, every rank hashes every sample of its own shard and of its
+    /// neighbour's (rank + 1 mod W) and the ranks compare, so a file that differs anywhere
+    /// between ranks is a ConfigError (reads about twice the dataset in all). Without it only
+    /// the first and last sample of every shard are compared (each read by two ranks).
+    /// Must be equal on every rank.
     bool verify_files = false;
 
-    /// @throws ConfigError for a prefetch depth or thread count out of range, or invalid plan
-    ///         options.
+    /// @throws ConfigError for a prefetch depth or thread count out of range, a negative
+    ///         timeout, or invalid plan options.
     void validate() const;
 };
 
@@ -69,8 +72,7 @@ struct HostField {
     const T* as() const {
         if (sizeof(T) != dtype_size(info->dtype) && !(info->ragged && sizeof(T) == 1)) {
             throw ConfigError("field '" + info->name + "' has " + dtype_name(info->dtype) +
-                              " elements; requested a " + std::to_string(sizeof(T)) +
-                              "-byte type");
+                              " elements; requested a " + std::to_string(sizeof(T)) + "-byte type");
         }
         return reinterpret_cast<const T*>(data);
     }
@@ -194,12 +196,15 @@ private:
 
 /// Stages the samples of a source across the ranks of a communicator.
 ///
-/// Construction is collective: it duplicates `comm`, validates options, computes the byte-range
-/// cut and skew correction (`MPI_Allreduce`/`MPI_Exscan`), and compares a fingerprint of the
-/// dataset (metadata and the bytes of samples 0, N/2 and N−1, read once) and plan options across
-/// ranks once, so ranks whose options or files differ all throw the same `ConfigError` instead
-/// of hanging or mixing data. The source must outlive the loader. Not thread-safe: one
-/// thread drives a loader.
+/// Construction is collective: it duplicates `comm` (and gives the copy the watchdog deadline
+/// `LoaderOptions::timeout`), validates options, compares the plan options, N and the dataset's
+/// metadata across ranks, compares the contents of the first and last sample of every shard
+/// (each read by its owner and by the rank before it; whole shards with `verify_files`), and
+/// computes the byte-range cut and skew correction (`MPI_Allreduce`/`MPI_Exscan`), so ranks
+/// whose options or files differ all throw the same `ConfigError` instead of hanging or mixing
+/// data. Every collective of the loader is watched: a rank that does not arrive within
+/// `timeout` ends the job with a message naming it (see `Communicator`). The source must outlive
+/// the loader. Not thread-safe: one thread drives a loader.
 class Loader {
 public:
     /// Collective over `comm`, which is borrowed for this call only: the loader keeps its own

@@ -20,18 +20,16 @@ void require_same(const Communicator& comm, const std::vector<NamedValue>& value
                   const std::string& context, const std::string& advice) {
     // Agree on the count first: a rank with a different list must not desynchronise the gather.
     const std::uint64_t k = values.size();
-    if (comm.allreduce_min(k) != comm.allreduce_max(k)) {
+    const std::uint64_t k_min = comm.allreduce_min(k);
+    const std::uint64_t k_max = comm.allreduce_max(k);
+    if (k_min != k_max) {
         throw ConfigError(context + ": ranks disagree on the number of values to compare (" +
-                          std::to_string(comm.allreduce_min(k)) + " vs " +
-                          std::to_string(comm.allreduce_max(k)) + "); " + advice);
+                          std::to_string(k_min) + " vs " + std::to_string(k_max) + "); " + advice);
     }
     if (k == 0) return;
     std::vector<std::uint64_t> mine(k);
     for (std::size_t i = 0; i < k; ++i) mine[i] = fnv1a64(values[i].text);
-    std::vector<std::uint64_t> all(k * static_cast<std::size_t>(comm.size()));
-    check_mpi(MPI_Allgather(mine.data(), static_cast<int>(k), MPI_UINT64_T, all.data(),
-                            static_cast<int>(k), MPI_UINT64_T, comm.get()),
-              "MPI_Allgather(require_same)");
+    const std::vector<std::uint64_t> all = comm.allgather(mine);
     std::string detail;
     for (std::size_t i = 0; i < k; ++i) {
         int other = -1;

@@ -4,17 +4,26 @@
 #include <cstring>
 #include <utility>
 
+#include "comm/watch_state.hpp"
+
 namespace mpistage {
 
 void throw_error(ErrorKind kind, const std::string& what) {
     switch (kind) {
-    case ErrorKind::config: throw ConfigError(what);
-    case ErrorKind::io: throw IoError(what);
-    case ErrorKind::format: throw FormatError(what);
-    case ErrorKind::mpi: throw MpiError(what);
-    case ErrorKind::hdf5: throw Hdf5Error(what);
-    case ErrorKind::cuda: throw CudaError(what);
-    case ErrorKind::generic: break;
+        case ErrorKind::config:
+            throw ConfigError(what);
+        case ErrorKind::io:
+            throw IoError(what);
+        case ErrorKind::format:
+            throw FormatError(what);
+        case ErrorKind::mpi:
+            throw MpiError(what);
+        case ErrorKind::hdf5:
+            throw Hdf5Error(what);
+        case ErrorKind::cuda:
+            throw CudaError(what);
+        case ErrorKind::generic:
+            break;
     }
     throw Error(what);
 }
@@ -32,7 +41,7 @@ void check_mpi(int rc, const char* call) {
                    ": " + text);
 }
 
-Communicator::Communicator(MPI_Comm user_comm) {
+Communicator::Communicator(MPI_Comm user_comm) : watch_(std::make_unique<detail::WatchState>()) {
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (!initialized) throw MpiError("comm: MPI is not initialised; call MPI_Init first");
@@ -48,14 +57,18 @@ Communicator::Communicator(MPI_Comm user_comm) {
 }
 
 Communicator::Communicator(Communicator&& other) noexcept
-    : comm_(std::exchange(other.comm_, MPI_COMM_NULL)),
+    : watch_(std::move(other.watch_)),
+      comm_(std::exchange(other.comm_, MPI_COMM_NULL)),
       node_comm_(std::exchange(other.node_comm_, MPI_COMM_NULL)),
-      rank_(other.rank_), size_(other.size_), node_rank_(other.node_rank_),
+      rank_(other.rank_),
+      size_(other.size_),
+      node_rank_(other.node_rank_),
       node_size_(other.node_size_) {}
 
 Communicator& Communicator::operator=(Communicator&& other) noexcept {
     if (this != &other) {
         free();
+        watch_ = std::move(other.watch_);
         comm_ = std::exchange(other.comm_, MPI_COMM_NULL);
         node_comm_ = std::exchange(other.node_comm_, MPI_COMM_NULL);
         rank_ = other.rank_;
@@ -66,7 +79,9 @@ Communicator& Communicator::operator=(Communicator&& other) noexcept {
     return *this;
 }
 
-Communicator::~Communicator() { free(); }
+Communicator::~Communicator() {
+    free();
+}
 
 void Communicator::free() noexcept {
     int finalized = 0;
@@ -80,43 +95,96 @@ void Communicator::free() noexcept {
     if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
 
-void Communicator::barrier() const { check_mpi(MPI_Barrier(comm_), "MPI_Barrier"); }
+void Communicator::set_timeout(std::chrono::seconds timeout) noexcept {
+    if (watch_) watch_->timeout = timeout;
+}
+std::chrono::seconds Communicator::timeout() const noexcept {
+    return watch_ ? watch_->timeout : std::chrono::seconds(0);
+}
+void Communicator::set_context(CollectiveContext context) const {
+    if (watch_) watch_->context = std::move(context);
+}
+const CollectiveContext& Communicator::context() const noexcept {
+    static const CollectiveContext none;
+    return watch_ ? watch_->context : none;
+}
+void Communicator::set_expiry_handler(std::function<void(const std::string&)> handler) {
+    if (watch_) watch_->on_expiry = std::move(handler);
+}
+std::chrono::duration<double> Communicator::collective_wait() const noexcept {
+    return watch_ ? watch_->wait : std::chrono::duration<double>(0);
+}
+
+void Communicator::watched(const char* call, const std::function<int(MPI_Request*)>& start) const {
+    if (comm_ == MPI_COMM_NULL || !watch_) {
+        throw MpiError(std::string("comm: ") + call + " on a freed or moved-from communicator");
+    }
+    MPI_Request request = MPI_REQUEST_NULL;
+    check_mpi(start(&request), call);
+    detail::wait_watched(comm_, rank_, size_, *watch_, request, watch_->next_seq++, call);
+}
+
+void Communicator::barrier() const {
+    watched("MPI_Ibarrier", [&](MPI_Request* r) { return MPI_Ibarrier(comm_, r); });
+}
 
 std::uint64_t Communicator::allreduce_sum(std::uint64_t value) const {
     std::uint64_t out = 0;
-    check_mpi(MPI_Allreduce(&value, &out, 1, MPI_UINT64_T, MPI_SUM, comm_), "MPI_Allreduce(sum)");
+    watched("MPI_Iallreduce(sum)", [&](MPI_Request* r) {
+        return MPI_Iallreduce(&value, &out, 1, MPI_UINT64_T, MPI_SUM, comm_, r);
+    });
     return out;
 }
 std::uint64_t Communicator::allreduce_max(std::uint64_t value) const {
     std::uint64_t out = 0;
-    check_mpi(MPI_Allreduce(&value, &out, 1, MPI_UINT64_T, MPI_MAX, comm_), "MPI_Allreduce(max)");
+    watched("MPI_Iallreduce(max)", [&](MPI_Request* r) {
+        return MPI_Iallreduce(&value, &out, 1, MPI_UINT64_T, MPI_MAX, comm_, r);
+    });
     return out;
 }
 std::uint64_t Communicator::allreduce_min(std::uint64_t value) const {
     std::uint64_t out = 0;
-    check_mpi(MPI_Allreduce(&value, &out, 1, MPI_UINT64_T, MPI_MIN, comm_), "MPI_Allreduce(min)");
+    watched("MPI_Iallreduce(min)", [&](MPI_Request* r) {
+        return MPI_Iallreduce(&value, &out, 1, MPI_UINT64_T, MPI_MIN, comm_, r);
+    });
     return out;
 }
 std::uint64_t Communicator::exscan_sum(std::uint64_t value) const {
     std::uint64_t out = 0;
-    check_mpi(MPI_Exscan(&value, &out, 1, MPI_UINT64_T, MPI_SUM, comm_), "MPI_Exscan");
+    watched("MPI_Iexscan", [&](MPI_Request* r) {
+        return MPI_Iexscan(&value, &out, 1, MPI_UINT64_T, MPI_SUM, comm_, r);
+    });
     if (rank_ == 0) out = 0;  // MPI leaves rank 0's result undefined
     return out;
 }
 std::vector<std::uint64_t> Communicator::allgather(std::uint64_t value) const {
-    std::vector<std::uint64_t> out(static_cast<std::size_t>(size_));
-    check_mpi(MPI_Allgather(&value, 1, MPI_UINT64_T, out.data(), 1, MPI_UINT64_T, comm_),
-              "MPI_Allgather");
+    return allgather(std::vector<std::uint64_t>{value});
+}
+std::vector<std::uint64_t> Communicator::allgather(const std::vector<std::uint64_t>& values) const {
+    const int k = static_cast<int>(values.size());
+    std::vector<std::uint64_t> out(values.size() * static_cast<std::size_t>(size_));
+    if (k == 0) {
+        barrier();
+        return out;
+    }
+    watched("MPI_Iallgather", [&](MPI_Request* r) {
+        return MPI_Iallgather(values.data(), k, MPI_UINT64_T, out.data(), k, MPI_UINT64_T, comm_,
+                              r);
+    });
     return out;
 }
 std::string Communicator::broadcast(const std::string& value, int root) const {
     std::uint64_t len = value.size();
-    check_mpi(MPI_Bcast(&len, 1, MPI_UINT64_T, root, comm_), "MPI_Bcast(length)");
+    watched("MPI_Ibcast(length)",
+            [&](MPI_Request* r) { return MPI_Ibcast(&len, 1, MPI_UINT64_T, root, comm_, r); });
     std::string out = rank_ == root ? value : std::string(len, '\0');
-    if (len > 0) {
-        check_mpi(MPI_Bcast(out.data(), static_cast<int>(std::min<std::uint64_t>(len, 1u << 30)),
-                            MPI_CHAR, root, comm_),
-                  "MPI_Bcast(string)");
+    // Pieces of at most 1 GiB: one MPI call never exceeds INT_MAX elements.
+    constexpr std::uint64_t kPiece = 1u << 30;
+    for (std::uint64_t at = 0; at < len; at += kPiece) {
+        const int n = static_cast<int>(std::min(kPiece, len - at));
+        watched("MPI_Ibcast(string)", [&](MPI_Request* r) {
+            return MPI_Ibcast(out.data() + at, n, MPI_CHAR, root, comm_, r);
+        });
     }
     return out;
 }

@@ -1,12 +1,13 @@
 #include "stage/host_memory.hpp"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdlib>
-#include <mutex>
 #include <new>
 #include <utility>
 
 #include "mpistage/config.hpp"
-#include "mpistage/device.hpp"
 #include "mpistage/error.hpp"
 
 #if MPISTAGE_HAVE_CUDA
@@ -14,33 +15,6 @@
 #endif
 
 namespace mpistage {
-
-CudaDeviceInfo probe_cuda_device(int node_rank) {
-    CudaDeviceInfo info;
-#if MPISTAGE_HAVE_CUDA
-    static std::once_flag once;
-    static int count = 0;
-    static std::string reason;
-    std::call_once(once, [] {
-        const cudaError_t rc = cudaGetDeviceCount(&count);
-        if (rc != cudaSuccess) {
-            reason = std::string("CUDA runtime: ") + cudaGetErrorString(rc);
-            count = 0;
-            (void)cudaGetLastError();  // clear the sticky error
-        } else if (count == 0) {
-            reason = "no CUDA-capable device is visible";
-        }
-    });
-    info.device_count = count;
-    info.usable = count > 0;
-    info.device = info.usable ? (node_rank < 0 ? 0 : node_rank) % count : -1;
-    info.reason = reason;
-#else
-    (void)node_rank;
-    info.reason = "built without the CUDA runtime";
-#endif
-    return info;
-}
 
 namespace detail {
 
@@ -80,7 +54,24 @@ HostBlock& HostBlock::operator=(HostBlock&& o) noexcept {
     return *this;
 }
 
-HostBlock::~HostBlock() { release(); }
+HostBlock::~HostBlock() {
+    release();
+}
+
+void check_host_budget(std::uint64_t ring_bytes, int node_size, const std::string& what,
+                       const std::string& advice) {
+    const long pages = sysconf(_SC_PHYS_PAGES);
+    const long page_size = sysconf(_SC_PAGE_SIZE);
+    if (pages <= 0 || page_size <= 0) return;
+    const std::uint64_t limit = static_cast<std::uint64_t>(pages) *
+                                static_cast<std::uint64_t>(page_size) / 2 /
+                                static_cast<std::uint64_t>(std::max(1, node_size));
+    if (ring_bytes <= limit) return;
+    throw ConfigError("loader: the prefetch ring needs " + std::to_string(ring_bytes) + " bytes (" +
+                      what + "), more than half of this node's memory shared by its " +
+                      std::to_string(node_size) + " rank(s) (" + std::to_string(limit) +
+                      " bytes each); " + advice);
+}
 
 void HostBlock::release() noexcept {
     if (!data_) return;

@@ -3,7 +3,9 @@
 // pageable memory otherwise. Allocated once per loader, never in steady state.
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <string>
 
 namespace mpistage::detail {
 
@@ -29,5 +31,10 @@ private:
     std::size_t size_ = 0;
     bool pinned_ = false;
 };
+
+/// Not collective: throws ConfigError when `ring_bytes` exceed half of this node's physical
+/// memory divided among its `node_size` ranks; `what` explains the size, `advice` the remedy.
+void check_host_budget(std::uint64_t ring_bytes, int node_size, const std::string& what,
+                       const std::string& advice);
 
 }  // namespace mpistage::detail

@@ -7,7 +7,7 @@
 #include <atomic>
 #include <set>
 
-#include "hdf5_test_util.hpp"
+#include "../hdf5_test_util.hpp"
 #include "mpistage/comm.hpp"
 #include "mpistage/hdf5_source.hpp"
 #include "mpistage/loader.hpp"

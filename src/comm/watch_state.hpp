@@ -1,0 +1,33 @@
+#pragma once
+// State of one communicator's watchdog (see Communicator in mpistage/comm.hpp).
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "mpistage/comm.hpp"
+
+namespace mpistage::detail {
+
+struct WatchState {
+    std::chrono::seconds timeout = kDefaultCollectiveTimeout;
+    CollectiveContext context;
+    std::function<void(const std::string&)> on_expiry;
+    /// Sequence number of the next watched collective (equal on every rank: collectives are
+    /// made in the same order everywhere).
+    std::uint64_t next_seq = 0;
+    std::chrono::duration<double> wait{0};
+    /// Texts of point-to-point notices still being sent (kept alive until they complete).
+    std::deque<std::string> outgoing;
+    std::vector<MPI_Request> outgoing_requests;
+};
+
+/// Not collective: waits for `request` of watched collective number `seq` of `comm`, polling
+/// with a growing sleep; on expiry reports and aborts (or calls the handler). @throws MpiError.
+void wait_watched(MPI_Comm comm, int rank, int size, WatchState& state, MPI_Request& request,
+                  std::uint64_t seq, const char* call);
+
+}  // namespace mpistage::detail

@@ -1,0 +1,107 @@
+// One epoch seen by the consumer: ordered batches from the prefetcher, one agreement per step.
+#include "loader/loader_impl.hpp"
+
+namespace mpistage {
+
+using Clock = std::chrono::steady_clock;
+
+EpochRange::EpochRange(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+EpochRange::EpochRange(EpochRange&&) noexcept = default;
+EpochRange& EpochRange::operator=(EpochRange&& o) noexcept {
+    if (this != &o) {
+        if (impl_) impl_->shutdown();
+        impl_ = std::move(o.impl_);
+    }
+    return *this;
+}
+EpochRange::~EpochRange() {
+    if (impl_) impl_->shutdown();
+}
+
+std::uint64_t EpochRange::steps() const noexcept {
+    return impl_->plan.steps;
+}
+const EpochPlan& EpochRange::plan() const noexcept {
+    return impl_->plan;
+}
+
+HostBatch EpochRange::Impl::make_batch(const detail::Slot& slot,
+                                       std::shared_ptr<void> lease) const {
+    const auto& fields = loader->source.fields();
+    HostBatch b;
+    b.epoch_ = epoch;
+    b.step_ = slot.step;
+    b.batch_size_ = plan.batch_size;
+    b.index_ = slot.ids;
+    b.valid_ = slot.valid;
+    b.num_valid_ = slot.num_valid;
+    b.fields_.resize(fields.size());
+    for (std::size_t f = 0; f < fields.size(); ++f) {
+        HostField& hf = b.fields_[f];
+        hf.info = &fields[f];
+        if (fields[f].ragged) {
+            hf.data = slot.ragged_values[f].data();
+            hf.size_bytes = slot.ragged_values[f].size();
+            hf.offsets = slot.ragged_offsets[f].data();
+        } else {
+            hf.data = slot.field_data[f];
+            hf.size_bytes = fields[f].sample_bytes * plan.batch_size;
+        }
+    }
+    b.lease_ = std::move(lease);
+    return b;
+}
+
+bool EpochRange::next(HostBatch& out) {
+    Impl& d = *impl_;
+    Loader::Impl& l = *d.loader;
+    // Release the caller's previous batch first: `out` is being replaced, so its slot must not
+    // count as held (otherwise `while (range.next(b))` and the range-for iterator fail at
+    // step 1 with prefetch = 1). Copies the caller kept elsewhere still hold their slots.
+    out = HostBatch();
+    if (d.next_consume >= d.plan.steps) {
+        if (!d.finished) {
+            d.finished = true;
+            if (d.plan.steps > 0) l.stats.epoch_time += Clock::now() - d.started;
+            d.shutdown();
+        }
+        return false;
+    }
+    const auto t0 = Clock::now();
+    if (d.next_consume == 0) d.started = t0;
+    LocalStatus status;
+    detail::Slot* slot = d.prefetch->take(d.next_consume, status);
+    const auto t_io = Clock::now();
+    // The lease returns the slot to the ring when the last batch copy or tensor is gone, also
+    // when the agreement below throws.
+    std::shared_ptr<detail::Ring> ring = d.prefetch->ring();
+    std::shared_ptr<void> lease;
+    if (slot) {
+        lease = std::shared_ptr<void>(
+            slot, [ring](void* s) { ring->release(static_cast<detail::Slot*>(s)); });
+    }
+    const auto peers_before = l.comm.collective_wait();
+    l.comm.set_context({"loader: agree on batch", static_cast<std::int64_t>(d.epoch),
+                        static_cast<std::int64_t>(d.next_consume), "", -1});
+    try {
+        agree_or_throw(l.comm, status);
+    } catch (...) {
+        lease.reset();
+        d.shutdown();
+        d.next_consume = d.plan.steps;
+        d.finished = true;
+        throw;
+    }
+    l.stats.wait_io_time += t_io - t0;
+    l.stats.wait_peers_time += l.comm.collective_wait() - peers_before;
+    l.stats.wait_time += Clock::now() - t0;
+    l.stats.batches += 1;
+    l.stats.valid_samples += slot->num_valid;
+    l.stats.padding_slots += d.plan.batch_size - slot->num_valid;
+    l.stats.bytes_read += slot->bytes;
+    ++d.next_consume;
+    out = d.make_batch(*slot, std::move(lease));
+    return true;
+}
+
+}  // namespace mpistage

@@ -1,0 +1,68 @@
+#include "pipeline/fill.hpp"
+
+#include <cstring>
+
+#include "pipeline/slot_sink.hpp"
+
+namespace mpistage::detail {
+
+namespace {
+
+/// Copies the step's ids and mask into the slot and lists the positions to read.
+void prepare(Slot& slot, const std::vector<FieldInfo>& fields, const EpochPlan& plan,
+             std::uint64_t step) {
+    const std::size_t b = plan.batch_size;
+    const std::int64_t* ids = plan.ids.data() + step * b;
+    const std::uint8_t* valid = plan.valid.data() + step * b;
+    slot.step = step;
+    slot.num_valid = 0;
+    slot.bytes = 0;
+    slot.read_ids.clear();
+    slot.read_pos.clear();
+    for (std::size_t j = 0; j < b; ++j) {
+        slot.ids[j] = ids[j];
+        slot.valid[j] = valid[j];
+        slot.num_valid += valid[j];
+        if (ids[j] >= 0) {
+            slot.read_ids.push_back(static_cast<std::uint64_t>(ids[j]));
+            slot.read_pos.push_back(j);
+            continue;
+        }
+        for (std::size_t f = 0; f < fields.size(); ++f) {
+            if (!fields[f].ragged) {
+                std::memset(slot.field_data[f] + j * fields[f].sample_bytes, 0,
+                            fields[f].sample_bytes);
+            }
+        }
+    }
+    for (std::size_t f = 0; f < fields.size(); ++f) {
+        if (fields[f].ragged) slot.ragged_values[f].clear();
+    }
+}
+
+}  // namespace
+
+void fill_slot(Slot& slot, const Source& source, const EpochPlan& plan, std::uint64_t step) {
+    const auto& fields = source.fields();
+    const std::size_t b = plan.batch_size;
+    prepare(slot, fields, plan, step);
+    bool any_ragged = false;
+    for (const auto& f : fields) any_ragged = any_ragged || f.ragged;
+    std::vector<std::uint64_t> lengths(any_ragged ? fields.size() * b : 0, 0);
+    SlotSink sink(slot, fields, lengths, b);
+    source.read(slot.read_ids.data(), slot.read_ids.size(), sink);
+    for (std::size_t f = 0; f < fields.size(); ++f) {
+        if (fields[f].ragged) {
+            auto& off = slot.ragged_offsets[f];
+            off.assign(b + 1, 0);
+            for (std::size_t j = 0; j < b; ++j) {
+                off[j + 1] = off[j] + static_cast<std::int64_t>(lengths[f * b + j]);
+            }
+            slot.bytes += static_cast<std::uint64_t>(off[b]);
+        } else {
+            slot.bytes += fields[f].sample_bytes * slot.read_ids.size();
+        }
+    }
+}
+
+}  // namespace mpistage::detail

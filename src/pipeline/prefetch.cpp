@@ -1,0 +1,104 @@
+#include "pipeline/prefetch.hpp"
+
+#include <system_error>
+
+#include "pipeline/fill.hpp"
+
+namespace mpistage::detail {
+
+Prefetcher::Prefetcher(std::shared_ptr<Ring> ring, const Source& source, const EpochPlan& plan,
+                       std::uint64_t epoch)
+    : ring_(std::move(ring)), source_(source), plan_(plan), epoch_(epoch) {}
+
+void Prefetcher::start(std::size_t count) {
+    try {
+        for (std::size_t t = 0; t < count; ++t) threads_.emplace_back([this] { worker(); });
+    } catch (const std::system_error& e) {
+        throw IoError("loader: cannot start I/O thread " + std::to_string(threads_.size()) +
+                      " of " + std::to_string(count) + ": " + e.what());
+    }
+}
+
+void Prefetcher::worker() {
+    for (;;) {
+        Slot* slot = nullptr;
+        std::uint64_t step = 0;
+        {
+            std::unique_lock<std::mutex> lk(ring_->m);
+            ring_->cv.wait(
+                lk, [&] { return stop_ || next_issue_ >= plan_.steps || !ring_->free.empty(); });
+            if (stop_ || next_issue_ >= plan_.steps) return;
+            slot = ring_->free.front();
+            ring_->free.pop_front();
+            step = next_issue_++;
+            ++in_flight_;
+        }
+        std::exception_ptr error;
+        try {
+            fill_slot(*slot, source_, plan_, step);
+        } catch (...) {
+            error = std::current_exception();
+        }
+        {
+            std::lock_guard<std::mutex> lk(ring_->m);
+            ready_[step] = {slot, error};
+            --in_flight_;
+        }
+        ring_->cv.notify_all();
+    }
+}
+
+void Prefetcher::shutdown() noexcept {
+    {
+        std::lock_guard<std::mutex> lk(ring_->m);
+        stop_ = true;
+    }
+    ring_->cv.notify_all();
+    for (auto& t : threads_) {
+        if (t.joinable()) t.join();
+    }
+    threads_.clear();
+    std::lock_guard<std::mutex> lk(ring_->m);
+    for (auto& entry : ready_) ring_->free.push_back(entry.second.first);
+    ready_.clear();
+}
+
+std::string Prefetcher::slots_held_message(std::uint64_t step) const {
+    return "loader: all " + std::to_string(ring_->slots.size()) +
+           " prefetch slots are held by the caller (batches or tensors still alive), so "
+           "batch " +
+           std::to_string(step) + " of epoch " + std::to_string(epoch_) +
+           " cannot be read; release earlier batches or raise the prefetch depth";
+}
+
+Slot* Prefetcher::take_inline(std::uint64_t step, LocalStatus& status) {
+    Slot* slot = ring_->try_take();
+    if (!slot) {
+        status = capture([&] { throw ConfigError(slots_held_message(step)); });
+        return nullptr;
+    }
+    status = capture([&] { fill_slot(*slot, source_, plan_, step); });
+    return slot;
+}
+
+Slot* Prefetcher::take(std::uint64_t step, LocalStatus& status) {
+    if (threads_.empty()) return take_inline(step, status);
+    std::unique_lock<std::mutex> lk(ring_->m);
+    bool stuck = false;
+    ring_->cv.wait(lk, [&] {
+        if (ready_.count(step)) return true;
+        stuck = ring_->free.empty() && in_flight_ == 0 && next_issue_ <= step;
+        return stuck;
+    });
+    if (!ready_.count(step)) {
+        lk.unlock();
+        status = capture([&] { throw ConfigError(slots_held_message(step)); });
+        return nullptr;
+    }
+    auto entry = ready_[step];
+    ready_.erase(step);
+    if (entry.second) status = LocalStatus::from_exception(entry.second);
+    return entry.first;
+}
+
+}  // namespace mpistage::detail

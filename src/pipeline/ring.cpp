@@ -1,0 +1,69 @@
+#include "pipeline/ring.hpp"
+
+#include "mpistage/dtype.hpp"
+
+namespace mpistage::detail {
+
+namespace {
+
+std::uint64_t aligned64(std::uint64_t n) {
+    return (n + 63) / 64 * 64;
+}
+
+}  // namespace
+
+void Ring::release(Slot* s) {
+    {
+        std::lock_guard<std::mutex> lk(m);
+        free.push_back(s);
+    }
+    cv.notify_all();
+}
+
+Slot* Ring::try_take() {
+    std::lock_guard<std::mutex> lk(m);
+    if (free.empty()) return nullptr;
+    Slot* s = free.front();
+    free.pop_front();
+    return s;
+}
+
+std::uint64_t slot_bytes(const std::vector<FieldInfo>& fields, std::uint64_t b) {
+    std::uint64_t fixed_bytes = 0;
+    for (const auto& f : fields) {
+        if (f.ragged) continue;
+        fixed_bytes +=
+            aligned64(checked_mul(f.sample_bytes, b, "loader: batch of field '" + f.name + "'"));
+    }
+    return fixed_bytes + checked_mul(b, sizeof(std::int64_t) + 1, "loader: batch");
+}
+
+std::shared_ptr<Ring> make_ring(const std::vector<FieldInfo>& fields, std::uint64_t b,
+                                std::uint64_t count, bool pinned) {
+    const std::uint64_t bytes = slot_bytes(fields, b);
+    auto ring = std::make_shared<Ring>();
+    for (std::uint64_t i = 0; i < count; ++i) {
+        auto slot = std::make_unique<Slot>();
+        slot->block = HostBlock(bytes, pinned);
+        std::byte* p = slot->block.data();
+        for (const auto& f : fields) {
+            if (f.ragged) {
+                slot->field_data.push_back(nullptr);
+            } else {
+                slot->field_data.push_back(p);
+                p += aligned64(f.sample_bytes * b);
+            }
+        }
+        slot->ids = reinterpret_cast<std::int64_t*>(p);
+        slot->valid = reinterpret_cast<std::uint8_t*>(p + b * sizeof(std::int64_t));
+        slot->ragged_values.resize(fields.size());
+        slot->ragged_offsets.resize(fields.size());
+        slot->read_ids.reserve(b);
+        slot->read_pos.reserve(b);
+        ring->free.push_back(slot.get());
+        ring->slots.push_back(std::move(slot));
+    }
+    return ring;
+}
+
+}  // namespace mpistage::detail

@@ -1,0 +1,56 @@
+#pragma once
+// The ring of batch buffers ("slots") of one loader, allocated once and recycled: a slot
+// returns to the ring when the last batch copy (or tensor) holding it is gone.
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "mpistage/source.hpp"
+#include "stage/host_memory.hpp"
+
+namespace mpistage::detail {
+
+/// One buffer of the ring: every fixed field [B, ...], the index [B] and the valid mask [B].
+struct Slot {
+    HostBlock block;
+    std::vector<std::byte*> field_data;  // per field (nullptr for ragged)
+    std::vector<std::vector<std::byte>> ragged_values;
+    std::vector<std::vector<std::int64_t>> ragged_offsets;
+    std::int64_t* ids = nullptr;
+    std::uint8_t* valid = nullptr;
+    std::vector<std::uint64_t> read_ids;  // scratch: ids to read
+    std::vector<std::size_t> read_pos;    // scratch: their batch positions
+    std::uint64_t step = 0;
+    std::size_t num_valid = 0;
+    std::uint64_t bytes = 0;
+};
+
+/// The ring of slots, shared with every lease so it outlives the loader if batches do.
+/// `m` guards `free`; `cv` signals a returned slot (and the prefetcher's own state changes).
+struct Ring {
+    std::mutex m;
+    std::condition_variable cv;
+    std::vector<std::unique_ptr<Slot>> slots;
+    std::deque<Slot*> free;
+
+    /// Thread-safe: puts `s` back into the free list.
+    void release(Slot* s);
+    /// Thread-safe: takes a free slot, nullptr when every slot is in use.
+    Slot* try_take();
+};
+
+/// Bytes of one slot for `fields` and batch size `b` (each fixed field 64-byte aligned, plus
+/// the index and valid mask). @throws ConfigError on overflow.
+std::uint64_t slot_bytes(const std::vector<FieldInfo>& fields, std::uint64_t b);
+
+/// Allocates `count` slots of `slot_bytes(fields, b)` bytes, pinned when `pinned`.
+/// @throws CudaError, std::bad_alloc.
+std::shared_ptr<Ring> make_ring(const std::vector<FieldInfo>& fields, std::uint64_t b,
+                                std::uint64_t count, bool pinned);
+
+}  // namespace mpistage::detail
