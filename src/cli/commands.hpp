@@ -9,7 +9,7 @@ namespace mpistage::cli {
 
 /// Collective: `mpistage stage`. Returns the exit code: 0, or 1 when --verify found a
 /// violation. @throws Error subclasses, identical on every rank.
-int run_stage(const Communicator& comm, const StageArgs& a);
+int run_stage(Communicator& comm, const StageArgs& a);
 
 /// Collective: `mpistage convert idx` (rank 0 converts, the others wait for the outcome).
 /// @throws Error subclasses, identical on every rank.

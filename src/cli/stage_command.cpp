@@ -74,10 +74,13 @@ EpochReport stage_epoch(const Communicator& comm, Loader& loader, const StageArg
 
 }  // namespace
 
-int run_stage(const Communicator& comm, const StageArgs& a) {
+int run_stage(Communicator& comm, const StageArgs& a) {
     const LocalChecks local = run_agreed_value(comm, [&] { return check_locally(comm, a); });
     require_same(comm, stage_argument_values(a), "stage: ranks were given different arguments",
                  kSameCommandAdvice);
+    // --timeout is agreed now: from here on every collective of the CLI's own communicator
+    // (format agreement, opening, --verify and --json gathers) runs under the watchdog too.
+    comm.set_timeout(local.options.timeout);
     require_same_format(comm, a, local.format);
 
     const auto source = open_source(comm, a, local.format);

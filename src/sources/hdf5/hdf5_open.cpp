@@ -25,6 +25,7 @@ herr_t visit_cb(hid_t, const char* name, const H5O_info_t* info, void* data) {
 
 void Hdf5Source::Impl::open(const Communicator& c) {
     comm.emplace(c.get());
+    comm->set_timeout(c.timeout());
     std::lock_guard<std::recursive_mutex> lock(detail::hdf5_mutex());
     const detail::Hdf5ErrorSilencer quiet;
     // 1. Every rank checks the file on its own, then all agree (a missing file on one node
