@@ -14,6 +14,7 @@
 #include "mpistage/error.hpp"
 #include "mpistage/tf_example.hpp"
 #include "mpistage/tfrecord_source.hpp"
+#include "sources/tfrecord/framing.hpp"
 
 using namespace mpistage;
 
