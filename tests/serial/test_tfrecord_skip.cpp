@@ -169,6 +169,22 @@ std::vector<std::uint8_t> file_with_bad_length_crcs(std::size_t n, std::size_t l
     return bytes;
 }
 
+struct Kept {
+    std::vector<std::uint64_t> ids;  // record offset / record size
+    std::uint64_t skipped = 0;
+    std::uint64_t skipped_bytes = 0;
+};
+
+Kept kept_ids(const std::vector<CutScan>& scans, std::size_t len) {
+    Kept k;
+    for (const auto& s : scans) {
+        for (const auto& r : s.records) k.ids.push_back(r.offset / (len + 16));
+        k.skipped += s.skipped;
+        k.skipped_bytes += s.skipped_bytes;
+    }
+    return k;
+}
+
 }  // namespace
 
 TEST(TfRecordSkip, RandomDamageMatchesReferenceAtAnyW) {
@@ -196,15 +212,8 @@ TEST(TfRecordSkip, EveryOtherLengthCrcBrokenKeepsTheIntactHalf) {
     const auto bytes = file_with_bad_length_crcs(n, len, bad);
     const std::vector<ScanFile> files{memory_file("alt", bytes.data(), bytes.size())};
     for (int w = 1; w <= 64; ++w) {
-        const auto scans = simulate_split(files, w, skip_options());
-        std::vector<std::uint64_t> kept;
-        std::uint64_t skipped = 0;
-        std::uint64_t skipped_bytes = 0;
-        for (const auto& s : scans) {
-            for (const auto& r : s.records) kept.push_back(r.offset / (len + 16));
-            skipped += s.skipped;
-            skipped_bytes += s.skipped_bytes;
-        }
+        const auto [kept, skipped, skipped_bytes] =
+            kept_ids(simulate_split(files, w, skip_options()), len);
         EXPECT_EQ(kept, (std::vector<std::uint64_t>{0, 2, 4, 6, 8, 10, 12, 14, 16, 18})) << w;
         EXPECT_EQ(skipped, 10u) << "W " << w;
         EXPECT_EQ(skipped_bytes, 10u * (len + 16)) << "W " << w;
@@ -217,15 +226,8 @@ TEST(TfRecordSkip, ThreeBadLengthCrcsTwoAdjacent) {
     const auto bytes = file_with_bad_length_crcs(10, len, {2, 3, 7});
     const std::vector<ScanFile> files{memory_file("three", bytes.data(), bytes.size())};
     for (int w = 1; w <= 64; ++w) {
-        const auto scans = simulate_split(files, w, skip_options());
-        std::vector<std::uint64_t> kept;
-        std::uint64_t skipped = 0;
-        std::uint64_t skipped_bytes = 0;
-        for (const auto& s : scans) {
-            for (const auto& r : s.records) kept.push_back(r.offset / (len + 16));
-            skipped += s.skipped;
-            skipped_bytes += s.skipped_bytes;
-        }
+        const auto [kept, skipped, skipped_bytes] =
+            kept_ids(simulate_split(files, w, skip_options()), len);
         EXPECT_EQ(kept, (std::vector<std::uint64_t>{0, 1, 4, 5, 6, 8, 9})) << "W " << w;
         EXPECT_EQ(skipped, 3u) << "W " << w;
         EXPECT_EQ(skipped_bytes, 3u * (len + 16)) << "W " << w;

@@ -131,7 +131,14 @@ std::vector<std::uint8_t> inflate_tfrecord(const std::string& name, std::uint64_
         const std::size_t old_size = out.size();
         const std::uint64_t room =
             std::min<std::uint64_t>(std::max<std::uint64_t>(old_size, 1u << 16), piece);
-        out.resize(old_size + static_cast<std::size_t>(room));
+        // Geometric growth, but never reserving past the limit (plus one step).
+        const std::uint64_t need = old_size + room;
+        if (need > out.capacity()) {
+            const std::uint64_t cap = std::min<std::uint64_t>(
+                2 * std::uint64_t{out.capacity()}, limits.max_decompressed_bytes + room);
+            out.reserve(static_cast<std::size_t>(std::max(need, cap)));
+        }
+        out.resize(static_cast<std::size_t>(need));
         zs.next_out = out.data() + old_size;
         zs.avail_out = static_cast<uInt>(room);
         const uInt avail_in_before = zs.avail_in;
