@@ -31,9 +31,9 @@ private:
 };
 
 const ExampleDecoder& decoder() {
-    static const ExampleDecoder d({parse_feature_spec("image:bytes/uint16:2x2"),
-                                   parse_feature_spec("label:int64"),
-                                   parse_feature_spec("box:float:4"), parse_feature_spec("raw:bytes")});
+    static const ExampleDecoder d(
+        {parse_feature_spec("image:bytes/uint16:2x2"), parse_feature_spec("label:int64"),
+         parse_feature_spec("box:float:4"), parse_feature_spec("raw:bytes")});
     return d;
 }
 

@@ -124,7 +124,10 @@ void append_record(std::vector<std::uint8_t>& out, const void* payload, std::siz
 ///
 /// Gzip files (name ending in `.gz` or starting with bytes 1f 8b) are sharded by whole files:
 /// the file whose first compressed byte lies in rank r's cut is decompressed (zlib, multi-member)
-/// and indexed by rank r. `records_in_cut` counts such records at their file's start.
+/// and indexed by rank r. `records_in_cut` counts such records at their file's start. Inflating
+/// streams: each header is checked as soon as its bytes arrive (a bad first header fails after
+/// the first piece, naming the file and offset), and `max_decompressed_bytes` /
+/// `max_decompression_ratio` stop a gzip bomb before it fills memory.
 ///
 /// Thread safety: `read` may be called from several threads at once. Ownership: owns the MPI
 /// file handles and POSIX descriptors; close with `close()` (collective) or the destructor.

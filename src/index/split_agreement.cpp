@@ -24,8 +24,7 @@ int agree_split(const std::function<std::vector<CutClaim>()>& exchange,
         // Each round proves rank m's start, and the lowest mismatch only moves up.
         if (rounds > static_cast<int>(claims.size())) {
             throw FormatError("tfrecord split: start agreement did not converge after " +
-                              std::to_string(rounds) + " rounds (rank " + std::to_string(m) +
-                              ")");
+                              std::to_string(rounds) + " rounds (rank " + std::to_string(m) + ")");
         }
         rewalk(m, m == 0 ? 0 : claims[static_cast<std::size_t>(m - 1)].stop);
         ++rounds;

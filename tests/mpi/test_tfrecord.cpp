@@ -9,17 +9,17 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <stdexcept>
 #include <iterator>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
-#include "vec_sink.hpp"
 #include "mpistage/comm.hpp"
 #include "mpistage/error.hpp"
 #include "mpistage/plan.hpp"
 #include "mpistage/tfrecord_source.hpp"
 #include "tfrecord_test_util.hpp"
+#include "vec_sink.hpp"
 
 using namespace mpistage;
 using namespace mpistage::tfrecord_test;
@@ -234,7 +234,8 @@ TEST(TfRecordMpi, CorruptCopies) {
     expect_agreed_error(comm, [&] { TfRecordSource src(comm, {empty}); }, ErrorKind::format,
                         {"empty.tfrecords: empty file"});
     expect_agreed_error(comm, [&] { TfRecordSource src(comm, {dir + "/missing.tfrecords"}); },
-                        ErrorKind::io, {"tfrecord: '" + dir + "/missing.tfrecords' does not exist"});
+                        ErrorKind::io,
+                        {"tfrecord: '" + dir + "/missing.tfrecords' does not exist"});
     comm.barrier();
     if (comm.rank() == 0) {
         std::remove(truncated.c_str());

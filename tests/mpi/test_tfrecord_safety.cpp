@@ -164,10 +164,9 @@ TEST(TfRecordSafety, GzipBombFailsFastWithBoundedMemory) {
     TfRecordOptions limited;
     limited.on_corrupt = OnCorrupt::skip;
     limited.max_decompressed_bytes = std::uint64_t{128} << 20;
-    expect_agreed_error(comm, [&] { TfRecordSource src(comm, {bomb}, limited); },
-                        ErrorKind::format,
-                        {"zeros.tfrecord.gz: decompresses to more than 134217728 bytes",
-                         "max_decompressed_bytes"});
+    expect_agreed_error(
+        comm, [&] { TfRecordSource src(comm, {bomb}, limited); }, ErrorKind::format,
+        {"zeros.tfrecord.gz: decompresses to more than 134217728 bytes", "max_decompressed_bytes"});
     const std::uint64_t growth = max_rss_bytes() - rss_before;
     EXPECT_LT(growth, std::uint64_t{512} << 20) << "peak RSS grew by " << growth << " bytes";
     comm.barrier();

@@ -37,7 +37,7 @@ inline std::vector<std::pair<std::uint64_t, std::uint64_t>> read_idx(const std::
 /// Plans one epoch at the current world size (mask remainder), reads every valid slot of this
 /// rank, and checks across ranks that every id was staged exactly once.
 inline void expect_exactly_once(const Communicator& comm, const TfRecordSource& src,
-                         std::uint64_t batch_size) {
+                                std::uint64_t batch_size) {
     const std::uint64_t n = src.num_samples();
     PlanOptions po;
     po.batch_size = batch_size;

@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "sources/tfrecord/crc32c.hpp"
 #include "mpistage/error.hpp"
 #include "mpistage/tfrecord_source.hpp"
+#include "sources/tfrecord/crc32c.hpp"
 #include "sources/tfrecord/framing.hpp"
 
 using namespace mpistage;

@@ -26,9 +26,8 @@ std::uint64_t le64(const std::vector<std::uint8_t>& b, std::uint64_t p) {
 }
 
 std::uint32_t le32(const std::vector<std::uint8_t>& b, std::uint64_t p) {
-    return static_cast<std::uint32_t>(le64(std::vector<std::uint8_t>{b[p], b[p + 1], b[p + 2],
-                                                                     b[p + 3], 0, 0, 0, 0},
-                                           0));
+    return static_cast<std::uint32_t>(
+        le64(std::vector<std::uint8_t>{b[p], b[p + 1], b[p + 2], b[p + 3], 0, 0, 0, 0}, 0));
 }
 
 std::uint32_t ref_masked_crc(const std::uint8_t* p, std::size_t n) {

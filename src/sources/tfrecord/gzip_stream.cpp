@@ -48,7 +48,8 @@ public:
                 }
                 throw FormatError("tfrecord: " + name_ +
                                   " (decompressed): not a TFRecord / truncated record at offset " +
-                                  std::to_string(next_) + " (length CRC32C mismatch, length field " +
+                                  std::to_string(next_) +
+                                  " (length CRC32C mismatch, length field " +
                                   std::to_string(length) + ")");
             }
             if (length > UINT64_MAX - next_ - kFramingBytes) {
@@ -134,8 +135,8 @@ std::vector<std::uint8_t> inflate_tfrecord(const std::string& name, std::uint64_
         // Geometric growth, but never reserving past the limit (plus one step).
         const std::uint64_t need = old_size + room;
         if (need > out.capacity()) {
-            const std::uint64_t cap = std::min<std::uint64_t>(
-                2 * std::uint64_t{out.capacity()}, limits.max_decompressed_bytes + room);
+            const std::uint64_t cap = std::min<std::uint64_t>(2 * std::uint64_t{out.capacity()},
+                                                              limits.max_decompressed_bytes + room);
             out.reserve(static_cast<std::size_t>(std::max(need, cap)));
         }
         out.resize(static_cast<std::size_t>(need));

@@ -53,15 +53,15 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 std::string options_signature(const TfRecordOptions& o) {
     std::ostringstream s;
-    s << "on_corrupt=" << to_string(o.on_corrupt) << ";verify_payload_crc="
-      << o.verify_payload_crc << ";verify_payloads_at_open=" << o.verify_payloads_at_open
+    s << "on_corrupt=" << to_string(o.on_corrupt) << ";verify_payload_crc=" << o.verify_payload_crc
+      << ";verify_payloads_at_open=" << o.verify_payloads_at_open
       << ";raw_field_name=" << o.raw_field_name << ";max_read_bytes=" << o.max_read_bytes
       << ";scan_window_bytes=" << o.scan_window_bytes << ";posix_reads=" << o.posix_reads
       << ";max_decompressed_bytes=" << o.max_decompressed_bytes
       << ";max_decompression_ratio=" << o.max_decompression_ratio;
     for (const auto& f : o.features) {
-        s << ";feature:" << f.name << ':' << to_string(f.kind) << ':' << dtype_name(f.dtype)
-          << ':' << f.ragged;
+        s << ";feature:" << f.name << ':' << to_string(f.kind) << ':' << dtype_name(f.dtype) << ':'
+          << f.ragged;
         for (auto d : f.shape) s << 'x' << d;
     }
     return s.str();
@@ -132,7 +132,9 @@ std::shared_ptr<const std::vector<std::uint8_t>> SourceState::gz(std::size_t f,
     limits.piece_bytes = std::min<std::uint64_t>(limits.piece_bytes, options.max_read_bytes);
     auto data = std::make_shared<const std::vector<std::uint8_t>>(inflate_tfrecord(
         files[f].path, files[f].size,
-        [&](std::uint64_t off, void* dst, std::uint64_t n) { read_at(f, off, dst, n, main_thread); },
+        [&](std::uint64_t off, void* dst, std::uint64_t n) {
+            read_at(f, off, dst, n, main_thread);
+        },
         limits, options.on_corrupt));
     std::lock_guard<std::mutex> lock(gz_mutex);
     if (!gz_data[f]) gz_data[f] = data;

@@ -38,7 +38,7 @@ void index_gzip_files(const SourceState& state, const std::vector<std::uint32_t>
                      });
 }
 
-/// One index file's bytes: its size and, after reading, this rank's slice of lines.
+/// This rank's slice of the DALI index files: parsed entries and lines per index file.
 struct IndexSlice {
     std::vector<index::DaliEntry> entries;
     std::vector<std::uint64_t> line_counts;
@@ -65,19 +65,25 @@ std::uint64_t parse_slice(const detail::PosixFile& file, std::uint64_t lb, std::
                                    static_cast<std::size_t>(le - read_from), lb == 0, index, out);
 }
 
-IndexSlice read_index_slice(const Communicator& comm, const std::vector<std::string>& paths) {
-    IndexSlice slice;
-    slice.line_counts.assign(paths.size(), 0);
+std::vector<detail::PosixFile> open_index_files(const std::vector<std::string>& paths) {
     std::vector<detail::PosixFile> files;
-    std::vector<std::uint64_t> istarts(paths.size() + 1, 0);
-    for (std::size_t i = 0; i < paths.size(); ++i) {
-        detail::probe_input_file(paths[i], "tfrecord: index");
-        files.emplace_back(paths[i]);
-        istarts[i + 1] = istarts[i] + files.back().size_bytes();
+    for (const auto& p : paths) {
+        detail::probe_input_file(p, "tfrecord: index");
+        files.emplace_back(p);
+    }
+    return files;
+}
+
+IndexSlice read_index_slice(const Communicator& comm, const std::vector<detail::PosixFile>& files) {
+    IndexSlice slice;
+    slice.line_counts.assign(files.size(), 0);
+    std::vector<std::uint64_t> istarts(files.size() + 1, 0);
+    for (std::size_t i = 0; i < files.size(); ++i) {
+        istarts[i + 1] = istarts[i] + files[i].size_bytes();
     }
     const std::uint64_t b = cut_begin(istarts.back(), comm.rank(), comm.size());
     const std::uint64_t e = cut_begin(istarts.back(), comm.rank() + 1, comm.size());
-    for (std::size_t i = 0; i < paths.size(); ++i) {
+    for (std::size_t i = 0; i < files.size(); ++i) {
         const std::uint64_t lb = std::max(b, istarts[i]);
         const std::uint64_t le = std::min(e, istarts[i + 1]);
         if (lb >= le) continue;
@@ -123,13 +129,19 @@ LocalRecords scan_index_free(const Communicator& comm, SourceState& state) {
 
 LocalRecords read_dali_index(const Communicator& comm, const SourceState& state) {
     const auto& names = state.options.index_paths;
-    IndexSlice slice = run_agreed_value(comm, [&] { return read_index_slice(comm, names); });
+    const auto files = run_agreed_value(comm, [&] { return open_index_files(names); });
+    std::vector<NamedValue> sizes;
+    for (const auto& f : files)
+        sizes.push_back({"size of " + f.path(), std::to_string(f.size_bytes())});
+    require_same(comm, sizes, "tfrecord: ranks see different index file sizes",
+                 "the index files changed while opening, or the same path names different files");
+    IndexSlice slice = run_agreed_value(comm, [&] { return read_index_slice(comm, files); });
     // Line numbers: per index file, the lines before this rank's slice.
     std::vector<std::uint64_t> line_base(slice.line_counts.size(), 0);
-    check_mpi(MPI_Exscan(slice.line_counts.data(), line_base.data(),
-                         static_cast<int>(slice.line_counts.size()), MPI_UINT64_T, MPI_SUM,
-                         comm.get()),
-              "MPI_Exscan(index lines)");
+    check_mpi(
+        MPI_Exscan(slice.line_counts.data(), line_base.data(),
+                   static_cast<int>(slice.line_counts.size()), MPI_UINT64_T, MPI_SUM, comm.get()),
+        "MPI_Exscan(index lines)");
     if (comm.rank() == 0) std::fill(line_base.begin(), line_base.end(), 0);
     for (auto& en : slice.entries) en.line += line_base[en.file] + 1;
     return run_agreed_value(comm, [&] {
@@ -159,10 +171,10 @@ void exchange_descriptors(const Communicator& comm, SourceState& state, LocalRec
         state.records.resize(static_cast<std::size_t>(acc));
     });
     const MpiType rec_type = MpiType::contiguous_bytes(static_cast<int>(sizeof(RecordRef)));
-    check_mpi(MPI_Allgatherv(local.records.data(), static_cast<int>(local.records.size()),
-                             rec_type.get(), state.records.data(), rc.data(), displs.data(),
-                             rec_type.get(), comm.get()),
-              "MPI_Allgatherv(record descriptors)");
+    check_mpi(
+        MPI_Allgatherv(local.records.data(), static_cast<int>(local.records.size()), rec_type.get(),
+                       state.records.data(), rc.data(), displs.data(), rec_type.get(), comm.get()),
+        "MPI_Allgatherv(record descriptors)");
     // Global checks on the identical descriptor list (same outcome on every rank).
     run_agreed(comm, [&] {
         if (!state.options.index_paths.empty()) {
@@ -173,9 +185,9 @@ void exchange_descriptors(const Communicator& comm, SourceState& state, LocalRec
         }
         if (state.records.empty()) {
             throw FormatError("tfrecord: no valid records in " +
-                              std::to_string(state.files.size()) + " file(s) (first: " +
-                              state.files[0].path + ", " + std::to_string(state.skipped) +
-                              " skipped)");
+                              std::to_string(state.files.size()) +
+                              " file(s) (first: " + state.files[0].path + ", " +
+                              std::to_string(state.skipped) + " skipped)");
         }
     });
 }

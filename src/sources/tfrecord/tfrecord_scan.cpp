@@ -136,7 +136,6 @@ std::size_t file_of(const std::vector<std::uint64_t>& starts, std::uint64_t pos)
                       std::to_string(offset) + " (" + detail + ")");
 }
 
-
 }  // namespace
 
 std::string to_string(HeaderStatus s) {
@@ -233,7 +232,8 @@ private:
         if (status != HeaderStatus::ok) return bad_header_at(f, local, status, header);
         std::string problem;
         if (length > std::numeric_limits<std::uint32_t>::max()) {
-            problem = "record of " + std::to_string(length) + " payload bytes exceeds the 4 GiB limit";
+            problem =
+                "record of " + std::to_string(length) + " payload bytes exceeds the 4 GiB limit";
         } else if (options_.verify_payloads && !payload_ok(*window_, local, length)) {
             problem = "payload CRC32C mismatch";
         }
