@@ -22,8 +22,9 @@
 #include <unistd.h>
 
 #include "mpistage/comm.hpp"
-#include "mpistage/crc32c.hpp"
+#include "sources/tfrecord/crc32c.hpp"
 #include "mpistage/tfrecord_source.hpp"
+#include "sources/tfrecord/framing.hpp"
 
 using namespace mpistage;
 using Clock = std::chrono::steady_clock;

@@ -38,6 +38,12 @@ public:
     virtual std::byte* ragged(std::size_t field, std::size_t slot, std::uint64_t size_bytes) = 0;
 };
 
+/// One named counter a source reports, identical on every rank (e.g. records skipped as corrupt).
+struct SourceStatistic {
+    std::string name;         ///< snake_case, e.g. "skipped_records"
+    std::uint64_t value = 0;  ///< the count (units in the name: `_bytes`, `_records`, `_rounds`)
+};
+
 /// A dataset opened by every rank: N samples, each made of the same fields.
 ///
 /// Opening is collective (constructors of implementations); after that `read` is independent
@@ -65,6 +71,8 @@ public:
     /// True when `read` makes MPI calls (e.g. independent MPI-IO reads); the loader then only
     /// calls it from background threads if MPI provides MPI_THREAD_MULTIPLE.
     virtual bool reads_use_mpi() const { return false; }
+    /// Source-specific counters for reports (empty by default). Not collective, no MPI calls.
+    virtual std::vector<SourceStatistic> statistics() const { return {}; }
 };
 
 }  // namespace mpistage

@@ -9,6 +9,8 @@
 /// DALI index files (NVIDIA DALI `tools/tfrecord2idx`) hold one line `"<offset> <size>"` per
 /// record, with `size = length + 16` (the framing bytes included).
 ///
+/// (Framing checks and the scan live in src/sources/tfrecord/framing.hpp.)
+///
 /// Splitting without an index: the files form one concatenated byte space of T bytes; rank r
 /// scans `[r·T/W, (r+1)·T/W)`. It resynchronises from its start to the first position whose
 /// header validates (length CRC, the record fits in its file, and the next header validates too
@@ -39,6 +41,8 @@ enum class OnCorrupt : std::uint8_t {
     /// Fail on every rank with a FormatError naming file and offset (default).
     error,
     /// Drop the record and count it (`TfRecordSource::skipped_records`); ranks agree on N.
+    /// After a bad header the scan continues at the next position whose header validates, so
+    /// every record whose framing is intact is kept.
     skip,
 };
 std::string to_string(OnCorrupt p);
@@ -73,22 +77,24 @@ struct TfRecordOptions {
     /// when MPI does not provide MPI_THREAD_MULTIPLE, since the pipeline calls it from I/O
     /// threads (DESIGN.md §2 pipeline).
     bool posix_reads = false;
+    /// Largest decompressed size of one gzip file; inflating stops with a FormatError naming
+    /// the file and this option once it is exceeded (a gzip bomb never fills memory). Default
+    /// 64 GiB; must be ≥ 16. The decompressed bytes of a gzip file are kept in memory.
+    std::uint64_t max_decompressed_bytes = std::uint64_t{64} << 30;
+    /// Largest ratio of decompressed to compressed bytes of one gzip file (FormatError naming
+    /// the file and this option beyond it; 0 = no ratio limit). Default 1000: real TFRecord
+    /// gzip files compress far less than 1000:1, zero-filled bombs far more.
+    std::uint64_t max_decompression_ratio = 1000;
 
     /// @throws ConfigError naming the bad field.
     void validate() const;
 };
 
-/// Pure framing and scanning functions (no MPI), so serial tests can simulate any world size.
+/// TFRecord framing pieces a user needs to write or address records.
 namespace tfrecord {
 
-/// Length field plus its CRC.
-constexpr std::uint64_t kHeaderBytes = 12;
-/// Header plus payload CRC: a record occupies `length + kFramingBytes` bytes.
+/// Header (length + its CRC) plus payload CRC: a record occupies `length + kFramingBytes` bytes.
 constexpr std::uint64_t kFramingBytes = 16;
-
-/// Reads exactly `size_bytes` bytes at `offset_bytes` of one file into `dst`.
-/// Callers never ask beyond the file size. @throws IoError.
-using ReadAt = std::function<void(std::uint64_t offset_bytes, void* dst, std::uint64_t size_bytes)>;
 
 /// One record: 16 bytes, so exchanging every descriptor costs 16 B × N on each rank.
 struct RecordRef {
@@ -101,94 +107,8 @@ struct RecordRef {
 };
 static_assert(sizeof(RecordRef) == 16, "RecordRef is exchanged as 16 raw bytes");
 
-/// One file of the concatenated byte space.
-struct ScanFile {
-    /// Path (or a name for in-memory data) used in error messages.
-    std::string name;
-    /// File size in bytes.
-    std::uint64_t size_bytes = 0;
-    /// True for a gzip file, which is one indivisible unit owned by the cut holding its first
-    /// byte (its records are indexed after decompression).
-    bool whole = false;
-    /// Reader of this file.
-    ReadAt read;
-};
-
-/// Scanning knobs.
-struct ScanOptions {
-    OnCorrupt on_corrupt = OnCorrupt::error;
-    /// Read and check payload CRCs while walking.
-    bool verify_payloads = false;
-    /// Bytes read at once while scanning (≥ 64).
-    std::uint64_t window_bytes = std::uint64_t{1} << 20;
-};
-
-/// Outcome of checking a 12-byte header at `offset` of a file of `file_size` bytes.
-enum class HeaderStatus { ok, too_short, bad_length_crc, does_not_fit };
-/// Why a header failed, in words.
-std::string to_string(HeaderStatus s);
-
-/// Checks the header at `offset`: at least 16 bytes left, masked CRC32C of the length field
-/// matches, and `offset + 16 + length <= file_size` (checked without overflow, before anything
-/// is allocated). `header` holds `min(12, file_size - offset)` bytes. Pure; sets `length`.
-HeaderStatus check_header(const std::uint8_t* header, std::uint64_t offset, std::uint64_t file_size,
-                          std::uint64_t& length);
-
-/// Appends one framed record (header, payload, payload CRC) to `out`. Pure.
+/// Appends one framed record (header, payload, payload CRC) to `out`. Pure, not collective.
 void append_record(std::vector<std::uint8_t>& out, const void* payload, std::size_t size_bytes);
-
-/// What one rank's scan of its cut found.
-struct CutScan {
-    /// Global position where the scan started (its resync result, or the given start).
-    std::uint64_t start = 0;
-    /// First record boundary at or after the cut end reached by walking (≤ T).
-    std::uint64_t stop = 0;
-    /// Records of non-whole files whose first byte lies in the cut, in file order.
-    std::vector<RecordRef> records;
-    /// Whole (gzip) files whose first byte lies in the cut.
-    std::vector<std::uint32_t> whole_files;
-    /// Corrupt records dropped under `OnCorrupt::skip`.
-    std::uint64_t skipped = 0;
-    /// The walk started at an unproven (resynced) position and met a header or payload that
-    /// does not validate: the start was false (or the data is corrupt); `records` are void and
-    /// the agreement re-walks this cut from its predecessor's stop, where errors are real.
-    bool broken = false;
-};
-
-/// Start of each file in the concatenated space; F+1 entries, the last is T. Pure.
-std::vector<std::uint64_t> file_starts(const std::vector<ScanFile>& files);
-
-/// Resynchronises from global position `begin` (a file start is trusted; inside a whole file the
-/// next file start is used), then walks to `end`. Not collective.
-/// @throws FormatError naming file and offset on corruption (policy error), IoError.
-CutScan scan_cut(const std::vector<ScanFile>& files, std::uint64_t begin, std::uint64_t end,
-                 const ScanOptions& options);
-
-/// Walks headers from `start`, keeping records that start before `end`. With `trusted`, `start`
-/// is a known record boundary and every bad header or payload is corruption (FormatError under
-/// `OnCorrupt::error`, counted skip otherwise); without it, the walk stops at the first bad one
-/// and marks the scan `broken` until it reaches a file start (trusted from there).
-/// Not collective. @throws as `scan_cut`.
-CutScan walk_cut(const std::vector<ScanFile>& files, std::uint64_t start, std::uint64_t end,
-                 const ScanOptions& options, bool trusted = true);
-
-/// The agreement step: given every rank's (start, stop, broken), returns the lowest rank r with
-/// `broken[r]` or (r ≥ 1 and `starts[r] != stops[r-1]`): it must re-walk, trusted, from
-/// `stops[r-1]` (0 for r = 0); −1 when all agree. `broken` may be empty (none broken). Pure.
-int first_mismatch(const std::vector<std::uint64_t>& starts,
-                   const std::vector<std::uint64_t>& stops,
-                   const std::vector<std::uint8_t>& broken = {});
-
-/// Serial simulation of the MPI splitting for `world_size` ranks (scan every cut, then the
-/// agreement rounds). Returns each rank's final scan. Not collective.
-std::vector<CutScan> simulate_split(const std::vector<ScanFile>& files, int world_size,
-                                    const ScanOptions& options, int* rounds = nullptr);
-
-/// Cut `rank` of `world_size` of a byte space of `total_bytes`: `[r·T/W, (r+1)·T/W)`. Pure.
-std::uint64_t cut_begin(std::uint64_t total_bytes, int rank, int world_size);
-
-/// A ScanFile over bytes in memory (tests, decompressed gzip). The bytes must outlive it.
-ScanFile memory_file(std::string name, const std::uint8_t* data, std::uint64_t size_bytes);
 
 }  // namespace tfrecord
 
@@ -204,7 +124,10 @@ ScanFile memory_file(std::string name, const std::uint8_t* data, std::uint64_t s
 ///
 /// Gzip files (name ending in `.gz` or starting with bytes 1f 8b) are sharded by whole files:
 /// the file whose first compressed byte lies in rank r's cut is decompressed (zlib, multi-member)
-/// and indexed by rank r. `records_in_cut` counts such records at their file's start.
+/// and indexed by rank r. `records_in_cut` counts such records at their file's start. Inflating
+/// streams: each header is checked as soon as its bytes arrive (a bad first header fails after
+/// the first piece, naming the file and offset), and `max_decompressed_bytes` /
+/// `max_decompression_ratio` stop a gzip bomb before it fills memory.
 ///
 /// Thread safety: `read` may be called from several threads at once. Ownership: owns the MPI
 /// file handles and POSIX descriptors; close with `close()` (collective) or the destructor.
@@ -237,6 +160,10 @@ public:
 
     /// Records dropped under `OnCorrupt::skip` (identical on every rank).
     std::uint64_t skipped_records() const noexcept;
+    /// Bytes of the dropped records and damaged regions (identical on every rank).
+    std::uint64_t skipped_bytes() const noexcept;
+    /// "skipped_records", "skipped_bytes", "resync_rounds". Not collective.
+    std::vector<SourceStatistic> statistics() const override;
     /// The descriptor of record `id` (< N). @throws ConfigError.
     tfrecord::RecordRef record(std::uint64_t id) const;
     /// The paths, in the order given.

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "mpistage/crc32c.hpp"
+#include "sources/tfrecord/crc32c.hpp"
 
 using namespace mpistage;
 

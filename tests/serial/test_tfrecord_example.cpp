@@ -10,10 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "vec_sink.hpp"
 #include "mpistage/error.hpp"
 #include "mpistage/tf_example.hpp"
 #include "mpistage/tfrecord_source.hpp"
+#include "sources/tfrecord/framing.hpp"
+#include "vec_sink.hpp"
 
 using namespace mpistage;
 

@@ -13,9 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "mpistage/crc32c.hpp"
 #include "mpistage/error.hpp"
 #include "mpistage/tfrecord_source.hpp"
+#include "sources/tfrecord/crc32c.hpp"
+#include "sources/tfrecord/framing.hpp"
 
 using namespace mpistage;
 using namespace mpistage::tfrecord;
@@ -91,27 +92,10 @@ void expect_same(const std::vector<RecordRef>& a, const std::vector<RecordRef>& 
     }
 }
 
-/// Agreement over arbitrary cut points (as simulate_split, which uses r·T/W).
+/// The production split (the same agreement as the MPI source) over arbitrary cut points.
 std::vector<CutScan> split_at(const std::vector<ScanFile>& files,
                               const std::vector<std::uint64_t>& cuts, const ScanOptions& o) {
-    std::vector<CutScan> scans;
-    for (std::size_t r = 0; r + 1 < cuts.size(); ++r) {
-        scans.push_back(scan_cut(files, cuts[r], cuts[r + 1], o));
-    }
-    for (;;) {
-        std::vector<std::uint64_t> s, e;
-        std::vector<std::uint8_t> b;
-        for (const auto& c : scans) {
-            s.push_back(c.start);
-            e.push_back(c.stop);
-            b.push_back(c.broken ? 1 : 0);
-        }
-        const int m = first_mismatch(s, e, b);
-        if (m < 0) break;
-        const auto mu = static_cast<std::size_t>(m);
-        scans[mu] = walk_cut(files, mu == 0 ? 0 : e[mu - 1], cuts[mu + 1], o, true);
-    }
-    return scans;
+    return split_at_cuts(files, cuts, o);
 }
 
 std::vector<std::uint8_t> slurp(const std::string& path) {

@@ -1,4 +1,4 @@
-#include "mpistage/crc32c.hpp"
+#include "sources/tfrecord/crc32c.hpp"
 
 #include <isa-l/crc.h>
 

@@ -1,16 +1,17 @@
-// Pure TFRecord framing and the index-free scan (no MPI): see tfrecord_source.hpp.
-#include "util/byte_order.hpp"
+// Pure TFRecord framing and the index-free scan (no MPI): see framing.hpp.
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <utility>
 
-#include "mpistage/crc32c.hpp"
+#include "index/split_agreement.hpp"
 #include "mpistage/error.hpp"
-#include "mpistage/tfrecord_source.hpp"
+#include "sources/tfrecord/crc32c.hpp"
+#include "sources/tfrecord/framing.hpp"
+#include "util/byte_order.hpp"
 
-namespace mpistage {
-namespace tfrecord {
+namespace mpistage::tfrecord {
 
 namespace {
 
@@ -75,6 +76,35 @@ std::uint64_t resync_in_file(Window& w, std::uint64_t from) {
         if (is_candidate(w, pos)) return pos;
     }
     return size;
+}
+
+/// Resync after a bad header in a trusted walk: the first position in [from, size) whose
+/// header validates (length CRC and fit; no look-ahead, so an intact record right after a
+/// damaged one is kept), or the file size.
+std::uint64_t next_valid_header(Window& w, std::uint64_t from) {
+    const std::uint64_t size = w.file().size_bytes;
+    if (size < kFramingBytes) return size;
+    for (std::uint64_t pos = from; pos <= size - kFramingBytes; ++pos) {
+        const std::uint8_t* h = w.get(pos, kHeaderBytes);
+        if (load_le64(h) > size - pos - kFramingBytes) continue;  // cheap rejection
+        std::uint64_t length = 0;
+        if (check_header(h, pos, size, length) == HeaderStatus::ok) return pos;
+    }
+    return size;
+}
+
+/// Records in the damaged region [p, q): follow the unverified length fields while each record
+/// ends inside the region; at least one.
+std::uint64_t records_in_region(Window& w, std::uint64_t p, std::uint64_t q) {
+    std::uint64_t n = 0;
+    while (p < q) {
+        ++n;
+        if (q - p < kFramingBytes) break;
+        const std::uint64_t length = load_le64(w.get(p, 8));
+        if (length > q - p - kFramingBytes) break;
+        p += kFramingBytes + length;
+    }
+    return n;
 }
 
 bool payload_ok(Window& w, std::uint64_t pos, std::uint64_t length) {
@@ -159,71 +189,100 @@ std::uint64_t cut_begin(std::uint64_t total_bytes, int rank, int world_size) {
                                       static_cast<unsigned>(world_size));
 }
 
-CutScan walk_cut(const std::vector<ScanFile>& files, std::uint64_t start, std::uint64_t end,
-                 const ScanOptions& options, bool trusted) {
-    const auto starts = file_starts(files);
-    const std::uint64_t total = starts.back();
-    CutScan out;
-    out.start = start;
-    std::uint64_t pos = start;
-    std::size_t current = files.size();
-    std::unique_ptr<Window> window;
-    while (pos < end && pos < total) {
-        const std::size_t f = file_of(starts, pos);
-        const ScanFile& file = files[f];
-        const std::uint64_t local = pos - starts[f];
-        if (local == 0) trusted = true;  // a file start is always a record boundary
-        if (file.whole) {
-            if (local == 0) out.whole_files.push_back(static_cast<std::uint32_t>(f));
-            pos = starts[f + 1];
-            continue;
+namespace {
+
+/// One walk over the concatenated files (see `walk_cut`).
+class Walker {
+public:
+    Walker(const std::vector<ScanFile>& files, const ScanOptions& options, bool trusted)
+        : files_(files), options_(options), starts_(file_starts(files)), trusted_(trusted) {}
+
+    CutScan run(std::uint64_t start, std::uint64_t end) {
+        out_.start = start;
+        std::uint64_t pos = start;
+        while (pos < end && pos < starts_.back()) {
+            const std::size_t f = file_of(starts_, pos);
+            const std::uint64_t local = pos - starts_[f];
+            if (local == 0) trusted_ = true;  // a file start is always a record boundary
+            if (files_[f].whole) {
+                if (local == 0) out_.whole_files.push_back(static_cast<std::uint32_t>(f));
+                pos = starts_[f + 1];
+                continue;
+            }
+            if (f != current_) {
+                window_ = std::make_unique<Window>(files_[f], options_.window_bytes);
+                current_ = f;
+            }
+            const std::uint64_t next = step(f, local);
+            if (out_.broken) break;
+            pos = starts_[f] + next;
         }
-        if (f != current) {
-            window = std::make_unique<Window>(file, options.window_bytes);
-            current = f;
-        }
+        out_.stop = std::max(pos, start);
+        return std::move(out_);
+    }
+
+private:
+    /// Handles the record at `local` of file `f`; returns the next local position.
+    std::uint64_t step(std::size_t f, std::uint64_t local) {
+        const ScanFile& file = files_[f];
         std::uint64_t length = 0;
         const std::uint64_t avail = std::min<std::uint64_t>(kHeaderBytes, file.size_bytes - local);
-        const std::uint8_t* header = window->get(local, avail);
+        const std::uint8_t* header = window_->get(local, avail);
         const HeaderStatus status = check_header(header, local, file.size_bytes, length);
-        if (status == HeaderStatus::ok) {
-            const std::uint64_t next = pos + kFramingBytes + length;
-            std::string problem;
-            if (length > std::numeric_limits<std::uint32_t>::max()) {
-                problem = "record of " + std::to_string(length) +
-                          " payload bytes exceeds the 4 GiB limit";
-            } else if (options.verify_payloads && !payload_ok(*window, local, length)) {
-                problem = "payload CRC32C mismatch";
-            }
-            if (!problem.empty() && !trusted) {
-                out.broken = true;
-                break;
-            }
-            if (problem.empty()) {
-                out.records.push_back(RecordRef{local, static_cast<std::uint32_t>(length),
-                                                static_cast<std::uint32_t>(f)});
-            } else if (options.on_corrupt == OnCorrupt::error) {
-                throw FormatError("tfrecord: " + file.name + ": " + problem +
-                                  " in record at offset " + std::to_string(local) + " (length " +
-                                  std::to_string(length) + ")");
-            } else {
-                ++out.skipped;
-            }
-            pos = next;
-            continue;
+        if (status != HeaderStatus::ok) return bad_header_at(f, local, status, header);
+        std::string problem;
+        if (length > std::numeric_limits<std::uint32_t>::max()) {
+            problem =
+                "record of " + std::to_string(length) + " payload bytes exceeds the 4 GiB limit";
+        } else if (options_.verify_payloads && !payload_ok(*window_, local, length)) {
+            problem = "payload CRC32C mismatch";
         }
-        if (!trusted) {
-            out.broken = true;
-            break;
+        const std::uint64_t next = local + kFramingBytes + length;
+        if (problem.empty()) {
+            out_.records.push_back(RecordRef{local, static_cast<std::uint32_t>(length),
+                                             static_cast<std::uint32_t>(f)});
+        } else if (!trusted_) {
+            out_.broken = true;
+        } else if (options_.on_corrupt == OnCorrupt::error) {
+            throw FormatError("tfrecord: " + file.name + ": " + problem + " in record at offset " +
+                              std::to_string(local) + " (length " + std::to_string(length) + ")");
+        } else {
+            ++out_.skipped;
+            out_.skipped_bytes += next - local;
         }
-        if (options.on_corrupt == OnCorrupt::error) {
-            bad_header(file, local, status, status == HeaderStatus::too_short ? nullptr : header);
-        }
-        ++out.skipped;
-        pos = starts[f] + resync_in_file(*window, local + 1);
+        return next;
     }
-    out.stop = std::max(pos, start);
-    return out;
+
+    std::uint64_t bad_header_at(std::size_t f, std::uint64_t local, HeaderStatus status,
+                                const std::uint8_t* header) {
+        if (!trusted_) {
+            out_.broken = true;
+            return local;
+        }
+        if (options_.on_corrupt == OnCorrupt::error) {
+            bad_header(files_[f], local, status,
+                       status == HeaderStatus::too_short ? nullptr : header);
+        }
+        const std::uint64_t q = next_valid_header(*window_, local + 1);
+        out_.skipped += records_in_region(*window_, local, q);
+        out_.skipped_bytes += q - local;
+        return q;
+    }
+
+    const std::vector<ScanFile>& files_;
+    const ScanOptions& options_;
+    const std::vector<std::uint64_t> starts_;
+    bool trusted_;
+    CutScan out_;
+    std::size_t current_ = static_cast<std::size_t>(-1);
+    std::unique_ptr<Window> window_;
+};
+
+}  // namespace
+
+CutScan walk_cut(const std::vector<ScanFile>& files, std::uint64_t start, std::uint64_t end,
+                 const ScanOptions& options, bool trusted) {
+    return Walker(files, options, trusted).run(start, end);
 }
 
 CutScan scan_cut(const std::vector<ScanFile>& files, std::uint64_t begin, std::uint64_t end,
@@ -249,43 +308,33 @@ CutScan scan_cut(const std::vector<ScanFile>& files, std::uint64_t begin, std::u
     return walk_cut(files, p, end, options, p == starts[file_of(starts, p)] || p >= total);
 }
 
-int first_mismatch(const std::vector<std::uint64_t>& starts,
-                   const std::vector<std::uint64_t>& stops,
-                   const std::vector<std::uint8_t>& broken) {
-    for (std::size_t r = 0; r < starts.size(); ++r) {
-        if (r < broken.size() && broken[r] != 0) return static_cast<int>(r);
-        if (r > 0 && starts[r] != stops[r - 1]) return static_cast<int>(r);
+std::vector<CutScan> split_at_cuts(const std::vector<ScanFile>& files,
+                                   const std::vector<std::uint64_t>& cuts,
+                                   const ScanOptions& options, int* rounds) {
+    std::vector<CutScan> scans;
+    for (std::size_t r = 0; r + 1 < cuts.size(); ++r) {
+        scans.push_back(scan_cut(files, cuts[r], cuts[r + 1], options));
     }
-    return -1;
+    const int n = index::agree_split(
+        [&] {
+            std::vector<index::CutClaim> claims;
+            for (const auto& c : scans) claims.push_back({c.start, c.stop, c.broken});
+            return claims;
+        },
+        [&](int m, std::uint64_t from) {
+            const auto mu = static_cast<std::size_t>(m);
+            scans[mu] = walk_cut(files, from, cuts[mu + 1], options, true);
+        });
+    if (rounds != nullptr) *rounds = n;
+    return scans;
 }
 
 std::vector<CutScan> simulate_split(const std::vector<ScanFile>& files, int world_size,
                                     const ScanOptions& options, int* rounds) {
     const std::uint64_t total = file_starts(files).back();
-    std::vector<CutScan> scans;
-    for (int r = 0; r < world_size; ++r) {
-        scans.push_back(scan_cut(files, cut_begin(total, r, world_size),
-                                 cut_begin(total, r + 1, world_size), options));
-    }
-    int n = 0;
-    for (;;) {
-        std::vector<std::uint64_t> s;
-        std::vector<std::uint64_t> e;
-        std::vector<std::uint8_t> b;
-        for (const auto& c : scans) {
-            s.push_back(c.start);
-            e.push_back(c.stop);
-            b.push_back(c.broken ? 1 : 0);
-        }
-        const int m = first_mismatch(s, e, b);
-        if (m < 0) break;
-        const std::uint64_t from = m == 0 ? 0 : e[static_cast<std::size_t>(m - 1)];
-        scans[static_cast<std::size_t>(m)] =
-            walk_cut(files, from, cut_begin(total, m + 1, world_size), options, true);
-        ++n;
-    }
-    if (rounds != nullptr) *rounds = n;
-    return scans;
+    std::vector<std::uint64_t> cuts;
+    for (int r = 0; r <= world_size; ++r) cuts.push_back(cut_begin(total, r, world_size));
+    return split_at_cuts(files, cuts, options, rounds);
 }
 
 ScanFile memory_file(std::string name, const std::uint8_t* data, std::uint64_t size_bytes) {
@@ -302,5 +351,4 @@ ScanFile memory_file(std::string name, const std::uint8_t* data, std::uint64_t s
     return f;
 }
 
-}  // namespace tfrecord
-}  // namespace mpistage
+}  // namespace mpistage::tfrecord
