@@ -59,9 +59,7 @@ public:
 
     const std::vector<FieldInfo>& fields() const override;
     std::uint64_t num_samples() const override;
-    std::uint64_t total_bytes() const override;
     std::uint64_t records_in_cut(int rank, int world_size) const override;
-    std::uint64_t sample_bytes(std::uint64_t id) const override;
     std::string fingerprint() const override;
     void read(const std::uint64_t* ids, std::size_t count, BatchSink& sink) const override;
     /// True when some field is read through H5Dread (MPI-IO independent reads).

@@ -56,13 +56,9 @@ public:
     virtual const std::vector<FieldInfo>& fields() const = 0;
     /// Total number of samples N, identical on every rank.
     virtual std::uint64_t num_samples() const = 0;
-    /// Total bytes T of the concatenated record byte space (all files, all fields).
-    virtual std::uint64_t total_bytes() const = 0;
     /// Number of records whose first byte lies in `[rank*T/world_size, (rank+1)*T/world_size)`,
     /// i.e. the byte-range cut snapped to record boundaries (DESIGN.md §2 `byte_range`).
     virtual std::uint64_t records_in_cut(int rank, int world_size) const = 0;
-    /// Bytes of sample `id` over all fields (for balance reporting).
-    virtual std::uint64_t sample_bytes(std::uint64_t id) const = 0;
     /// A string that identifies the dataset (paths, sizes, shapes, types); ranks compare hashes.
     virtual std::string fingerprint() const = 0;
     /// Reads samples `ids[0..count)` into `sink` slots `0..count)`. Thread-safe, independent.

@@ -148,11 +148,7 @@ public:
 
     const std::vector<FieldInfo>& fields() const override;
     std::uint64_t num_samples() const override;
-    /// Sum of the (compressed, for gzip) file sizes.
-    std::uint64_t total_bytes() const override;
     std::uint64_t records_in_cut(int rank, int world_size) const override;
-    /// Payload bytes of record `id` (raw), or the decoded fixed bytes (Example mode).
-    std::uint64_t sample_bytes(std::uint64_t id) const override;
     std::string fingerprint() const override;
     /// Independent, thread-safe. @throws FormatError (CRC mismatch, bad Example) or IoError
     /// naming file and offset; ConfigError for an id ≥ N.

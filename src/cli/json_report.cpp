@@ -104,7 +104,7 @@ void write_stage_json(const StageArgs& a, const StageOutcome& o) {
     j["remainder"] = a.remainder;
     j["shuffle"] = a.shuffle;
     j["sharding"] = a.sharding;
-    if (o.source.counts_skipped_records) j["skipped_records"] = o.source.skipped_records;
+    for (const auto& stat : o.source) j[stat.name] = stat.value;
     j["epochs"] = nlohmann::json::array();
     for (const auto& r : o.epochs) j["epochs"].push_back(epoch_json(r, a.verify));
     j["ranks"] = nlohmann::json::array();

@@ -7,7 +7,6 @@
 #include <cstdio>
 
 #include "mpistage/config.hpp"
-#include "mpistage/tfrecord_source.hpp"
 
 namespace mpistage::cli {
 
@@ -80,14 +79,11 @@ void print_verdicts(const std::vector<EpochReport>& epochs, bool all_ok) {
 
 }  // namespace
 
-SourceStatistics source_statistics(const Source& source) {
-    // TODO(lead): Source::statistics() — replace this cast once the virtual is merged.
-    SourceStatistics s;
-    if (const auto* tfr = dynamic_cast<const TfRecordSource*>(&source)) {
-        s.counts_skipped_records = true;
-        s.skipped_records = tfr->skipped_records();
+std::uint64_t statistic(const SourceStatistics& stats, const std::string& name) {
+    for (const auto& s : stats) {
+        if (s.name == name) return s.value;
     }
-    return s;
+    return 0;
 }
 
 std::vector<RankTotals> gather_rank_totals(const Communicator& comm, const LoaderStats& s) {
@@ -124,9 +120,10 @@ void print_header(const StageArgs& a, const StageOutcome& o) {
         std::printf("  field %-12s %-8s [B%s%s]%s\n", f.name.c_str(), dtype_name(f.dtype).c_str(),
                     shape.empty() ? "" : ",", shape.c_str(), f.ragged ? " ragged" : "");
     }
-    if (o.source.skipped_records > 0) {
-        std::printf("  skipped %llu corrupt record(s) (--on-corrupt skip)\n",
-                    static_cast<ull>(o.source.skipped_records));
+    if (statistic(o.source, "skipped_records") > 0) {
+        std::printf("  skipped %llu corrupt record(s), %llu byte(s) (--on-corrupt skip)\n",
+                    static_cast<ull>(statistic(o.source, "skipped_records")),
+                    static_cast<ull>(statistic(o.source, "skipped_bytes")));
     }
     std::fflush(stdout);
 }

@@ -15,16 +15,12 @@
 
 namespace mpistage::cli {
 
-/// Source-specific counters the report shows.
-struct SourceStatistics {
-    /// True when the source can skip corrupt records (TFRecord).
-    bool counts_skipped_records = false;
-    /// Records dropped under `--on-corrupt skip` (identical on every rank).
-    std::uint64_t skipped_records = 0;
-};
+/// Source-specific counters the report shows (`Source::statistics()`, identical on every
+/// rank), e.g. `skipped_records` and `skipped_bytes` under `--on-corrupt skip`.
+using SourceStatistics = std::vector<SourceStatistic>;
 
-/// Local: the statistics of `source`.
-SourceStatistics source_statistics(const Source& source);
+/// The value of statistic `name`, 0 when the source does not report it.
+std::uint64_t statistic(const SourceStatistics& stats, const std::string& name);
 
 /// One rank's totals over all epochs (from its LoaderStats).
 struct RankTotals {

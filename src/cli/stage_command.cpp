@@ -89,7 +89,7 @@ int run_stage(Communicator& comm, const StageArgs& a) {
     o.world_size = comm.size();
     o.num_samples = loader.num_samples();
     o.fields = source->fields();
-    o.source = source_statistics(*source);
+    o.source = source->statistics();
     if (comm.rank() == 0 && !a.quiet) print_header(a, o);
 
     for (std::uint64_t e = a.first_epoch; e < a.first_epoch + a.epochs; ++e) {

@@ -2,6 +2,8 @@
 // answers) and on corrupted copies. Every rank makes the same collective calls; failures are
 // recorded with EXPECT_* so no rank leaves a collective early.
 #include <gtest/gtest.h>
+
+#include <filesystem>
 #include <mpi.h>
 
 #include <algorithm>
@@ -36,7 +38,12 @@ TEST(TfRecordMpi, SpotifyWithoutIndex) {
     Communicator comm(MPI_COMM_WORLD);
     TfRecordSource src(comm, {kSpotify});
     ASSERT_EQ(src.num_samples(), 3750u);  // identical on every rank: no collective follows
-    EXPECT_EQ(src.total_bytes(), 2016623u);
+    // The byte space is the whole file (2016623 bytes, SOURCES.md), and the byte-range cuts of
+    // all ranks hold each of its records once.
+    EXPECT_EQ(std::filesystem::file_size(kSpotify), 2016623u);
+    std::uint64_t in_cuts = 0;
+    for (int r = 0; r < comm.size(); ++r) in_cuts += src.records_in_cut(r, comm.size());
+    EXPECT_EQ(in_cuts, 3750u);
     EXPECT_EQ(src.skipped_records(), 0u);
     const auto idx = read_idx(kSpotifyIdx);
     ASSERT_EQ(idx.size(), 3750u);

@@ -69,11 +69,9 @@ void Hdf5Source::close() noexcept {
 const std::string& Hdf5Source::path() const noexcept { return impl_->path; }
 const std::vector<FieldInfo>& Hdf5Source::fields() const { return impl_->infos; }
 std::uint64_t Hdf5Source::num_samples() const { return impl_->num_samples; }
-std::uint64_t Hdf5Source::total_bytes() const { return impl_->num_samples * impl_->record_bytes; }
 std::uint64_t Hdf5Source::records_in_cut(int rank, int world_size) const {
     return fixed_records_in_cut(impl_->num_samples, impl_->record_bytes, rank, world_size);
 }
-std::uint64_t Hdf5Source::sample_bytes(std::uint64_t) const { return impl_->record_bytes; }
 
 std::string Hdf5Source::fingerprint() const {
     std::string s = "hdf5:" + impl_->path + ";N=" + std::to_string(impl_->num_samples);

@@ -132,11 +132,9 @@ RawSource::~RawSource() = default;
 
 const std::vector<FieldInfo>& RawSource::fields() const { return impl_->infos; }
 std::uint64_t RawSource::num_samples() const { return impl_->num_samples; }
-std::uint64_t RawSource::total_bytes() const { return impl_->num_samples * impl_->record_bytes; }
 std::uint64_t RawSource::records_in_cut(int rank, int world_size) const {
     return fixed_records_in_cut(impl_->num_samples, impl_->record_bytes, rank, world_size);
 }
-std::uint64_t RawSource::sample_bytes(std::uint64_t) const { return impl_->record_bytes; }
 
 std::string RawSource::fingerprint() const {
     std::string s = "raw;N=" + std::to_string(impl_->num_samples);

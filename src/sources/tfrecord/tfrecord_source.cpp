@@ -113,9 +113,6 @@ const std::vector<FieldInfo>& TfRecordSource::fields() const {
 std::uint64_t TfRecordSource::num_samples() const {
     return impl_->records.size();
 }
-std::uint64_t TfRecordSource::total_bytes() const {
-    return impl_->starts.back();
-}
 std::uint64_t TfRecordSource::skipped_records() const noexcept {
     return impl_->skipped;
 }
@@ -159,17 +156,6 @@ std::uint64_t TfRecordSource::records_in_cut(int rank, int world_size) const {
                                     [&](const RecordRef& r) { return im.cut_position(r) < x; });
     };
     return static_cast<std::uint64_t>(first_at(e) - first_at(b));
-}
-
-std::uint64_t TfRecordSource::sample_bytes(std::uint64_t id) const {
-    const auto r = record(id);
-    if (!impl_->decoder) return r.length;
-    std::uint64_t sum = 0;
-    for (const auto& f : impl_->fields) {
-        if (f.ragged) return r.length;
-        sum += f.sample_bytes;
-    }
-    return sum;
 }
 
 void TfRecordSource::read(const std::uint64_t* ids, std::size_t count, BatchSink& sink) const {

@@ -33,11 +33,9 @@ public:
         : inner_(inner), delay_(delay) {}
     const std::vector<FieldInfo>& fields() const override { return inner_.fields(); }
     std::uint64_t num_samples() const override { return inner_.num_samples(); }
-    std::uint64_t total_bytes() const override { return inner_.total_bytes(); }
     std::uint64_t records_in_cut(int r, int w) const override {
         return inner_.records_in_cut(r, w);
     }
-    std::uint64_t sample_bytes(std::uint64_t id) const override { return inner_.sample_bytes(id); }
     std::string fingerprint() const override { return inner_.fingerprint(); }
     bool reads_use_mpi() const override { return inner_.reads_use_mpi(); }
     void read(const std::uint64_t* ids, std::size_t count, BatchSink& sink) const override {
