@@ -18,14 +18,19 @@ function(mpistage_add_mpi_test target)
   endforeach()
 endfunction()
 
-# Run-time options of the sanitizer build (cmake/MpistageSanitize.cmake): Open MPI's own leaks
-# are suppressed (tests/sanitizers/lsan.supp), UBSan prints the stack of a finding.
+# Run-time options of the sanitizer build (cmake/MpistageSanitize.cmake) for tests under
+# mpiexec. Leak detection is off there: Open MPI is built without frame pointers, so with
+# LSan's fast unwinder its allocations show a single unattributable frame ("unknown module")
+# that no suppression can match; the slow unwinder (fast_unwind_on_malloc=0) makes
+# tests/sanitizers/lsan.supp match and the runs clean, but costs about 10x the run time.
+# ASan's other checks and UBSan stay on, and the serial tests keep leak detection.
 set(MPISTAGE_SANITIZER_ENV "")
 if(MPISTAGE_SANITIZER_FLAGS)
   set(MPISTAGE_SANITIZER_ENV
+    "ASAN_OPTIONS=detect_leaks=0"
     "LSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/tests/sanitizers/lsan.supp:print_suppressions=0"
     "UBSAN_OPTIONS=print_stacktrace=1"
-    "ASAN_OPTIONS=detect_leaks=1")
+    "OMPI_MCA_mca_base_component_disable_dlclose=1")
 endif()
 set(MPISTAGE_MPI_TEST_ENV "OMPI_ALLOW_RUN_AS_ROOT=1" "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"
     "OMPI_MCA_rmaps_base_oversubscribe=1" ${MPISTAGE_SANITIZER_ENV})
