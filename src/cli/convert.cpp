@@ -55,16 +55,23 @@ IdxArray read_idx_any(const std::string& path) {
     if (nd == 0 || bytes.size() < header) {
         throw FormatError("convert: '" + path + "': truncated IDX header");
     }
-    std::uint64_t elems = 1;
+    // Every product is checked: dimensions from an untrusted header can wrap 2^64 (found by
+    // fuzz/fuzz_idx_header.cpp: dims 2^31 x 2^31 x 4 with no data).
+    const std::string ctx = "convert: '" + path + "'";
+    // (dims[1..] first, so a 0-record file with an overflowing sample shape is refused too).
+    std::uint64_t sample_elems = 1;
     for (unsigned d = 0; d < nd; ++d) {
         a.dims.push_back(be32(bytes.data() + 4 + 4 * d));
-        elems *= a.dims.back();
+        if (d > 0) sample_elems = checked_mul(sample_elems, a.dims.back(), ctx + ": IDX sample shape");
     }
+    checked_mul(sample_elems, dtype_size(a.dtype), ctx + ": IDX sample size");
+    const std::uint64_t elems = checked_mul(a.dims.front(), sample_elems, ctx + ": IDX dimensions");
     const std::size_t es = dtype_size(a.dtype);
-    if (bytes.size() != header + elems * es) {
-        throw FormatError("convert: '" + path + "': header declares " +
-                          std::to_string(header + elems * es) + " bytes, file has " +
-                          std::to_string(bytes.size()));
+    const std::uint64_t body = checked_mul(elems, es, ctx + ": IDX data size");
+    if (body > bytes.size() || bytes.size() - body != header) {
+        throw FormatError(ctx + ": header declares " + std::to_string(body) +
+                          " data bytes after a " + std::to_string(header) +
+                          "-byte header, file has " + std::to_string(bytes.size()) + " bytes");
     }
     a.data.assign(bytes.begin() + static_cast<std::ptrdiff_t>(header), bytes.end());
     if (es > 1) {  // IDX is big-endian
