@@ -13,7 +13,11 @@
 #      are reported
 # Usage: hostile_inputs.sh MPISTAGE_CLI WORK_DIR TEST_DATA_DIR FASHION_MNIST_DIR
 set -euo pipefail
-cli="$(readlink -f "$1")"; work="$2"; data="$3"; fmnist="$4"
+cli="$(readlink -f "$1")"; work="$2"; data="${MPISTAGE_TEST_DATA_DIR:-$3}"; fmnist="$4"
+if [ ! -f "$data/SOURCES.md" ]; then
+    echo "SKIP: shared test data not found in '$data': set MPISTAGE_TEST_DATA_DIR to the directory that holds SOURCES.md"
+    exit 77
+fi
 mpiexec="${MPIEXEC:-mpirun}"
 [ -d "$work" ] && chmod -R u+rwx "$work" 2>/dev/null || true  # a failed run may leave a mode-000 folder
 rm -rf "$work"

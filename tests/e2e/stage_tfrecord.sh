@@ -3,7 +3,11 @@
 # their known answers (SOURCES.md), index files, bad input on every rank, --on-corrupt skip.
 # Usage: stage_tfrecord.sh MPISTAGE_CLI WORK_DIR TEST_DATA_DIR FASHION_MNIST_DIR
 set -euo pipefail
-cli="$1"; work="$2"; data="$3/tfrecord"; fmnist="$4"
+cli="$1"; work="$2"; data="${MPISTAGE_TEST_DATA_DIR:-$3}/tfrecord"; fmnist="$4"
+if [ ! -f "$data/../SOURCES.md" ]; then
+    echo "SKIP: shared test data not found in '$data/..': set MPISTAGE_TEST_DATA_DIR to the directory that holds SOURCES.md"
+    exit 77
+fi
 mpiexec="${MPIEXEC:-mpirun}"
 mkdir -p "$work"
 fail() { echo "FAIL: $*" >&2; exit 1; }

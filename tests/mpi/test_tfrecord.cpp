@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "test_data.hpp"
 #include "mpistage/comm.hpp"
 #include "mpistage/error.hpp"
 #include "mpistage/plan.hpp"
@@ -28,13 +29,14 @@ using namespace mpistage::tfrecord_test;
 
 namespace {
 
-const std::string kDir = std::string(MPISTAGE_TEST_DATA_DIR) + "/tfrecord/";
+const std::string kDir = mpistage_test::data_dir() + "/tfrecord/";
 const std::string kSpotify = kDir + "spotify_part-00000-of-00004.tfrecords";
 const std::string kSpotifyIdx = kDir + "spotify_part-00000-of-00004.idx";
 
 }  // namespace
 
 TEST(TfRecordMpi, SpotifyWithoutIndex) {
+    MPISTAGE_REQUIRE_TEST_DATA();
     Communicator comm(MPI_COMM_WORLD);
     TfRecordSource src(comm, {kSpotify});
     ASSERT_EQ(src.num_samples(), 3750u);  // identical on every rank: no collective follows
@@ -70,6 +72,7 @@ TEST(TfRecordMpi, SpotifyWithoutIndex) {
 }
 
 TEST(TfRecordMpi, SpotifyWithIndexMatchesScan) {
+    MPISTAGE_REQUIRE_TEST_DATA();
     Communicator comm(MPI_COMM_WORLD);
     TfRecordOptions o;
     o.index_paths = {kSpotifyIdx};
@@ -89,6 +92,7 @@ TEST(TfRecordMpi, SpotifyWithIndexMatchesScan) {
 }
 
 TEST(TfRecordMpi, RoboflowExamples) {
+    MPISTAGE_REQUIRE_TEST_DATA();
     Communicator comm(MPI_COMM_WORLD);
     TfRecordOptions o;
     o.features = {parse_feature_spec("id:int64"), parse_feature_spec("payload:bytes")};
@@ -128,6 +132,7 @@ TEST(TfRecordMpi, RoboflowExamples) {
 }
 
 TEST(TfRecordMpi, TfxGzipShards) {
+    MPISTAGE_REQUIRE_TEST_DATA();
     Communicator comm(MPI_COMM_WORLD);
     std::vector<std::string> paths;
     for (int i = 0; i < 12; ++i) {
@@ -156,6 +161,7 @@ TEST(TfRecordMpi, TfxGzipShards) {
 }
 
 TEST(TfRecordMpi, SeveralFilesOneByteSpace) {
+    MPISTAGE_REQUIRE_TEST_DATA();
     Communicator comm(MPI_COMM_WORLD);
     TfRecordSource src(
         comm, {kSpotify, kDir + "spotify_prediction_log.tfrecords", kDir + "roboflow_37.tfrecord"});
@@ -167,6 +173,7 @@ TEST(TfRecordMpi, SeveralFilesOneByteSpace) {
 }
 
 TEST(TfRecordMpi, LfsPointerRejected) {
+    MPISTAGE_REQUIRE_TEST_DATA();
     Communicator comm(MPI_COMM_WORLD);
     expect_agreed_error(comm, [&] { TfRecordSource src(comm, {kDir + "lfs_pointer.tfrecord"}); },
                         ErrorKind::format,
@@ -175,6 +182,7 @@ TEST(TfRecordMpi, LfsPointerRejected) {
 }
 
 TEST(TfRecordMpi, CorruptCopies) {
+    MPISTAGE_REQUIRE_TEST_DATA();
     Communicator comm(MPI_COMM_WORLD);
     const std::string dir = shared_tmp_dir(comm);
     const std::string truncated = dir + "/truncated.tfrecords";
@@ -253,6 +261,7 @@ TEST(TfRecordMpi, CorruptCopies) {
 }
 
 TEST(TfRecordMpi, IndexOfAnotherFile) {
+    MPISTAGE_REQUIRE_TEST_DATA();
     Communicator comm(MPI_COMM_WORLD);
     TfRecordOptions o;
     o.index_paths = {kSpotifyIdx};
@@ -266,6 +275,7 @@ TEST(TfRecordMpi, IndexOfAnotherFile) {
 }
 
 TEST(TfRecordMpi, WriteDaliIndexMatchesReference) {
+    MPISTAGE_REQUIRE_TEST_DATA();
     Communicator comm(MPI_COMM_WORLD);
     const std::string dir = shared_tmp_dir(comm);
     const std::string out = dir + "/spotify.idx";

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "test_data.hpp"
 #include "mpistage/error.hpp"
 #include "mpistage/tf_example.hpp"
 #include "mpistage/tfrecord_source.hpp"
@@ -129,8 +130,9 @@ TEST(TfExample, ErrorsNameFileOffsetAndFeature) {
 }
 
 TEST(TfExample, RoboflowRecordsDecode) {
+    MPISTAGE_REQUIRE_TEST_DATA();
     // Every record of the roboflow file (an independent JS writer) parses as an Example.
-    const std::string path = std::string(MPISTAGE_TEST_DATA_DIR) + "/tfrecord/roboflow_37.tfrecord";
+    const std::string path = mpistage_test::data_dir() + "/tfrecord/roboflow_37.tfrecord";
     std::ifstream in(path, std::ios::binary);
     std::vector<std::uint8_t> bytes(std::istreambuf_iterator<char>(in), {});
     std::vector<tfrecord::ScanFile> files{tfrecord::memory_file(path, bytes.data(), bytes.size())};

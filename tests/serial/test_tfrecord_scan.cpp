@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "test_data.hpp"
 #include "mpistage/error.hpp"
 #include "mpistage/tfrecord_source.hpp"
 #include "sources/tfrecord/crc32c.hpp"
@@ -286,7 +287,8 @@ TEST(TfRecordSplit, CorruptionErrorsAndSkips) {
 }
 
 TEST(TfRecordRealFiles, SpotifyMatchesItsIndexAtAnyW) {
-    const std::string dir = std::string(MPISTAGE_TEST_DATA_DIR) + "/tfrecord/";
+    MPISTAGE_REQUIRE_TEST_DATA();
+    const std::string dir = mpistage_test::data_dir() + "/tfrecord/";
     const auto bytes = slurp(dir + "spotify_part-00000-of-00004.tfrecords");
     ASSERT_EQ(bytes.size(), 2016623u);
     std::ifstream idx(dir + "spotify_part-00000-of-00004.idx");
@@ -314,7 +316,8 @@ TEST(TfRecordRealFiles, SpotifyMatchesItsIndexAtAnyW) {
 }
 
 TEST(TfRecordRealFiles, LfsPointerRejectedBeforeAllocating) {
-    const std::string dir = std::string(MPISTAGE_TEST_DATA_DIR) + "/tfrecord/";
+    MPISTAGE_REQUIRE_TEST_DATA();
+    const std::string dir = mpistage_test::data_dir() + "/tfrecord/";
     const auto bytes = slurp(dir + "lfs_pointer.tfrecord");
     ASSERT_EQ(bytes.size(), 133u);
     std::vector<ScanFile> files{memory_file("lfs_pointer.tfrecord", bytes.data(), bytes.size())};

@@ -10,13 +10,14 @@
 #include <utility>
 #include <vector>
 
+#include "test_data.hpp"
 #include "h5t_files.hpp"
 #include "h5t_mpi.hpp"
 #include "mpistage/hdf5_source.hpp"
 
 namespace h5src {
 
-inline const std::string kDir = std::string(MPISTAGE_TEST_DATA_DIR) + "/hdf5/";
+inline const std::string kDir = mpistage_test::data_dir() + "/hdf5/";
 
 inline mpistage::Hdf5Options fields_opt(std::vector<std::string> names,
                                         std::uint64_t max_read_bytes = 0) {

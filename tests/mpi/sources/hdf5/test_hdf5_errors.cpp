@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "test_data.hpp"
 #include "h5t_checks.hpp"
 #include "h5t_h5dump.hpp"
 #include "h5t_mpi.hpp"
@@ -21,6 +22,7 @@ using mpistage::Hdf5Options;
 using mpistage::Hdf5Source;
 
 TEST(Hdf5Errors, MissingFileIsIoErrorOnEveryRank) {
+    MPISTAGE_REQUIRE_TEST_DATA();
     Communicator comm(MPI_COMM_WORLD);
     const std::string path = kDir + "no_such_file.hdf5";
     H5T_EXPECT_SAME_ERROR(mpistage::IoError, Hdf5Source(comm, path), "no_such_file.hdf5");
@@ -30,6 +32,7 @@ TEST(Hdf5Errors, MissingFileIsIoErrorOnEveryRank) {
 // Only the last rank names a missing file: every rank still gets the same IoError (the check
 // is agreed before the collective open), nobody waits in H5Fopen.
 TEST(Hdf5Errors, MissingFileOnOneRankIsIoErrorOnEveryRank) {
+    MPISTAGE_REQUIRE_TEST_DATA();
     Communicator comm(MPI_COMM_WORLD);
     const bool bad = h5t::rank() == h5t::size() - 1;
     const std::string path = kDir + (bad ? "missing_on_one_rank.hdf5" : "chunked.hdf5");
@@ -38,14 +41,16 @@ TEST(Hdf5Errors, MissingFileOnOneRankIsIoErrorOnEveryRank) {
 }
 
 TEST(Hdf5Errors, NotAnHdf5FileIsFormatError) {
+    MPISTAGE_REQUIRE_TEST_DATA();
     Communicator comm(MPI_COMM_WORLD);
-    const std::string path = std::string(MPISTAGE_TEST_DATA_DIR) + "/SOURCES.md";
+    const std::string path = mpistage_test::data_dir() + "/SOURCES.md";
     H5T_EXPECT_SAME_ERROR(mpistage::FormatError, Hdf5Source(comm, path), "SOURCES.md",
                           "not an HDF5 file");
     comm.free();
 }
 
 TEST(Hdf5Errors, MissingDatasetIsConfigErrorNamingIt) {
+    MPISTAGE_REQUIRE_TEST_DATA();
     Communicator comm(MPI_COMM_WORLD);
     H5T_EXPECT_SAME_ERROR(
         mpistage::ConfigError,
@@ -55,6 +60,7 @@ TEST(Hdf5Errors, MissingDatasetIsConfigErrorNamingIt) {
 }
 
 TEST(Hdf5Errors, FirstDimensionsDifferIsConfigError) {
+    MPISTAGE_REQUIRE_TEST_DATA();
     H2File f;
     ASSERT_TRUE(f.ok);
     Communicator comm(MPI_COMM_WORLD);
@@ -69,6 +75,7 @@ TEST(Hdf5Errors, FirstDimensionsDifferIsConfigError) {
 
 // BUGS H7: NULL and scalar dataspaces have nothing to shard.
 TEST(Hdf5Errors, NullAndScalarDataspacesNothingToShard) {
+    MPISTAGE_REQUIRE_TEST_DATA();
     Communicator comm(MPI_COMM_WORLD);
     const std::string file = kDir + "test_scalar_empty_datasets_latest.hdf5";
     for (const std::string name :
@@ -82,6 +89,7 @@ TEST(Hdf5Errors, NullAndScalarDataspacesNothingToShard) {
 
 // BUGS H6: a missing filter plugin is an Hdf5Error naming the dataset and filter 32004.
 TEST(Hdf5Errors, MissingLz4FilterNamesDatasetAndFilter) {
+    MPISTAGE_REQUIRE_TEST_DATA();
     Communicator comm(MPI_COMM_WORLD);
     const std::string file = kDir + "lz4_datasets.hdf5";
     H5T_EXPECT_SAME_ERROR(mpistage::Hdf5Error, Hdf5Source(comm, file, fields_opt({"float32_bs0"})),
@@ -91,6 +99,7 @@ TEST(Hdf5Errors, MissingLz4FilterNamesDatasetAndFilter) {
 }
 
 TEST(Hdf5Errors, ZeroMaxReadBytesIsConfigError) {
+    MPISTAGE_REQUIRE_TEST_DATA();
     Communicator comm(MPI_COMM_WORLD);
     Hdf5Options o = fields_opt({"dataset1"});
     o.max_read_bytes = 0;
@@ -101,6 +110,7 @@ TEST(Hdf5Errors, ZeroMaxReadBytesIsConfigError) {
 
 // An out-of-range id in an independent read is a clear error, not a read at a wild offset.
 TEST(Hdf5Errors, ReadOutOfRangeIdIsConfigError) {
+    MPISTAGE_REQUIRE_TEST_DATA();
     Communicator comm(MPI_COMM_WORLD);
     Hdf5Source src(comm, kDir + "chunked.hdf5", fields_opt({"dataset1"}));
     const std::uint64_t id = 21;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "test_data.hpp"
 #include "h5t_checks.hpp"
 #include "h5t_h5dump.hpp"
 #include "h5t_mpi.hpp"
@@ -25,6 +26,7 @@ using mpistage::Hdf5Source;
 
 // BUGS H3: elements past 2^31 of a 2,147,483,700-element gzip dataset, via Source::read.
 TEST(Hdf5Source, HugeOverIntMaxReadsPast2To31) {
+    MPISTAGE_REQUIRE_TEST_DATA();
     Communicator comm(MPI_COMM_WORLD);
     const std::string file = kDir + "tiny_huge_1d_over_maxint.hdf5";
     constexpr std::uint64_t first = 2147483654ull;  // neighbour before the 11..88 run
@@ -59,6 +61,7 @@ TEST(Hdf5Source, HugeOverIntMaxReadsPast2To31) {
 // BUGS H3 + H2: collective reads with uneven rank ranges across 2^31 (one rank empty when W > 1),
 // split into 3-byte pieces: the same number of calls on every rank, correct values.
 TEST(Hdf5Source, HugeCollectiveSplitReadsAcross2To31) {
+    MPISTAGE_REQUIRE_TEST_DATA();
     Communicator comm(MPI_COMM_WORLD);
     const std::string file = kDir + "tiny_huge_1d_over_maxint.hdf5";
     constexpr std::uint64_t lo = 2147483640ull;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "test_data.hpp"
 #include "h5t_checks.hpp"
 #include "h5t_h5dump.hpp"
 #include "h5t_mpi.hpp"
@@ -88,6 +89,7 @@ TEST(Hdf5Source, DatatypesBothByteOrdersMatchH5dump) {
 
 // Discovery with no field names: all 20 datasets share dimension 0 (4), so all become fields.
 TEST(Hdf5Source, DiscoversEveryDatasetOfDatatypesFile) {
+    MPISTAGE_REQUIRE_TEST_DATA();
     Communicator comm(MPI_COMM_WORLD);
     const std::string file = kDir + "dataset_datatypes.hdf5";
     Hdf5Source src(comm, file);
@@ -107,6 +109,7 @@ TEST(Hdf5Source, DiscoversEveryDatasetOfDatatypesFile) {
 
 // chunked.hdf5: int32 (21,16) in 2x2 chunks; rows in any order (with repeats) equal h5dump.
 TEST(Hdf5Source, ChunkedRowsMatchH5dump) {
+    MPISTAGE_REQUIRE_TEST_DATA();
     Communicator comm(MPI_COMM_WORLD);
     const std::string file = kDir + "chunked.hdf5";
     const auto dump = h5t::h5dump_values(file, "dataset1");
@@ -146,6 +149,7 @@ TEST(Hdf5Source, ChunkedRowsMatchH5dump) {
 
 // gzip (+ shuffle) chunked datasets, several fields of different types at once.
 TEST(Hdf5Source, GzipShuffleChunkedMatchH5dump) {
+    MPISTAGE_REQUIRE_TEST_DATA();
     Communicator comm(MPI_COMM_WORLD);
     const std::string file = kDir + "compressed.hdf5";
     const auto d1 = h5t::h5dump_values(file, "dataset1");
@@ -190,6 +194,7 @@ TEST(Hdf5Source, GzipShuffleChunkedMatchH5dump) {
 // Compact layout (data inside the object header), unlimited maximum dimensions, and a
 // big-endian chunked dataset, all through H5Dread; discovery skips float16 and strings.
 TEST(Hdf5Source, CompactResizableAndDiscoveryMatchH5dump) {
+    MPISTAGE_REQUIRE_TEST_DATA();
     Communicator comm(MPI_COMM_WORLD);
     const std::string compact = kDir + "test_compact_datasets_latest.hdf5";
     const auto i8 = h5t::h5dump_values(compact, "int/int8");
