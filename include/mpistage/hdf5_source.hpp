@@ -23,7 +23,7 @@ struct Hdf5Options {
     /// Dataset paths that form the fields (e.g. {"images", "labels"}). Empty: every dataset of
     /// the file with a fixed-size numeric type and rank ≥ 1, provided they all share dimension 0.
     std::vector<std::string> fields;
-    /// Largest byte count of one read call (DESIGN.md §3: MPI-IO counts are int, HDF5 1.10.8
+    /// Largest byte count of one read call (MPI-IO counts are int, HDF5 1.10.8
     /// fails above 2 GiB). Default 1 GiB; tests lower it to exercise splitting.
     std::uint64_t max_read_bytes = std::uint64_t{1} << 30;
     /// Size of HDF5's chunk cache per dataset, in bytes (chunked and compressed layouts).

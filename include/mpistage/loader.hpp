@@ -25,7 +25,7 @@ constexpr std::size_t kMaxIoThreads = 256;
 /// Options of a loader. Fields of `plan` must be equal on every rank (checked collectively);
 /// `prefetch` and `io_threads` may differ between ranks.
 struct LoaderOptions {
-    /// Batch size, seed, sharding, shuffle and remainder policy (DESIGN.md §2 "plan").
+    /// Batch size, seed, sharding, shuffle and remainder policy (docs/architecture.md, plan).
     PlanOptions plan;
     /// Batches read ahead of the consumer: the ring has this many host buffers (at most one per
     /// batch of an epoch), allocated once. 1 ≤ prefetch ≤ kMaxPrefetch. Resident batch memory is

@@ -2,7 +2,7 @@
 /// @file
 /// The planner: a pure function from (N, world size, rank, options, epoch) to the rank's ordered
 /// list of batch slots. It makes no MPI calls, so serial tests can simulate any world size; the
-/// loader feeds it the collectively agreed N (see DESIGN.md §2 "plan").
+/// loader feeds it the collectively agreed N (see docs/architecture.md, plan).
 
 #include <cstdint>
 #include <string>

@@ -57,7 +57,7 @@ public:
     /// Total number of samples N, identical on every rank.
     virtual std::uint64_t num_samples() const = 0;
     /// Number of records whose first byte lies in `[rank*T/world_size, (rank+1)*T/world_size)`,
-    /// i.e. the byte-range cut snapped to record boundaries (DESIGN.md §2 `byte_range`).
+    /// i.e. the byte-range cut snapped to record boundaries (docs/architecture.md, plan: `byte_range`).
     virtual std::uint64_t records_in_cut(int rank, int world_size) const = 0;
     /// A string that identifies the dataset (paths, sizes, shapes, types); ranks compare hashes.
     virtual std::string fingerprint() const = 0;

@@ -69,13 +69,13 @@ struct TfRecordOptions {
     std::vector<FeatureSpec> features;
     /// Field name of the raw payload when `features` is empty.
     std::string raw_field_name = "record";
-    /// Largest byte count of one read call (DESIGN.md §3). Default 1 GiB; must be ≥ 16.
+    /// Largest byte count of one read call (MPI-IO counts are int). Default 1 GiB; must be ≥ 16.
     std::uint64_t max_read_bytes = std::uint64_t{1} << 30;
     /// Bytes read at once while scanning headers at open. Default 1 MiB; must be ≥ 64.
     std::uint64_t scan_window_bytes = std::uint64_t{1} << 20;
     /// Read records with `pread` instead of `MPI_File_read_at`. `read()` always uses `pread`
     /// when MPI does not provide MPI_THREAD_MULTIPLE, since the pipeline calls it from I/O
-    /// threads (DESIGN.md §2 pipeline).
+    /// threads (docs/architecture.md, pipeline).
     bool posix_reads = false;
     /// Largest decompressed size of one gzip file; inflating stops with a FormatError naming
     /// the file and this option once it is exceeded (a gzip bomb never fills memory). Default

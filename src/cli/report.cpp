@@ -31,7 +31,7 @@ void print_rank_table(const std::vector<RankTotals>& ranks) {
     }
 }
 
-// Residual byte skew after the count-equalising skew correction (DESIGN.md "Balance").
+// Residual byte skew after the count-equalising skew correction (docs/architecture.md, "Balance").
 void print_balance(const std::vector<RankTotals>& ranks) {
     std::uint64_t max_bytes = 0;
     std::uint64_t sum_bytes = 0;

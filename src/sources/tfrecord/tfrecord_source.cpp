@@ -34,7 +34,7 @@ void TfRecordOptions::validate() const {
         throw ConfigError("tfrecord options: max_read_bytes must be >= 16");
     }
     if (max_read_bytes > (std::uint64_t{1} << 30)) {
-        throw ConfigError("tfrecord options: max_read_bytes must be <= 1 GiB (DESIGN.md §3)");
+        throw ConfigError("tfrecord options: max_read_bytes must be <= 1 GiB (MPI-IO counts are int)");
     }
     if (scan_window_bytes < 64) throw ConfigError("tfrecord options: scan_window_bytes < 64");
     if (features.empty() && raw_field_name.empty()) {
