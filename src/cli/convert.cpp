@@ -13,19 +13,11 @@
 
 #include "mpistage/error.hpp"
 #include "mpistage/raw_source.hpp"
+#include "util/byte_order.hpp"
 #include "mpistage/tf_example.hpp"
 #include "mpistage/tfrecord_source.hpp"
 
 namespace mpistage {
-
-namespace {
-
-std::uint32_t be32(const unsigned char* p) {
-    return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) |
-           std::uint32_t{p[3]};
-}
-
-}  // namespace
 
 IdxArray read_idx_any(const std::string& path) {
     gzFile gz = gzopen(path.c_str(), "rb");  // reads plain files as well
@@ -61,7 +53,7 @@ IdxArray read_idx_any(const std::string& path) {
     // (dims[1..] first, so a 0-record file with an overflowing sample shape is refused too).
     std::uint64_t sample_elems = 1;
     for (unsigned d = 0; d < nd; ++d) {
-        a.dims.push_back(be32(bytes.data() + 4 + 4 * d));
+        a.dims.push_back(detail::load_be32(bytes.data() + 4 + 4 * d));
         if (d > 0) sample_elems = checked_mul(sample_elems, a.dims.back(), ctx + ": IDX sample shape");
     }
     checked_mul(sample_elems, dtype_size(a.dtype), ctx + ": IDX sample size");

@@ -1,6 +1,6 @@
 #pragma once
-// Little-endian loads and stores of fixed-width integers (TFRecord framing), independent of the
-// host's byte order (internal).
+// Loads and stores of fixed-width integers in a given byte order (little-endian: TFRecord
+// framing; big-endian: IDX headers), independent of the host's byte order (internal).
 
 #include <cstdint>
 
@@ -14,6 +14,10 @@ inline std::uint64_t load_le64(const std::uint8_t* p) {
 inline std::uint32_t load_le32(const std::uint8_t* p) {
     return static_cast<std::uint32_t>(p[0]) | (static_cast<std::uint32_t>(p[1]) << 8) |
            (static_cast<std::uint32_t>(p[2]) << 16) | (static_cast<std::uint32_t>(p[3]) << 24);
+}
+inline std::uint32_t load_be32(const std::uint8_t* p) {
+    return (static_cast<std::uint32_t>(p[0]) << 24) | (static_cast<std::uint32_t>(p[1]) << 16) |
+           (static_cast<std::uint32_t>(p[2]) << 8) | static_cast<std::uint32_t>(p[3]);
 }
 inline void store_le64(std::uint8_t* p, std::uint64_t v) {
     for (int i = 0; i < 8; ++i) p[i] = static_cast<std::uint8_t>(v >> (8 * i));

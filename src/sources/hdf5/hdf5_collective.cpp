@@ -51,13 +51,7 @@ std::uint64_t Hdf5Access::read_rows_collective(const Hdf5Source& source, std::si
             if (have) {
                 const std::uint64_t row = row_begin + i * rows_per_piece;
                 const std::uint64_t n = std::min(rows_per_piece, row_begin + row_count - row);
-                std::vector<hsize_t> start(f.dims.size(), 0);
-                std::vector<hsize_t> cnt = f.dims;
-                start[0] = row;
-                cnt[0] = n;
-                h5check(H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start.data(), nullptr,
-                                            cnt.data(), nullptr),
-                        impl_->where(f) + ": H5Sselect_hyperslab");
+                impl_->select_rows(f, fspace.get(), row, n);
                 const hsize_t elems = n * f.row_elements;
                 mspace = detail::H5Space(h5check(H5Screate_simple(1, &elems, nullptr), "H5Screate"));
                 out = dst + (row - row_begin) * f.info.sample_bytes;

@@ -60,6 +60,10 @@ struct Hdf5Source::Impl {
     /// Opens the fields named in the options (or discovered) and checks their alignment.
     void open_fields();
 
+    /// Selects rows `[row, row + count)` (all of dimensions 1..) in `fspace`, the file dataspace
+    /// of `f`. Call under the HDF5 lock. @throws Hdf5Error naming the dataset and the rows.
+    void select_rows(const detail::Hdf5Field& f, hid_t fspace, std::uint64_t row,
+                     std::uint64_t count) const;
     /// Independent H5Dread of `count` rows at `row` into `dst`.
     void read_hdf5_rows(const detail::Hdf5Field& f, std::uint64_t row, std::uint64_t count,
                         std::byte* dst, hid_t dxpl) const;

@@ -9,19 +9,24 @@ namespace mpistage {
 
 using detail::h5check;
 
+void Hdf5Source::Impl::select_rows(const detail::Hdf5Field& f, hid_t fspace, std::uint64_t row,
+                                   std::uint64_t count) const {
+    std::vector<hsize_t> start(f.dims.size(), 0);
+    std::vector<hsize_t> cnt = f.dims;
+    start[0] = row;
+    cnt[0] = count;
+    h5check(H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start.data(), nullptr, cnt.data(),
+                                nullptr),
+            where(f) + ": H5Sselect_hyperslab(rows " + std::to_string(row) + "+" +
+                std::to_string(count) + ")");
+}
+
 void Hdf5Source::Impl::read_hdf5_rows(const detail::Hdf5Field& f, std::uint64_t row, std::uint64_t count, std::byte* dst,
                                           hid_t dxpl) const {
     std::lock_guard<std::recursive_mutex> lock(detail::hdf5_mutex());
     const detail::Hdf5ErrorSilencer quiet;
     detail::H5Space fspace(h5check(H5Dget_space(f.dataset.get()), where(f) + ": H5Dget_space"));
-    std::vector<hsize_t> start(f.dims.size(), 0);
-    std::vector<hsize_t> cnt = f.dims;
-    start[0] = row;
-    cnt[0] = count;
-    h5check(H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start.data(), nullptr,
-                                cnt.data(), nullptr),
-            where(f) + ": H5Sselect_hyperslab(rows " + std::to_string(row) + "+" +
-                std::to_string(count) + ")");
+    select_rows(f, fspace.get(), row, count);
     const hsize_t mem_elems = count * f.row_elements;
     detail::H5Space mspace(h5check(H5Screate_simple(1, &mem_elems, nullptr), "H5Screate_simple"));
     h5check(H5Dread(f.dataset.get(), f.mem_type, mspace.get(), fspace.get(), dxpl, dst),

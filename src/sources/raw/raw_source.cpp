@@ -1,4 +1,5 @@
 #include "mpistage/raw_source.hpp"
+#include "util/byte_order.hpp"
 
 #include <algorithm>
 #include <array>
@@ -6,16 +7,6 @@
 #include "util/posix_file.hpp"
 
 namespace mpistage {
-
-namespace {
-
-std::uint32_t be32(const unsigned char* p) {
-    return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) |
-           std::uint32_t{p[3]};
-}
-
-
-}  // namespace
 
 DType idx_dtype(unsigned code, const std::string& where) {
     switch (code) {
@@ -53,8 +44,8 @@ RawField parse_idx_header(const std::string& path, const std::string& field_name
     if (ndims == 0) throw FormatError(ctx + ": IDX header declares 0 dimensions (offset 3)");
     std::vector<unsigned char> dims(4u * ndims);
     file.read_exact(reinterpret_cast<std::byte*>(dims.data()), dims.size(), 4, ctx + " header");
-    f.num_records = be32(dims.data());
-    for (unsigned d = 1; d < ndims; ++d) f.sample_shape.push_back(be32(dims.data() + 4 * d));
+    f.num_records = detail::load_be32(dims.data());
+    for (unsigned d = 1; d < ndims; ++d) f.sample_shape.push_back(detail::load_be32(dims.data() + 4 * d));
     f.header_bytes = 4 + 4ull * ndims;
     const std::uint64_t need =
         f.header_bytes + checked_mul(f.num_records,

@@ -160,10 +160,23 @@ TEST(LoaderSafety, DifferingOptionsAreSameConfigErrorAtConstruction) {
     }
     {
         // A different dataset on one rank (same shapes, different layout): fingerprints differ.
-        Hdf5Source other(comm, odd ? files.generated_chunked : files.generated_contiguous);
+        // Opened per rank (MPI_COMM_SELF), past the source's own identity check, so the
+        // loader's check is what is tested; the next block tests the source's check.
+        Communicator self(MPI_COMM_SELF);
+        Hdf5Source other(self, odd ? files.generated_chunked : files.generated_contiguous);
         auto o = opts(8, Remainder::drop, 2, 1);
         H5T_EXPECT_SAME_ERROR(ConfigError, Loader(comm, other, o), "fingerprint");
         other.close();
+        self.free();
+    }
+    {
+        // The same on the world communicator: the source itself refuses to open different
+        // files on different ranks, before its collective H5Fopen.
+        const std::string path = odd ? files.generated_chunked : files.generated_contiguous;
+        if (comm.size() > 1) {
+            H5T_EXPECT_SAME_ERROR(ConfigError, Hdf5Source(comm, path), "hdf5: ranks disagree",
+                                  "same, unchanging file");
+        }
     }
     src.close();
     comm.free();
