@@ -92,6 +92,7 @@ void Communicator::free() noexcept {
         return;
     }
     if (node_comm_ != MPI_COMM_NULL) MPI_Comm_free(&node_comm_);
+    if (comm_ != MPI_COMM_NULL && watch_) detail::drain_watch_messages(comm_, *watch_);
     if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
 

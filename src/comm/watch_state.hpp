@@ -27,6 +27,11 @@ struct WatchState {
 
 /// Not collective: waits for `request` of watched collective number `seq` of `comm`, polling
 /// with a growing sleep; on expiry reports and aborts (or calls the handler). @throws MpiError.
+/// Before the communicator is freed: receives and discards watchdog messages still pending
+/// (announcements a late rank never answered) and completes this rank's own sends, so no stale
+/// message can be matched on a later communicator that reuses the context id. Local.
+void drain_watch_messages(MPI_Comm comm, WatchState& state) noexcept;
+
 void wait_watched(MPI_Comm comm, int rank, int size, WatchState& state, MPI_Request& request,
                   std::uint64_t seq, const char* call);
 

@@ -182,6 +182,23 @@ void forget_sent(WatchState& state) {
 
 }  // namespace
 
+void drain_watch_messages(MPI_Comm comm, WatchState& state) noexcept {
+    std::string text;
+    while (receive_text(comm, kTagAnnounce, text) >= 0 || receive_text(comm, kTagReply, text) >= 0) {
+    }
+    for (auto& r : state.outgoing_requests) {
+        // Sends nobody will receive (the peer already left): cancel, then complete.
+        int done = 0;
+        MPI_Test(&r, &done, MPI_STATUS_IGNORE);
+        if (!done) {
+            MPI_Cancel(&r);
+            MPI_Wait(&r, MPI_STATUS_IGNORE);
+        }
+    }
+    state.outgoing_requests.clear();
+    state.outgoing.clear();
+}
+
 void wait_watched(MPI_Comm comm, int rank, int size, WatchState& state, MPI_Request& request,
                   std::uint64_t seq, const char* call) {
     const auto start = Clock::now();
