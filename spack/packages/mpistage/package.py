@@ -22,7 +22,7 @@ class Mpistage(CMakePackage, CudaPackage):
     variant("tests", default=False, description="Build the GoogleTest suite")
     variant("benchmarks", default=False, description="Build the benchmarks")
 
-    depends_on("cmake@3.18:", type="build")
+    depends_on("cmake@3.19:", type="build")
     depends_on("pkgconfig", type="build")
     depends_on("c", type="build")
     depends_on("cxx", type="build")
