@@ -71,6 +71,7 @@ void check_datatype_dataset(const Communicator& comm, const std::string& name, D
 
 // Every integer and float type in both byte orders comes back native, equal to h5dump's values.
 TEST(Hdf5Source, DatatypesBothByteOrdersMatchH5dump) {
+    MPISTAGE_REQUIRE_TEST_DATA();
     Communicator comm(MPI_COMM_WORLD);
     for (const std::string order : {"big", "little"}) {
         check_datatype_dataset<std::int8_t>(comm, "int08_" + order, DType::int8);
