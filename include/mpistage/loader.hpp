@@ -14,6 +14,7 @@
 #include "mpistage/error.hpp"
 #include "mpistage/plan.hpp"
 #include "mpistage/source.hpp"
+#include "mpistage/state.hpp"
 
 namespace mpistage {
 
@@ -158,8 +159,10 @@ public:
 
     /// Batches per rank in this epoch, equal on every rank, decided before the first batch.
     std::uint64_t steps() const noexcept;
-    /// This rank's plan for the epoch.
+    /// This rank's plan for the epoch (of a resumed epoch: its remaining part).
     const EpochPlan& plan() const noexcept;
+    /// Totals over all ranks of this range (of a resumed epoch: its remaining part only).
+    const EpochTotals& totals() const noexcept;
     /// Collective (one allreduce): the next batch, or false after the last one. An error on
     /// any rank (I/O, format, all ring slots held by the caller) is thrown on every rank.
     /// @throws Error subclasses, identical on every rank.
@@ -216,9 +219,35 @@ public:
     ~Loader();
     Loader(const Loader&) = delete;
     Loader& operator=(const Loader&) = delete;
+    /// Moves the loader (no epoch may be in flight).
+    Loader(Loader&&) noexcept;
+    Loader& operator=(Loader&&) noexcept;
+
+    /// Collective: a loader that continues where `state` (from `state()` of an earlier run,
+    /// possibly at another world size) left off. It is constructed as by the constructor, then
+    /// the first `epoch(state.epoch)` yields only the remaining batches:
+    /// - the same world size: exactly the uninterrupted run's remaining batches (same ids,
+    ///   same bytes, same step numbers);
+    /// - another world size (`global` sharding only): exactly the samples at epoch positions
+    ///   ≥ `state.samples_consumed`, each once, in equal batch counts on every rank.
+    /// Later epochs are whole. `options.plan` must match the state's seed, sharding, shuffle
+    /// and remainder (and batch size with `byte_range`); `balance_steps` may differ.
+    /// @throws ConfigError, identical on every rank, when the state differs between ranks, is
+    ///         of another format version, of another dataset (fingerprint, N or skipped
+    ///         records), has an incompatible option, or is a `byte_range` state at another
+    ///         world size; and as the constructor.
+    static Loader restore(const Communicator& comm, const Source& source, LoaderOptions options,
+                          const LoaderState& state);
+
+    /// Not collective, no I/O, identical on every rank: where the job stands. Counts the
+    /// batches `next()` has returned (save after the training step that used the last one);
+    /// batches prefetched but not returned are not consumed. A state taken when an epoch has
+    /// been consumed to its end points at the start of the next epoch.
+    LoaderState state() const;
 
     /// Collective: starts epoch `e` (the epoch is an argument, never hidden state) and returns
-    /// its batches. Only one epoch may be in flight per loader.
+    /// its batches. Only one epoch may be in flight per loader. After `restore`, the first call
+    /// with `e == state.epoch` yields the rest of that epoch; every other call a whole epoch.
     EpochRange epoch(std::uint64_t e);
 
     /// Global number of samples N.

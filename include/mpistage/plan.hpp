@@ -5,6 +5,7 @@
 /// loader feeds it the collectively agreed N (see docs/architecture.md, plan).
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -55,8 +56,15 @@ struct PlanOptions {
     Shuffle shuffle = Shuffle::none;
     /// What happens to samples that do not fill full batches.
     Remainder remainder = Remainder::drop;
+    /// `global` sharding only: inside each global batch of W·B samples, assign samples to ranks
+    /// so that the bytes per rank per step are balanced (greedy longest-processing-time with B
+    /// slots per rank; Graham 1969). Counts stay equal and the global batch's content is the
+    /// same, so exactly-once, determinism and resume hold. Needs the size of every sample
+    /// (`Source::sample_bytes`); the plan of an epoch then costs O(N log(W·B)) time per rank.
+    bool balance_steps = false;
 
-    /// @throws ConfigError for a zero batch size or a shuffle that does not fit the sharding.
+    /// @throws ConfigError for a zero batch size, a shuffle that does not fit the sharding, or
+    ///         `balance_steps` with `byte_range` sharding.
     void validate() const;
 };
 
@@ -83,7 +91,28 @@ struct EpochPlan {
     /// This rank's owned shard `[shard_begin, shard_end)` (byte_range), for reporting.
     std::uint64_t shard_begin = 0;
     std::uint64_t shard_end = 0;
+    /// Step number of the first batch: 0, or `EpochStart::step` of a resumed epoch.
+    std::uint64_t first_step = 0;
+    /// Per-step byte balance over all ranks (global sharding, when sample sizes were given):
+    /// the largest and the mean over steps of (max bytes of a rank) / (mean bytes per rank)
+    /// in that step. 1 is perfect; 0 when not computed.
+    double worst_step_byte_ratio = 0;
+    double mean_step_byte_ratio = 0;
 };
+
+/// Where an epoch's plan starts. A fresh epoch is `{0, 0}`; a resumed one comes from a saved
+/// `LoaderState` (include/mpistage/state.hpp).
+struct EpochStart {
+    /// Batches every rank already yielded in this epoch (numbering of the remaining batches;
+    /// with `byte_range` sharding also where the plan resumes, which needs the same W).
+    std::uint64_t step = 0;
+    /// `global` sharding: positions `[0, position)` of the epoch order were consumed by the
+    /// job (at any world size); the plan covers positions from here. ≤ N.
+    std::uint64_t position = 0;
+};
+
+/// Bytes of sample `id` (for `PlanOptions::balance_steps` and byte-balance reports).
+using SampleBytesFn = std::function<std::uint64_t(std::uint64_t)>;
 
 /// Counts over all ranks for one epoch (identical on every rank).
 struct EpochTotals {
@@ -101,10 +130,29 @@ std::vector<std::uint64_t> balanced_shard_begins(std::uint64_t num_samples, int 
 /// Totals of an epoch. Pure. @throws ConfigError for N = 0 or world_size < 1.
 EpochTotals plan_totals(std::uint64_t num_samples, int world_size, const PlanOptions& options);
 
+/// Totals of the part of an epoch that starts at `start` (all ranks; `valid_samples` counts
+/// only the remaining part). Pure.
+/// @throws ConfigError for N = 0, world_size < 1, a `start` beyond the epoch (byte_range: more
+///         steps than the epoch has; global: a position > N).
+EpochTotals plan_totals(std::uint64_t num_samples, int world_size, const PlanOptions& options,
+                        const EpochStart& start);
+
 /// The plan of `rank` for `epoch`. Pure and deterministic: depends only on its arguments.
-/// Memory O(N/W + B). @throws ConfigError for N = 0, world_size < 1, rank outside [0, W).
+/// Memory O(N/W + B) (9 bytes per slot of the rank's share: int64 id + uint8 valid).
+/// @throws ConfigError for N = 0, world_size < 1, rank outside [0, W).
 EpochPlan plan_epoch(std::uint64_t num_samples, int world_size, int rank,
                      const PlanOptions& options, std::uint64_t epoch);
+
+/// The plan of `rank` for the rest of `epoch` from `start` (see EpochStart). With the same W
+/// as the run that consumed `start`, the batches are exactly the uninterrupted plan's
+/// remaining ones; with another W (`global` sharding only) they hold exactly the samples at
+/// positions ≥ start.position, each once, in equal batch counts. `sample_bytes` is required
+/// when `options.balance_steps` is set, and optional otherwise (it only fills the byte-balance
+/// report). Pure. @throws ConfigError as `plan_totals`, and for a rank outside [0, W) or
+/// `balance_steps` without `sample_bytes`.
+EpochPlan plan_epoch(std::uint64_t num_samples, int world_size, int rank,
+                     const PlanOptions& options, std::uint64_t epoch, const EpochStart& start,
+                     const SampleBytesFn& sample_bytes = {});
 
 /// A bijection of [0, n) computable per position in O(1) memory (cycle-walking Feistel network
 /// over the next even power of two, 4 rounds of a splitmix64-based round function).
@@ -121,6 +169,11 @@ private:
     unsigned half_bits_ = 0;
     std::uint64_t half_mask_ = 0;
 };
+
+/// The key of the permutation of `epoch` (salt 0: global order; salt r+1: rank r's local
+/// shard). Pure.
+std::uint64_t epoch_permutation_key(const PlanOptions& options, std::uint64_t epoch,
+                                    std::uint64_t salt);
 
 /// A string identifying everything that decides the sequence; ranks compare its hash once.
 std::string plan_fingerprint(std::uint64_t num_samples, int world_size, const PlanOptions& options);

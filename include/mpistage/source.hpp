@@ -69,6 +69,16 @@ public:
     virtual bool reads_use_mpi() const { return false; }
     /// Source-specific counters for reports (empty by default). Not collective, no MPI calls.
     virtual std::vector<SourceStatistic> statistics() const { return {}; }
+    /// Bytes of sample `id` as stored (payload of all fields), used by the per-step byte
+    /// balance (`PlanOptions::balance_steps`). The default sums the fixed fields' sample_bytes
+    /// (ragged fields count 0: sources with ragged fields override it). Not collective, no MPI
+    /// calls, thread-safe; the same on every rank.
+    virtual std::uint64_t sample_bytes(std::uint64_t id) const {
+        (void)id;
+        std::uint64_t bytes = 0;
+        for (const FieldInfo& f : fields()) bytes += f.sample_bytes;
+        return bytes;
+    }
 };
 
 }  // namespace mpistage

@@ -154,6 +154,8 @@ public:
     /// naming file and offset; ConfigError for an id ≥ N.
     void read(const std::uint64_t* ids, std::size_t count, BatchSink& sink) const override;
 
+    /// The record's payload bytes (framing excluded). @throws ConfigError for an id ≥ N.
+    std::uint64_t sample_bytes(std::uint64_t id) const override;
     /// Records dropped under `OnCorrupt::skip` (identical on every rank).
     std::uint64_t skipped_records() const noexcept;
     /// Bytes of the dropped records and damaged regions (identical on every rank).

@@ -42,8 +42,10 @@ private:
     std::vector<std::vector<std::string>> bytes_;
 };
 
-std::vector<std::uint64_t> hash_samples(const Source& source,
-                                        const std::vector<std::uint64_t>& ids) {
+}  // namespace
+
+std::vector<std::uint64_t> sample_hashes(const Source& source,
+                                         const std::vector<std::uint64_t>& ids) {
     HashSink sink(source.fields(), ids.size());
     source.read(ids.data(), ids.size(), sink);
     std::vector<std::uint64_t> out(ids.size());
@@ -51,13 +53,15 @@ std::vector<std::uint64_t> hash_samples(const Source& source,
     return out;
 }
 
+namespace {
+
 /// Hash of every sample of [begin, end) in order.
 std::uint64_t hash_range(const Source& source, std::uint64_t begin, std::uint64_t end) {
     std::uint64_t h = mix64(begin ^ (end << 1));
     for (std::uint64_t at = begin; at < end; at += kChunk) {
         std::vector<std::uint64_t> ids(std::min(kChunk, end - at));
         for (std::size_t k = 0; k < ids.size(); ++k) ids[k] = at + k;
-        for (const std::uint64_t s : hash_samples(source, ids)) h = mix64(h ^ s);
+        for (const std::uint64_t s : sample_hashes(source, ids)) h = mix64(h ^ s);
     }
     return h;
 }
@@ -75,7 +79,7 @@ std::vector<std::uint64_t> boundary_hashes(const Source& source, std::uint64_t o
     for (const auto id : ids) {
         if (id != kNone) wanted.push_back(id);
     }
-    const auto hashes = hash_samples(source, wanted);
+    const auto hashes = sample_hashes(source, wanted);
     std::vector<std::uint64_t> out;
     std::size_t k = 0;
     for (const auto id : ids) {

@@ -7,7 +7,14 @@
 #include "mpistage/comm.hpp"
 #include "mpistage/source.hpp"
 
+#include <vector>
+
 namespace mpistage::detail {
+
+/// FNV-1a 64 of each sample's bytes (all fields), in the order of `ids`. Not collective;
+/// reads through `source.read`. @throws as `Source::read`.
+std::vector<std::uint64_t> sample_hashes(const Source& source,
+                                         const std::vector<std::uint64_t>& ids);
 
 /// Collective: every rank hashes the first and last sample of its own shard and of its
 /// neighbour's shard (rank + 1 mod W; shards as `balanced_shard_begins`), so every shard

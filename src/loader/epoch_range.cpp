@@ -24,13 +24,16 @@ std::uint64_t EpochRange::steps() const noexcept {
 const EpochPlan& EpochRange::plan() const noexcept {
     return impl_->plan;
 }
+const EpochTotals& EpochRange::totals() const noexcept {
+    return impl_->totals;
+}
 
 HostBatch EpochRange::Impl::make_batch(const detail::Slot& slot,
                                        std::shared_ptr<void> lease) const {
     const auto& fields = loader->source.fields();
     HostBatch b;
     b.epoch_ = epoch;
-    b.step_ = slot.step;
+    b.step_ = plan.first_step + slot.step;
     b.batch_size_ = plan.batch_size;
     b.index_ = slot.ids;
     b.valid_ = slot.valid;
@@ -100,6 +103,7 @@ bool EpochRange::next(HostBatch& out) {
     l.stats.padding_slots += d.plan.batch_size - slot->num_valid;
     l.stats.bytes_read += slot->bytes;
     ++d.next_consume;
+    l.progress.consumed = d.next_consume;
     out = d.make_batch(*slot, std::move(lease));
     return true;
 }

@@ -102,6 +102,7 @@ Loader::Loader(const Communicator& comm, const Source& source, LoaderOptions opt
     d.comm.set_context({"loader: content fingerprint", -1, -1, "", -1});
     detail::check_same_contents(d.comm, source, d.num_samples, d.options.verify_files);
     d.comm.set_context({"loader: construction", -1, -1, "", -1});
+    run_agreed(d.comm, [&] { d.record_identity(); });
     run_agreed(d.comm,
                [&] { d.totals = plan_totals(d.num_samples, d.comm.size(), d.options.plan); });
     agree_or_throw(d.comm, capture([&] { d.compute_cut(); }));
@@ -113,6 +114,8 @@ Loader::Loader(const Communicator& comm, const Source& source, LoaderOptions opt
 }
 
 Loader::~Loader() = default;
+Loader::Loader(Loader&&) noexcept = default;
+Loader& Loader::operator=(Loader&&) noexcept = default;
 
 std::uint64_t Loader::num_samples() const noexcept {
     return impl_->num_samples;
@@ -147,9 +150,18 @@ EpochRange Loader::epoch(std::uint64_t e) {
     auto impl = std::make_unique<EpochRange::Impl>();
     impl->loader = &d;
     impl->epoch = e;
+    const EpochStart start = d.start_of(e);
+    d.resume.reset();
     run_agreed(d.comm, [&] {
-        impl->plan = plan_epoch(d.num_samples, d.comm.size(), d.comm.rank(), d.options.plan, e);
+        SampleBytesFn sizes;
+        if (d.options.plan.balance_steps) {
+            sizes = [&src = d.source](std::uint64_t id) { return src.sample_bytes(id); };
+        }
+        impl->totals = plan_totals(d.num_samples, d.comm.size(), d.options.plan, start);
+        impl->plan = plan_epoch(d.num_samples, d.comm.size(), d.comm.rank(), d.options.plan, e,
+                                start, sizes);
     });
+    d.progress = {true, e, start, 0, impl->plan.steps};
     impl->prefetch = std::make_unique<detail::Prefetcher>(d.ring, d.source, impl->plan, e);
     d.epoch_active = true;
     EpochRange range(std::move(impl));

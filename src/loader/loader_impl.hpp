@@ -4,12 +4,18 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "mpistage/loader.hpp"
 #include "pipeline/prefetch.hpp"
 #include "pipeline/ring.hpp"
 
 namespace mpistage {
+
+/// LoaderState::dataset_fingerprint of `source` (reads three samples). Not collective.
+std::string dataset_identity(const Source& source, std::uint64_t num_samples,
+                             std::uint64_t skipped_records);
 
 struct Loader::Impl {
     Communicator comm;
@@ -21,6 +27,19 @@ struct Loader::Impl {
     std::shared_ptr<detail::Ring> ring;
     bool use_threads = false;
     bool epoch_active = false;
+    /// LoaderState::dataset_fingerprint of the source (computed at construction).
+    std::string dataset_fingerprint;
+    std::uint64_t skipped_records = 0;
+    /// The epoch most recently started: where it started and the batches returned since.
+    struct Progress {
+        bool started = false;
+        std::uint64_t epoch = 0;
+        EpochStart start;
+        std::uint64_t consumed = 0;
+        std::uint64_t steps = 0;
+    } progress;
+    /// Set by `restore` until the next `epoch()` call.
+    std::optional<LoaderState> resume;
 
     Impl(const Communicator& c, const Source& s, LoaderOptions o)
         : comm(c.get()), source(s), options(std::move(o)) {}
@@ -32,12 +51,19 @@ struct Loader::Impl {
     void compute_cut();
     /// Not collective: allocates the ring (checked against the node's memory).
     void allocate_ring();
+    /// Collective: checks `state` against this loader (see Loader::restore) and keeps it.
+    void apply_resume(const LoaderState& state);
+    /// Not collective: reads samples 0, N/2 and N−1 for `dataset_fingerprint`.
+    void record_identity();
+    /// Where epoch `e` starts (a pending resume of epoch e, else the beginning).
+    EpochStart start_of(std::uint64_t e) const;
 };
 
 struct EpochRange::Impl {
     using Clock = std::chrono::steady_clock;
     Loader::Impl* loader = nullptr;
     EpochPlan plan;
+    EpochTotals totals;
     std::uint64_t epoch = 0;
     std::unique_ptr<detail::Prefetcher> prefetch;
     // Consumer only:

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "mpistage/error.hpp"
+#include "plan/plan_detail.hpp"
 
 namespace mpistage {
 
@@ -42,6 +43,10 @@ void PlanOptions::validate() const {
         throw ConfigError("plan: shuffle 'local' needs sharding 'byte_range' (global sharding is "
                           "shuffled with 'global')");
     }
+    if (balance_steps && sharding != Sharding::global) {
+        throw ConfigError("plan: balance_steps needs sharding 'global' (byte_range shards are "
+                          "balanced by bytes already)");
+    }
 }
 
 std::string to_string(Sharding s) { return s == Sharding::byte_range ? "byte_range" : "global"; }
@@ -69,7 +74,7 @@ Remainder parse_remainder(const std::string& s) {
     throw ConfigError("unknown remainder policy '" + s + "' (expected drop, pad or mask)");
 }
 
-namespace {
+namespace detail {
 
 void check_world(std::uint64_t num_samples, int world_size) {
     if (world_size < 1) {
@@ -80,11 +85,13 @@ void check_world(std::uint64_t num_samples, int world_size) {
 
 std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) { return a / b + (a % b != 0); }
 
-std::uint64_t epoch_key(const PlanOptions& o, std::uint64_t epoch, std::uint64_t salt) {
+}  // namespace detail
+
+using detail::ceil_div;
+
+std::uint64_t epoch_permutation_key(const PlanOptions& o, std::uint64_t epoch, std::uint64_t salt) {
     return mix64(mix64(o.seed) ^ mix64(epoch + 0x51ed270b27a1f5a3ULL) ^ mix64(salt * 0x2545f491ULL + 7));
 }
-
-}  // namespace
 
 std::vector<std::uint64_t> balanced_shard_begins(std::uint64_t num_samples, int world_size) {
     if (world_size < 1) {
@@ -97,103 +104,127 @@ std::vector<std::uint64_t> balanced_shard_begins(std::uint64_t num_samples, int 
 }
 
 EpochTotals plan_totals(std::uint64_t num_samples, int world_size, const PlanOptions& options) {
+    return plan_totals(num_samples, world_size, options, EpochStart{});
+}
+
+EpochTotals plan_totals(std::uint64_t num_samples, int world_size, const PlanOptions& options,
+                        const EpochStart& start) {
     options.validate();
-    check_world(num_samples, world_size);
+    detail::check_world(num_samples, world_size);
     const auto w = static_cast<std::uint64_t>(world_size);
     const std::uint64_t b = options.batch_size;
+    const bool drop = options.remainder == Remainder::drop;
     EpochTotals t;
     if (options.sharding == Sharding::byte_range) {
         const std::uint64_t n_min = num_samples / w;
         const std::uint64_t n_max = ceil_div(num_samples, w);
-        t.steps = options.remainder == Remainder::drop ? n_min / b : ceil_div(n_max, b);
+        const std::uint64_t steps = drop ? n_min / b : ceil_div(n_max, b);
+        if (start.step > steps) {
+            throw ConfigError("plan: resume at step " + std::to_string(start.step) +
+                              " but the epoch has " + std::to_string(steps) + " steps at W=" +
+                              std::to_string(w));
+        }
+        t.steps = steps - start.step;
+        // Valid samples of the remaining steps: rank r holds n_r samples in its first slots.
+        const auto begins = balanced_shard_begins(num_samples, world_size);
+        const std::uint64_t done = start.step * b;
+        const std::uint64_t end = steps * b;
+        for (std::uint64_t r = 0; r < w; ++r) {
+            const std::uint64_t n_r = begins[r + 1] - begins[r];
+            const std::uint64_t hi = std::min(n_r, end);
+            t.valid_samples += hi > done ? hi - done : 0;
+        }
+        t.dropped_samples = drop ? num_samples - std::min(num_samples, steps * b * w) : 0;
     } else {
-        t.steps = options.remainder == Remainder::drop ? num_samples / (w * b)
-                                                       : ceil_div(num_samples, w * b);
+        if (start.position > num_samples) {
+            throw ConfigError("plan: resume at position " + std::to_string(start.position) +
+                              " of an epoch of " + std::to_string(num_samples) + " samples");
+        }
+        const std::uint64_t left = num_samples - start.position;
+        t.steps = drop ? left / (w * b) : ceil_div(left, w * b);
+        t.valid_samples = drop ? t.steps * w * b : left;
+        t.dropped_samples = left - t.valid_samples;
     }
-    const std::uint64_t slots = t.steps * b * w;
-    if (options.remainder == Remainder::drop) {
-        t.valid_samples = slots;
-        t.dropped_samples = num_samples - slots;
-    } else {
-        t.valid_samples = num_samples;
-        t.padding_slots = slots - num_samples;
-    }
+    t.padding_slots = t.steps * b * w - t.valid_samples;
     return t;
 }
 
 EpochPlan plan_epoch(std::uint64_t num_samples, int world_size, int rank,
                      const PlanOptions& options, std::uint64_t epoch) {
-    const EpochTotals totals = plan_totals(num_samples, world_size, options);
+    return plan_epoch(num_samples, world_size, rank, options, epoch, EpochStart{});
+}
+
+EpochPlan plan_epoch(std::uint64_t num_samples, int world_size, int rank,
+                     const PlanOptions& options, std::uint64_t epoch, const EpochStart& start,
+                     const SampleBytesFn& sample_bytes) {
+    const EpochTotals totals = plan_totals(num_samples, world_size, options, start);
     if (rank < 0 || rank >= world_size) {
         throw ConfigError("plan: rank " + std::to_string(rank) + " outside world of size " +
                           std::to_string(world_size));
     }
-    const auto w = static_cast<std::uint64_t>(world_size);
-    const auto r = static_cast<std::uint64_t>(rank);
-    const std::uint64_t b = options.batch_size;
+    if (options.balance_steps && !sample_bytes) {
+        throw ConfigError("plan: balance_steps needs the size of every sample");
+    }
     EpochPlan plan;
     plan.steps = totals.steps;
-    plan.batch_size = b;
-    const std::uint64_t slots = plan.steps * b;
-    plan.ids.resize(slots);
-    plan.valid.resize(slots);
-
-    if (options.sharding == Sharding::byte_range) {
-        const auto begins = balanced_shard_begins(num_samples, world_size);
-        plan.shard_begin = begins[r];
-        plan.shard_end = begins[r + 1];
-        const std::uint64_t n_r = plan.shard_end - plan.shard_begin;
-        const bool shuffle = options.shuffle == Shuffle::local;
-        const Permutation perm(n_r, epoch_key(options, epoch, r + 1));
-        const std::uint64_t real = std::min(n_r, slots);
-        for (std::uint64_t k = 0; k < real; ++k) {
-            plan.ids[k] = static_cast<std::int64_t>(plan.shard_begin + (shuffle ? perm(k) : k));
-            plan.valid[k] = 1;
-        }
-        // Padding slots of all ranks are numbered in rank order; pad slot q repeats sample q mod N
-        // from the head of the dataset, so padding is spread over distinct samples.
-        std::uint64_t pad_before = 0;
-        for (std::uint64_t q = 0; q < r; ++q) {
-            const std::uint64_t n_q = begins[q + 1] - begins[q];
-            pad_before += slots > n_q ? slots - n_q : 0;
-        }
-        for (std::uint64_t k = real; k < slots; ++k) {
-            const std::uint64_t q = pad_before + (k - real);
-            plan.ids[k] = options.remainder == Remainder::mask
-                              ? kPaddingId
-                              : static_cast<std::int64_t>(q % num_samples);
-            plan.valid[k] = 0;
-        }
+    plan.batch_size = options.batch_size;
+    plan.first_step = start.step;
+    if (options.sharding == Sharding::global) {
+        detail::plan_global(num_samples, world_size, rank, options, epoch, start.position,
+                            sample_bytes, plan);
     } else {
-        plan.shard_begin = 0;
-        plan.shard_end = num_samples;
-        const bool shuffle = options.shuffle == Shuffle::global;
-        const Permutation perm(num_samples, epoch_key(options, epoch, 0));
-        auto order = [&](std::uint64_t p) { return shuffle ? perm(p) : p; };
-        for (std::uint64_t s = 0; s < plan.steps; ++s) {
-            for (std::uint64_t j = 0; j < b; ++j) {
-                const std::uint64_t p = s * w * b + r * b + j;
-                const std::uint64_t k = s * b + j;
-                if (p < num_samples) {
-                    plan.ids[k] = static_cast<std::int64_t>(order(p));
-                    plan.valid[k] = 1;
-                } else {
-                    plan.ids[k] = options.remainder == Remainder::mask
-                                      ? kPaddingId
-                                      : static_cast<std::int64_t>(order((p - num_samples) % num_samples));
-                    plan.valid[k] = 0;
-                }
-            }
-        }
+        detail::plan_byte_range(num_samples, world_size, rank, options, epoch, start.step, plan);
     }
     return plan;
 }
+
+namespace detail {
+
+void plan_byte_range(std::uint64_t num_samples, int world_size, int rank,
+                     const PlanOptions& options, std::uint64_t epoch, std::uint64_t first_step,
+                     EpochPlan& plan) {
+    const auto r = static_cast<std::uint64_t>(rank);
+    const std::uint64_t b = options.batch_size;
+    // The whole epoch's slots of this rank, of which the first `first_step` batches are skipped.
+    const std::uint64_t slots = (plan.steps + first_step) * b;
+    const std::uint64_t skip = first_step * b;
+    plan.ids.resize(slots - skip);
+    plan.valid.resize(slots - skip);
+    const auto begins = balanced_shard_begins(num_samples, world_size);
+    plan.shard_begin = begins[r];
+    plan.shard_end = begins[r + 1];
+    const std::uint64_t n_r = plan.shard_end - plan.shard_begin;
+    const bool shuffle = options.shuffle == Shuffle::local;
+    const Permutation perm(n_r, epoch_permutation_key(options, epoch, r + 1));
+    const std::uint64_t real = std::min(n_r, slots);
+    for (std::uint64_t k = skip; k < real; ++k) {
+        plan.ids[k - skip] = static_cast<std::int64_t>(plan.shard_begin + (shuffle ? perm(k) : k));
+        plan.valid[k - skip] = 1;
+    }
+    // Padding slots of all ranks are numbered in rank order; pad slot q repeats sample q mod N
+    // from the head of the dataset, so padding is spread over distinct samples.
+    std::uint64_t pad_before = 0;
+    for (std::uint64_t q = 0; q < r; ++q) {
+        const std::uint64_t n_q = begins[q + 1] - begins[q];
+        pad_before += slots > n_q ? slots - n_q : 0;
+    }
+    for (std::uint64_t k = std::max(real, skip); k < slots; ++k) {
+        const std::uint64_t q = pad_before + (k - real);
+        plan.ids[k - skip] = options.remainder == Remainder::mask
+                                 ? kPaddingId
+                                 : static_cast<std::int64_t>(q % num_samples);
+        plan.valid[k - skip] = 0;
+    }
+}
+
+}  // namespace detail
 
 std::string plan_fingerprint(std::uint64_t num_samples, int world_size, const PlanOptions& o) {
     return "N=" + std::to_string(num_samples) + ";W=" + std::to_string(world_size) +
            ";B=" + std::to_string(o.batch_size) + ";seed=" + std::to_string(o.seed) +
            ";sharding=" + to_string(o.sharding) + ";shuffle=" + to_string(o.shuffle) +
-           ";remainder=" + to_string(o.remainder);
+           ";remainder=" + to_string(o.remainder) +
+           (o.balance_steps ? ";balance_steps" : "");
 }
 
 }  // namespace mpistage

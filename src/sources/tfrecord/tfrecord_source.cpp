@@ -137,6 +137,10 @@ std::string TfRecordSource::fingerprint() const {
     return impl_->fingerprint;
 }
 
+std::uint64_t TfRecordSource::sample_bytes(std::uint64_t id) const {
+    return record(id).length;
+}
+
 tfrecord::RecordRef TfRecordSource::record(std::uint64_t id) const {
     if (id >= impl_->records.size()) {
         throw ConfigError("tfrecord: record id " + std::to_string(id) +

@@ -1,0 +1,158 @@
+// Loader::state and Loader::restore: the sample sequence is a function of (dataset, seed,
+// epoch, options), so the state is where the job stands in it (docs/resume.md).
+#include <cinttypes>
+#include <cstdio>
+
+#include "loader/contents.hpp"
+#include "loader/loader_impl.hpp"
+#include "mpistage/hash.hpp"
+
+namespace mpistage {
+
+namespace {
+
+std::string hex64(std::uint64_t v) {
+    char buf[17];
+    std::snprintf(buf, sizeof buf, "%016" PRIx64, v);
+    return buf;
+}
+
+std::uint64_t skipped_records_of(const Source& source) {
+    for (const SourceStatistic& s : source.statistics()) {
+        if (s.name == "skipped_records") return s.value;
+    }
+    return 0;
+}
+
+// "option 'seed' of the saved state is 7 but the loader was given 8".
+void require_option(bool same, const char* name, const std::string& saved,
+                    const std::string& given, const std::string& origin) {
+    if (same) return;
+    throw ConfigError("loader: cannot resume from " + origin + ": option '" + name +
+                      "' of the saved state is " + saved + " but the loader was given " + given +
+                      " (the sample sequence depends on it)");
+}
+
+}  // namespace
+
+std::string dataset_identity(const Source& source, std::uint64_t num_samples,
+                             std::uint64_t skipped_records) {
+    std::string s = "N=" + std::to_string(num_samples) + ";skipped=" +
+                    std::to_string(skipped_records);
+    for (const FieldInfo& f : source.fields()) {
+        s += ";" + f.name + ":" + dtype_name(f.dtype) + (f.ragged ? ":ragged:[" : ":[");
+        for (const auto d : f.sample_shape) s += std::to_string(d) + ",";
+        s += "]";
+    }
+    for (const std::uint64_t h :
+         detail::sample_hashes(source, {0, num_samples / 2, num_samples - 1})) {
+        s += ";" + hex64(h);
+    }
+    return hex64(fnv1a64(s));
+}
+
+void Loader::Impl::apply_resume(const LoaderState& state) {
+    const std::string origin = "the saved state";
+    require_same(comm, {{"saved state", state.to_json()}},
+                 "loader: the saved state differs across ranks",
+                 "every rank must restore the same state (read the same file)");
+    run_agreed(comm, [&] {
+        if (epoch_active || progress.started) {
+            throw ConfigError("loader: restore must come before the first epoch");
+        }
+        if (state.dataset_fingerprint != dataset_fingerprint ||
+            state.num_samples != num_samples || state.skipped_records != skipped_records) {
+            throw ConfigError(
+                "loader: cannot resume: the saved state is from another dataset (state: N=" +
+                std::to_string(state.num_samples) + ", skipped records " +
+                std::to_string(state.skipped_records) + ", fingerprint " +
+                state.dataset_fingerprint + "; opened source: N=" + std::to_string(num_samples) +
+                ", skipped records " + std::to_string(skipped_records) + ", fingerprint " +
+                dataset_fingerprint + ")");
+        }
+        const PlanOptions& s = state.plan;
+        const PlanOptions& o = options.plan;
+        require_option(s.seed == o.seed, "seed", std::to_string(s.seed), std::to_string(o.seed),
+                       origin);
+        require_option(s.sharding == o.sharding, "sharding", to_string(s.sharding),
+                       to_string(o.sharding), origin);
+        require_option(s.shuffle == o.shuffle, "shuffle", to_string(s.shuffle),
+                       to_string(o.shuffle), origin);
+        require_option(s.remainder == o.remainder, "remainder", to_string(s.remainder),
+                       to_string(o.remainder), origin);
+        if (o.sharding == Sharding::byte_range) {
+            require_option(s.batch_size == o.batch_size, "batch_size",
+                           std::to_string(s.batch_size), std::to_string(o.batch_size), origin);
+            if (state.world_size != comm.size()) {
+                throw ConfigError(
+                    "loader: cannot resume: the state was saved by " +
+                    std::to_string(state.world_size) + " ranks with byte_range sharding, whose "
+                    "shards depend on the world size; this job has " +
+                    std::to_string(comm.size()) +
+                    " ranks (resume at the same world size, or use global sharding, which "
+                    "resumes at any world size)");
+            }
+        }
+        // The resume point must lie inside the epoch (plan_totals throws otherwise).
+        (void)plan_totals(num_samples, comm.size(), o, {state.steps_consumed,
+                                                        state.samples_consumed});
+    });
+    resume = state;
+}
+
+EpochStart Loader::Impl::start_of(std::uint64_t e) const {
+    if (!resume || resume->epoch != e) return {};
+    return {resume->steps_consumed, resume->samples_consumed};
+}
+
+Loader Loader::restore(const Communicator& comm, const Source& source, LoaderOptions options,
+                       const LoaderState& state) {
+    Loader loader(comm, source, std::move(options));
+    loader.impl_->comm.set_context({"loader: restore", static_cast<std::int64_t>(state.epoch),
+                                    static_cast<std::int64_t>(state.steps_consumed), "", -1});
+    loader.impl_->apply_resume(state);
+    return loader;
+}
+
+LoaderState Loader::state() const {
+    const Impl& d = *impl_;
+    LoaderState s;
+    s.dataset_fingerprint = d.dataset_fingerprint;
+    s.num_samples = d.num_samples;
+    s.skipped_records = d.skipped_records;
+    s.plan = d.options.plan;
+    s.world_size = d.comm.size();
+    if (!d.progress.started) {
+        if (d.resume) {
+            s.epoch = d.resume->epoch;
+            s.steps_consumed = d.resume->steps_consumed;
+            s.samples_consumed = d.resume->samples_consumed;
+        }
+        return s;
+    }
+    const Impl::Progress& p = d.progress;
+    if (p.consumed >= p.steps) {  // the epoch was consumed to its end
+        s.epoch = p.epoch + 1;
+        return s;
+    }
+    s.epoch = p.epoch;
+    s.steps_consumed = p.start.step + p.consumed;
+    const PlanOptions& o = d.options.plan;
+    if (o.sharding == Sharding::global) {
+        const std::uint64_t width = static_cast<std::uint64_t>(d.comm.size()) * o.batch_size;
+        s.samples_consumed = std::min(d.num_samples, p.start.position + p.consumed * width);
+    } else {
+        const std::uint64_t all = plan_totals(d.num_samples, d.comm.size(), o).valid_samples;
+        const std::uint64_t left =
+            plan_totals(d.num_samples, d.comm.size(), o, {s.steps_consumed, 0}).valid_samples;
+        s.samples_consumed = all - left;
+    }
+    return s;
+}
+
+void Loader::Impl::record_identity() {
+    skipped_records = skipped_records_of(source);
+    dataset_fingerprint = dataset_identity(source, num_samples, skipped_records);
+}
+
+}  // namespace mpistage

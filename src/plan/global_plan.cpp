@@ -1,0 +1,155 @@
+// Global sharding: the epoch order is a permutation of [0, N) cut into global batches of W·B
+// positions from a start position; rank r takes its slice of each global batch, or (with
+// balance_steps) the samples a greedy byte balance assigns to it inside each global batch.
+#include <algorithm>
+#include <numeric>
+#include <queue>
+#include <utility>
+#include <vector>
+
+#include "mpistage/error.hpp"
+#include "plan/plan_detail.hpp"
+
+namespace mpistage::detail {
+
+namespace {
+
+/// One slot of a global batch: its epoch position, sample id (kPaddingId when masked) and size.
+struct GlobalSlot {
+    std::uint64_t position = 0;
+    std::int64_t id = kPaddingId;
+    std::uint64_t bytes = 0;
+};
+
+class GlobalOrder {
+public:
+    GlobalOrder(std::uint64_t n, const PlanOptions& o, std::uint64_t epoch)
+        : n_(n), shuffle_(o.shuffle == Shuffle::global), mask_(o.remainder == Remainder::mask),
+          perm_(n, epoch_permutation_key(o, epoch, 0)) {}
+
+    /// The sample at epoch position `p`; positions ≥ N are padding (repeats from the head of
+    /// the order for `pad`, kPaddingId for `mask`).
+    std::int64_t id_at(std::uint64_t p) const {
+        if (p >= n_ && mask_) return kPaddingId;
+        const std::uint64_t q = p < n_ ? p : (p - n_) % n_;
+        return static_cast<std::int64_t>(shuffle_ ? perm_(q) : q);
+    }
+    std::uint64_t size() const noexcept { return n_; }
+
+private:
+    std::uint64_t n_;
+    bool shuffle_;
+    bool mask_;
+    Permutation perm_;
+};
+
+/// The slots of global batch `s` (W·B of them, in position order).
+std::vector<GlobalSlot> global_batch(const GlobalOrder& order, std::uint64_t first_position,
+                                     std::uint64_t s, std::uint64_t width,
+                                     const SampleBytesFn& sample_bytes) {
+    std::vector<GlobalSlot> slots(width);
+    for (std::uint64_t i = 0; i < width; ++i) {
+        GlobalSlot& g = slots[i];
+        g.position = first_position + s * width + i;
+        g.id = order.id_at(g.position);
+        g.bytes = g.id == kPaddingId ? 0 : sample_bytes(static_cast<std::uint64_t>(g.id));
+    }
+    return slots;
+}
+
+/// Greedy longest-processing-time assignment with B slots per rank: the largest remaining
+/// sample goes to the rank with the fewest bytes that still has a free slot (ties: lowest
+/// rank; equal sizes: lowest position), so the result is deterministic. Returns the rank of
+/// each slot.
+std::vector<int> balance_global_batch(const std::vector<GlobalSlot>& slots, int world_size,
+                                      std::uint64_t batch_size) {
+    std::vector<std::size_t> by_size(slots.size());
+    std::iota(by_size.begin(), by_size.end(), std::size_t{0});
+    std::stable_sort(by_size.begin(), by_size.end(),
+                     [&](std::size_t a, std::size_t b) { return slots[a].bytes > slots[b].bytes; });
+    using Load = std::pair<std::uint64_t, int>;  // (bytes so far, rank)
+    std::priority_queue<Load, std::vector<Load>, std::greater<>> open;
+    for (int r = 0; r < world_size; ++r) open.push({0, r});
+    std::vector<std::uint64_t> used(static_cast<std::size_t>(world_size), 0);
+    std::vector<int> owner(slots.size(), 0);
+    for (const std::size_t i : by_size) {
+        const Load l = open.top();
+        open.pop();
+        owner[i] = l.second;
+        if (++used[static_cast<std::size_t>(l.second)] < batch_size) {
+            open.push({l.first + slots[i].bytes, l.second});
+        }
+    }
+    return owner;
+}
+
+/// Running max/mean of (largest rank bytes) / (mean rank bytes) over steps.
+struct BalanceReport {
+    double worst = 0;
+    double sum = 0;
+    std::uint64_t steps = 0;
+
+    void add(const std::vector<std::uint64_t>& rank_bytes) {
+        const std::uint64_t total =
+            std::accumulate(rank_bytes.begin(), rank_bytes.end(), std::uint64_t{0});
+        if (total == 0) return;
+        const double mean = static_cast<double>(total) / static_cast<double>(rank_bytes.size());
+        const double ratio =
+            static_cast<double>(*std::max_element(rank_bytes.begin(), rank_bytes.end())) / mean;
+        worst = std::max(worst, ratio);
+        sum += ratio;
+        ++steps;
+    }
+};
+
+}  // namespace
+
+void plan_global(std::uint64_t num_samples, int world_size, int rank, const PlanOptions& options,
+                 std::uint64_t epoch, std::uint64_t position, const SampleBytesFn& sample_bytes,
+                 EpochPlan& plan) {
+    const auto w = static_cast<std::uint64_t>(world_size);
+    const auto r = static_cast<std::uint64_t>(rank);
+    const std::uint64_t b = options.batch_size;
+    const std::uint64_t width = w * b;
+    plan.shard_begin = 0;
+    plan.shard_end = num_samples;
+    plan.ids.resize(plan.steps * b);
+    plan.valid.resize(plan.steps * b);
+    const GlobalOrder order(num_samples, options, epoch);
+    if (!sample_bytes) {
+        // Rank r takes slots [r·B, (r+1)·B) of each global batch: O(1) per slot, no allocation.
+        for (std::uint64_t s = 0; s < plan.steps; ++s) {
+            for (std::uint64_t j = 0; j < b; ++j) {
+                const std::uint64_t p = position + s * width + r * b + j;
+                plan.ids[s * b + j] = order.id_at(p);
+                plan.valid[s * b + j] = p < num_samples;
+            }
+        }
+        return;
+    }
+    BalanceReport report;
+    std::vector<std::uint64_t> rank_bytes(w);
+    for (std::uint64_t s = 0; s < plan.steps; ++s) {
+        const auto slots = global_batch(order, position, s, width, sample_bytes);
+        std::vector<int> owner(slots.size());
+        if (options.balance_steps) {
+            owner = balance_global_batch(slots, world_size, b);
+        } else {
+            for (std::size_t i = 0; i < slots.size(); ++i) owner[i] = static_cast<int>(i / b);
+        }
+        std::fill(rank_bytes.begin(), rank_bytes.end(), 0);
+        std::uint64_t k = s * b;
+        for (std::size_t i = 0; i < slots.size(); ++i) {  // position order within the rank
+            rank_bytes[static_cast<std::size_t>(owner[i])] += slots[i].bytes;
+            if (owner[i] != rank) continue;
+            plan.ids[k] = slots[i].id;
+            plan.valid[k] = slots[i].position < num_samples;
+            ++k;
+        }
+        report.add(rank_bytes);
+    }
+    plan.worst_step_byte_ratio = report.worst;
+    plan.mean_step_byte_ratio = report.steps ? report.sum / static_cast<double>(report.steps) : 0;
+}
+
+}  // namespace mpistage::detail
