@@ -98,6 +98,10 @@ struct EpochPlan {
     /// in that step. 1 is perfect; 0 when not computed.
     double worst_step_byte_ratio = 0;
     double mean_step_byte_ratio = 0;
+    /// The same for the unbalanced assignment (each rank its contiguous slice), computed with
+    /// `balance_steps` for comparison.
+    double unbalanced_worst_step_byte_ratio = 0;
+    double unbalanced_mean_step_byte_ratio = 0;
 };
 
 /// Where an epoch's plan starts. A fresh epoch is `{0, 0}`; a resumed one comes from a saved

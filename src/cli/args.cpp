@@ -86,6 +86,28 @@ void add_stage_safety_options(CLI::App& cmd, StageArgs& a) {
     cmd.add_flag("--quiet,-q", a.quiet, "Print nothing but errors");
 }
 
+void add_stage_resume_options(CLI::App& cmd, StageArgs& a) {
+    cmd.add_option("--save-state", a.save_state,
+                   "Write the loader state (JSON, a few hundred bytes) to this file: rank 0 "
+                   "writes it atomically every --save-every steps and at the end; with --verify "
+                   "also FILE.ids, the ids consumed so far in the state's epoch");
+    add_count(cmd, "--save-every", a.save_every,
+              "Steps between two --save-state writes (0 = only at the end)");
+    add_count(cmd, "--stop-after-steps", a.stop_after_steps,
+              "Stop after this many steps of this run, as if the job were interrupted "
+              "(0 = run every epoch)");
+    cmd.add_option("--resume", a.resume,
+                   "Continue from a --save-state file: the rest of its epoch, then the epochs up "
+                   "to --first-epoch + --epochs. Global sharding resumes at any number of "
+                   "ranks, byte_range at the same number");
+    cmd.add_flag("--balance-steps", a.balance_steps,
+                 "Global sharding: inside each global batch, assign samples to ranks so bytes "
+                 "per rank per step are balanced (equal counts, same global batch)");
+    add_count(cmd, "--compute-ms", a.compute_ms,
+              "Emulated compute per step in milliseconds (sleeps after each batch, like a "
+              "training step)");
+}
+
 void add_convert_options(CLI::App& cmd, ConvertArgs& a) {
     cmd.add_option("images", a.images, "IDX images file")->required();
     cmd.add_option("labels", a.labels, "IDX labels file")->required();
@@ -137,6 +159,7 @@ CommandLine::CommandLine()
     add_stage_data_options(*stage_cmd_, stage);
     add_stage_plan_options(*stage_cmd_, stage);
     add_stage_safety_options(*stage_cmd_, stage);
+    add_stage_resume_options(*stage_cmd_, stage);
 
     auto* convert_cmd = app_.add_subcommand("convert", "Convert data to a format mpistage stages");
     convert_cmd->require_subcommand(1);
@@ -201,6 +224,12 @@ std::vector<NamedValue> stage_argument_values(const StageArgs& a) {
         {"--index", join_words(a.index_paths)},
         {"--feature", join_words(a.features)},
         {"--on-corrupt", a.on_corrupt},
+        {"--save-state", a.save_state.empty() ? "(none)" : "(given)"},
+        {"--save-every", std::to_string(a.save_every)},
+        {"--stop-after-steps", std::to_string(a.stop_after_steps)},
+        {"--resume", a.resume},
+        {"--balance-steps", a.balance_steps ? "on" : "off"},
+        {"--compute-ms", std::to_string(a.compute_ms)},
     };
 }
 

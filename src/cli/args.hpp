@@ -37,6 +37,14 @@ struct StageArgs {
     std::vector<std::string> index_paths;
     std::vector<std::string> features;
     std::string on_corrupt = "error";
+    /// Fault recovery (docs/resume.md).
+    std::string save_state;
+    std::uint64_t save_every = 0;
+    std::uint64_t stop_after_steps = 0;
+    std::string resume;
+    bool balance_steps = false;
+    /// Emulated compute per step in milliseconds (paces a run like a trainer would).
+    std::uint64_t compute_ms = 0;
 };
 
 /// `mpistage convert idx IMAGES LABELS -o OUT [options]`.

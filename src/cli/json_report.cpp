@@ -25,6 +25,15 @@ nlohmann::json epoch_json(const EpochReport& r, bool verify) {
         e["missing"] = r.missing;
         e["out_of_range"] = r.out_of_range;
         e["exactly_once"] = r.ok;
+        e["prior_run_samples"] = r.prior_ids;
+    }
+    e["resumed"] = r.resumed;
+    e["interrupted"] = r.interrupted;
+    if (r.step_ratio_worst > 0) {
+        e["step_byte_ratio"] = {{"worst", r.step_ratio_worst},
+                                {"mean", r.step_ratio_mean},
+                                {"unbalanced_worst", r.unbalanced_worst},
+                                {"unbalanced_mean", r.unbalanced_mean}};
     }
     return e;
 }
@@ -59,6 +68,9 @@ void write_stage_json(const StageArgs& a, const StageOutcome& o) {
     for (const auto& stat : o.source) j[stat.name] = stat.value;
     j["epochs"] = nlohmann::json::array();
     for (const auto& r : o.epochs) j["epochs"].push_back(epoch_json(r, a.verify));
+    if (o.resume) j["resumed_from"] = nlohmann::json::parse(o.resume->to_json());
+    j["state"] = nlohmann::json::parse(o.saved.to_json());
+    j["stopped_after_steps"] = o.stopped_after;
     j["ranks"] = nlohmann::json::array();
     for (std::size_t r = 0; r < o.ranks.size(); ++r) j["ranks"].push_back(rank_json(r, o.ranks[r]));
     write_file_atomically(

@@ -46,13 +46,21 @@ void print_balance(const std::vector<RankTotals>& ranks) {
 }
 
 void print_verdicts(const std::vector<EpochReport>& epochs, bool all_ok) {
+    bool interrupted = false;
     for (const auto& r : epochs) {
         std::printf(
             "epoch %llu: %llu batches per rank, %llu valid samples, duplicates %llu, "
-            "missing %llu\n",
+            "missing %llu%s\n",
             static_cast<ull>(r.epoch), static_cast<ull>(r.batches.front()),
             static_cast<ull>(r.expected), static_cast<ull>(r.duplicates),
-            static_cast<ull>(r.missing));
+            static_cast<ull>(r.missing), r.interrupted ? " (interrupted: consumed so far)" : "");
+        if (r.resumed) {
+            std::printf("  resumed epoch: %llu sample(s) of the interrupted run%s\n",
+                        static_cast<ull>(r.prior_ids),
+                        r.prior_ids > 0 ? " counted (its --verify id log)"
+                                        : " not checked (it kept no --verify id log)");
+        }
+        interrupted = interrupted || r.interrupted;
     }
     if (epochs.empty()) std::printf("warning: no epoch was staged (--epochs 0)\n");
     for (const auto& r : epochs) {
@@ -64,7 +72,9 @@ void print_verdicts(const std::vector<EpochReport>& epochs, bool all_ok) {
         }
     }
     if (all_ok) {
-        std::printf("exactly-once: OK\n");
+        std::printf(interrupted ? "exactly-once so far: OK (no sample twice; the rest follows "
+                                  "with --resume)\n"
+                                : "exactly-once: OK\n");
         return;
     }
     std::string why;
@@ -120,6 +130,13 @@ void print_header(const StageArgs& a, const StageOutcome& o) {
         std::printf("  field %-12s %-8s [B%s%s]%s\n", f.name.c_str(), dtype_name(f.dtype).c_str(),
                     shape.empty() ? "" : ",", shape.c_str(), f.ragged ? " ragged" : "");
     }
+    if (o.resume) {
+        std::printf("  resuming epoch %llu at step %llu: %llu of %llu samples consumed by %d "
+                    "rank(s) before\n",
+                    static_cast<ull>(o.resume->epoch), static_cast<ull>(o.resume->steps_consumed),
+                    static_cast<ull>(o.resume->samples_consumed), static_cast<ull>(o.num_samples),
+                    o.resume->world_size);
+    }
     if (statistic(o.source, "skipped_records") > 0) {
         std::printf("  skipped %llu corrupt record(s), %llu byte(s) (--on-corrupt skip)\n",
                     static_cast<ull>(statistic(o.source, "skipped_records")),
@@ -131,7 +148,26 @@ void print_header(const StageArgs& a, const StageOutcome& o) {
 void print_summary(const StageArgs& a, const StageOutcome& o) {
     print_rank_table(o.ranks);
     print_balance(o.ranks);
+    for (const auto& r : o.epochs) {
+        if (r.step_ratio_worst <= 0) continue;
+        std::printf(
+            "epoch %llu: bytes per rank per step max/mean: worst %.4f, mean %.4f "
+            "(unbalanced slices: worst %.4f, mean %.4f)\n",
+            static_cast<ull>(r.epoch), r.step_ratio_worst, r.step_ratio_mean, r.unbalanced_worst,
+            r.unbalanced_mean);
+    }
     if (a.verify) print_verdicts(o.epochs, o.all_ok);
+    if (o.stopped_after > 0) {
+        std::printf("stopped after %llu step(s) (--stop-after-steps) in epoch %llu at step %llu\n",
+                    static_cast<ull>(o.stopped_after), static_cast<ull>(o.saved.epoch),
+                    static_cast<ull>(o.saved.steps_consumed));
+    }
+    if (!a.save_state.empty()) {
+        std::printf("state saved to %s: epoch %llu, step %llu, %llu of %llu samples consumed\n",
+                    a.save_state.c_str(), static_cast<ull>(o.saved.epoch),
+                    static_cast<ull>(o.saved.steps_consumed),
+                    static_cast<ull>(o.saved.samples_consumed), static_cast<ull>(o.num_samples));
+    }
     std::fflush(stdout);
 }
 

@@ -3,6 +3,7 @@
 // rank 0) and the JSON report (internal to the CLI).
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,12 @@ struct StageOutcome {
     std::vector<RankTotals> ranks;
     /// True when --verify found every epoch exactly once (always true without --verify).
     bool all_ok = true;
+    /// --resume: the state the run continued from.
+    std::optional<LoaderState> resume;
+    /// The loader state at the end of the run (what --save-state wrote last).
+    LoaderState saved;
+    /// Steps after which --stop-after-steps stopped the run inside an epoch (0: it did not).
+    std::uint64_t stopped_after = 0;
 };
 
 /// Local (rank 0): the first lines: sizes, options, fields, skipped records.

@@ -19,18 +19,23 @@ struct Verdict {
     std::uint64_t unique = 0;
 };
 
-// Rank 0: counts each id of the epoch.
-Verdict count_ids(const std::vector<std::int64_t>& all, std::uint64_t num_samples,
-                  std::uint64_t expected) {
+void count_one(std::int64_t id, std::uint64_t num_samples, std::vector<std::uint32_t>& seen,
+               Verdict& v) {
+    if (id < 0 || static_cast<std::uint64_t>(id) >= num_samples) {
+        ++v.out_of_range;
+        return;
+    }
+    if (++seen[static_cast<std::size_t>(id)] > 1) ++v.duplicates;
+}
+
+// Rank 0: counts each id of the epoch (this run's and the prior run's).
+Verdict count_ids(const std::vector<std::int64_t>& all, const std::vector<std::int64_t>* prior,
+                  std::uint64_t num_samples, std::uint64_t expected) {
     Verdict v;
     std::vector<std::uint32_t> seen(num_samples, 0);
-    for (auto id : all) {
-        if (id < 0 || static_cast<std::uint64_t>(id) >= num_samples) {
-            ++v.out_of_range;
-            continue;
-        }
-        if (++seen[static_cast<std::size_t>(id)] > 1) ++v.duplicates;
-    }
+    std::vector<std::int64_t> none;
+    for (auto id : all) count_one(id, num_samples, seen, v);
+    for (auto id : prior ? *prior : none) count_one(id, num_samples, seen, v);
     for (auto c : seen) v.unique += c > 0;
     v.missing = expected > v.unique ? expected - v.unique : 0;
     return v;
@@ -39,6 +44,7 @@ Verdict count_ids(const std::vector<std::int64_t>& all, std::uint64_t num_sample
 // Collective: the ids of every rank, concatenated in rank order on rank 0 (empty elsewhere).
 std::vector<std::int64_t> gather_ids(const Communicator& comm, const std::vector<std::int64_t>& ids,
                                      const std::vector<std::uint64_t>& valid) {
+    // `valid` is every rank's ids.size() (allgathered).
     std::vector<int> counts(valid.size());
     std::vector<int> displs(valid.size());
     std::uint64_t total = 0;
@@ -70,15 +76,20 @@ EpochReport count_epoch(const Communicator& comm, std::uint64_t epoch, std::uint
     return r;
 }
 
+std::vector<std::int64_t> gather_to_root(const Communicator& comm,
+                                         const std::vector<std::int64_t>& ids) {
+    return gather_ids(comm, ids, comm.allgather(static_cast<std::uint64_t>(ids.size())));
+}
+
 EpochReport verify_epoch(const Communicator& comm, std::uint64_t epoch,
                          const std::vector<std::int64_t>& ids, std::uint64_t batches,
-                         std::uint64_t num_samples, const EpochTotals& totals, bool drop) {
+                         const Expectation& expect) {
     EpochReport r = count_epoch(comm, epoch, batches);
-    r.valid = comm.allgather(ids.size());
-    r.expected = drop ? totals.valid_samples : num_samples;
+    r.valid = comm.allgather(static_cast<std::uint64_t>(ids.size()));
+    r.expected = expect.expected;
     const std::vector<std::int64_t> all = gather_ids(comm, ids, r.valid);
     Verdict v;
-    if (comm.rank() == 0) v = count_ids(all, num_samples, r.expected);
+    if (comm.rank() == 0) v = count_ids(all, expect.prior, expect.num_samples, r.expected);
     std::uint64_t verdict[4] = {v.duplicates, v.missing, v.out_of_range, v.unique};
     check_mpi(MPI_Bcast(verdict, 4, MPI_UINT64_T, 0, comm.get()), "MPI_Bcast(verdict)");
     r.duplicates = verdict[0];

@@ -23,17 +23,45 @@ struct EpochReport {
     std::uint64_t expected = 0;
     /// Equal batch counts and every expected id exactly once.
     bool ok = true;
+    /// The epoch was resumed from a saved state (ids of the earlier run included when it kept
+    /// an id log: `prior_ids`).
+    bool resumed = false;
+    std::uint64_t prior_ids = 0;
+    /// The run stopped inside this epoch (--stop-after-steps): only duplicates are checked.
+    bool interrupted = false;
+    /// Per-step byte balance of this rank's plan (global sharding with --balance-steps), and
+    /// the same for the unbalanced assignment: worst and mean max/mean ratio over steps.
+    double step_ratio_worst = 0;
+    double step_ratio_mean = 0;
+    double unbalanced_worst = 0;
+    double unbalanced_mean = 0;
 };
 
 /// Collective: the batch counts of every rank for `epoch` (no exactly-once check).
 EpochReport count_epoch(const Communicator& comm, std::uint64_t epoch, std::uint64_t batches);
 
-/// Collective: gathers the valid ids of every rank on rank 0, counts each id and broadcasts the
-/// verdict, so every rank returns the same report. `ids` are this rank's valid sample ids.
-/// @throws ConfigError when the epoch has more than 2^31-1 valid ids (same on every rank);
-///         MpiError.
+/// What the ids of one epoch must be.
+struct Expectation {
+    std::uint64_t num_samples = 0;
+    /// Distinct valid ids the epoch must yield in all (under drop: the kept samples; of an
+    /// interrupted epoch: the ids consumed).
+    std::uint64_t expected = 0;
+    /// Rank 0 only: ids an earlier run consumed in this epoch before the resume (its --verify
+    /// id log); they count with this run's ids.
+    const std::vector<std::int64_t>* prior = nullptr;
+};
+
+/// Collective: gathers the valid ids of every rank on rank 0, counts each id (with the prior
+/// run's) and broadcasts the verdict, so every rank returns the same report. `ids` are this
+/// rank's valid sample ids. @throws ConfigError when the epoch has more than 2^31-1 valid ids
+/// (same on every rank); MpiError.
 EpochReport verify_epoch(const Communicator& comm, std::uint64_t epoch,
                          const std::vector<std::int64_t>& ids, std::uint64_t batches,
-                         std::uint64_t num_samples, const EpochTotals& totals, bool drop);
+                         const Expectation& expect);
+
+/// Collective: every rank's `ids`, concatenated in rank order on rank 0 (empty elsewhere).
+/// @throws ConfigError (same on every rank) above 2^31-1 ids in all; MpiError.
+std::vector<std::int64_t> gather_to_root(const Communicator& comm,
+                                         const std::vector<std::int64_t>& ids);
 
 }  // namespace mpistage::cli

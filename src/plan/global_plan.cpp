@@ -100,6 +100,7 @@ struct BalanceReport {
         sum += ratio;
         ++steps;
     }
+    double mean() const { return steps ? sum / static_cast<double>(steps) : 0; }
 };
 
 }  // namespace
@@ -128,7 +129,9 @@ void plan_global(std::uint64_t num_samples, int world_size, int rank, const Plan
         return;
     }
     BalanceReport report;
+    BalanceReport unbalanced;
     std::vector<std::uint64_t> rank_bytes(w);
+    std::vector<std::uint64_t> slice_bytes(w);
     for (std::uint64_t s = 0; s < plan.steps; ++s) {
         const auto slots = global_batch(order, position, s, width, sample_bytes);
         std::vector<int> owner(slots.size());
@@ -138,18 +141,23 @@ void plan_global(std::uint64_t num_samples, int world_size, int rank, const Plan
             for (std::size_t i = 0; i < slots.size(); ++i) owner[i] = static_cast<int>(i / b);
         }
         std::fill(rank_bytes.begin(), rank_bytes.end(), 0);
+        std::fill(slice_bytes.begin(), slice_bytes.end(), 0);
         std::uint64_t k = s * b;
         for (std::size_t i = 0; i < slots.size(); ++i) {  // position order within the rank
             rank_bytes[static_cast<std::size_t>(owner[i])] += slots[i].bytes;
+            slice_bytes[i / b] += slots[i].bytes;
             if (owner[i] != rank) continue;
             plan.ids[k] = slots[i].id;
             plan.valid[k] = slots[i].position < num_samples;
             ++k;
         }
         report.add(rank_bytes);
+        unbalanced.add(slice_bytes);
     }
     plan.worst_step_byte_ratio = report.worst;
-    plan.mean_step_byte_ratio = report.steps ? report.sum / static_cast<double>(report.steps) : 0;
+    plan.mean_step_byte_ratio = report.mean();
+    plan.unbalanced_worst_step_byte_ratio = unbalanced.worst;
+    plan.unbalanced_mean_step_byte_ratio = unbalanced.mean();
 }
 
 }  // namespace mpistage::detail

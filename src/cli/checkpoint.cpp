@@ -1,0 +1,153 @@
+// --save-state files and their id logs.
+#include "cli/checkpoint.hpp"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <unistd.h>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <utility>
+
+#include "cli/atomic_file.hpp"
+#include "cli/verify.hpp"
+#include "mpistage/error.hpp"
+#include "util/input_file.hpp"
+
+namespace mpistage::cli {
+
+namespace {
+
+constexpr int kStateFileVersion = 1;
+
+std::string ids_path_of(const std::string& state_path) { return state_path + ".ids"; }
+
+std::string saved_state_json(const SavedState& s) {
+    nlohmann::ordered_json j;
+    j["mpistage_state"] = kStateFileVersion;
+    j["loader"] = nlohmann::ordered_json::parse(s.loader.to_json());
+    if (!s.ids_path.empty()) j["id_log"] = {{"path", s.ids_path}, {"count", s.ids_count}};
+    return j.dump(2) + "\n";
+}
+
+[[noreturn]] void throw_log_io(const std::string& path, const char* what) {
+    throw IoError("stage: cannot write the --verify id log '" + path + "': " + what + ": " +
+                  std::strerror(errno));
+}
+
+}  // namespace
+
+SavedState read_saved_state(const std::string& path) {
+    detail::probe_input_file(path, "stage: --resume file");
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw IoError("stage: cannot read --resume file '" + path + "'");
+    std::stringstream text;
+    text << in.rdbuf();
+    nlohmann::json j;
+    try {
+        j = nlohmann::json::parse(text.str());
+    } catch (const nlohmann::json::parse_error& e) {
+        throw ConfigError("stage: --resume file '" + path + "' is not JSON: " + e.what());
+    }
+    if (!j.is_object() || !j.contains("mpistage_state") || !j.contains("loader")) {
+        throw ConfigError("stage: --resume file '" + path +
+                          "' is not an mpistage state file (no \"mpistage_state\" and \"loader\")");
+    }
+    if (j["mpistage_state"] != kStateFileVersion) {
+        throw ConfigError("stage: --resume file '" + path + "' has state file version " +
+                          j["mpistage_state"].dump() + "; this build reads version " +
+                          std::to_string(kStateFileVersion));
+    }
+    SavedState s;
+    s.loader = LoaderState::from_json(j["loader"].dump(), "'" + path + "'");
+    if (j.contains("id_log")) {
+        try {
+            s.ids_path = j["id_log"].at("path").get<std::string>();
+            // The log is named relative to the state file's folder.
+            if (!s.ids_path.empty() && s.ids_path[0] != '/') {
+                s.ids_path = folder_of(path) + "/" + s.ids_path;
+            }
+            s.ids_count = j["id_log"].at("count").get<std::uint64_t>();
+        } catch (const nlohmann::json::exception& e) {
+            throw ConfigError("stage: --resume file '" + path + "': bad id_log: " + e.what());
+        }
+    }
+    return s;
+}
+
+std::vector<std::int64_t> read_id_log(const SavedState& state) {
+    std::vector<std::int64_t> ids(state.ids_count);
+    if (state.ids_count == 0) return ids;
+    std::ifstream in(state.ids_path, std::ios::binary);
+    in.read(reinterpret_cast<char*>(ids.data()),
+            static_cast<std::streamsize>(ids.size() * sizeof(std::int64_t)));
+    if (!in) {
+        throw IoError("stage: the --verify id log '" + state.ids_path + "' of the --resume state "
+                      "is missing or holds fewer than " + std::to_string(state.ids_count) + " ids");
+    }
+    return ids;
+}
+
+Checkpointer::Checkpointer(std::string path, bool log_ids, std::uint64_t prior_epoch,
+                           std::vector<std::int64_t> prior)
+    : path_(std::move(path)), log_ids_(log_ids), log_epoch_(prior_epoch),
+      pending_prior_(std::move(prior)) {}
+
+void Checkpointer::write_log(const std::vector<std::int64_t>& gathered, std::uint64_t epoch,
+                             bool reset) {
+    const std::string log = ids_path_of(path_);
+    // A new log (first save of this run, or a new epoch) starts empty, then gets the ids the
+    // resumed epoch consumed before this run, so the state file stays self-contained.
+    std::FILE* f = std::fopen(log.c_str(), reset ? "wb" : "ab");
+    if (!f) throw_log_io(log, "open");
+    std::vector<std::int64_t> head;
+    if (reset) {
+        logged_ = 0;
+        if (epoch == log_epoch_) head.swap(pending_prior_);
+    }
+    for (const std::vector<std::int64_t>* v : {&std::as_const(head), &gathered}) {
+        if (!v->empty() && std::fwrite(v->data(), sizeof(std::int64_t), v->size(), f) != v->size()) {
+            std::fclose(f);
+            throw_log_io(log, "write");
+        }
+        logged_ += v->size();
+    }
+    if (std::fflush(f) != 0 || ::fsync(fileno(f)) != 0) {
+        std::fclose(f);
+        throw_log_io(log, "flush");
+    }
+    if (std::fclose(f) != 0) throw_log_io(log, "close");
+}
+
+void Checkpointer::save(const Communicator& comm, const LoaderState& state, std::uint64_t epoch,
+                        const std::vector<std::int64_t>& epoch_ids) {
+    if (!enabled()) return;
+    const bool reset = !log_started_ || epoch != log_epoch_;
+    if (epoch != log_epoch_) sent_ = 0;
+    std::vector<std::int64_t> gathered;
+    if (log_ids_) {
+        const std::vector<std::int64_t> fresh(epoch_ids.begin() + static_cast<std::ptrdiff_t>(sent_),
+                                              epoch_ids.end());
+        gathered = gather_to_root(comm, fresh);
+        sent_ = epoch_ids.size();
+    }
+    run_agreed(comm, [&] {
+        if (comm.rank() != 0) return;
+        SavedState s;
+        s.loader = state;
+        if (log_ids_) {
+            write_log(gathered, epoch, reset);
+            // The log belongs to the state's epoch; a state at the start of the next epoch
+            // has consumed nothing of it yet.
+            const std::string log = ids_path_of(path_);
+            s.ids_path = log.substr(log.find_last_of('/') + 1);
+            s.ids_count = state.epoch == epoch ? logged_ : 0;
+        }
+        write_file_atomically(path_, saved_state_json(s), "--save-state file");
+    });
+    log_started_ = true;
+    log_epoch_ = epoch;
+}
+
+}  // namespace mpistage::cli
