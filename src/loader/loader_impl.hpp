@@ -72,6 +72,11 @@ struct EpochRange::Impl {
     bool finished = false;
 
     void shutdown() noexcept {
+        // A range left before its end (a stop, an error) still counts its time.
+        if (!finished && next_consume > 0 && loader) {
+            loader->stats.epoch_time += Clock::now() - started;
+            finished = true;
+        }
         if (prefetch) prefetch->shutdown();
         if (loader) loader->epoch_active = false;
     }
