@@ -14,5 +14,6 @@
 #include "mpistage/plan.hpp"
 #include "mpistage/raw_source.hpp"
 #include "mpistage/source.hpp"
+#include "mpistage/state.hpp"
 #include "mpistage/tf_example.hpp"
 #include "mpistage/tfrecord_source.hpp"
