@@ -4,6 +4,7 @@
 #include "cli/commands.hpp"
 #include "cli/open_source.hpp"
 #include "cli/report.hpp"
+#include "cli/stage_device.hpp"
 #include "cli/verify.hpp"
 #include "mpistage/config.hpp"
 #include "mpistage/loader.hpp"
@@ -26,6 +27,7 @@ LoaderOptions loader_options(const StageArgs& a) {
     o.io_threads = a.threads;
     o.timeout = std::chrono::seconds(a.timeout_seconds);
     o.verify_files = a.verify_files;
+    o.device = a.device;
     return o;
 }
 
@@ -49,12 +51,13 @@ LocalChecks check_locally(const Communicator& comm, const StageArgs& a) {
 }
 
 // Collective: stages one epoch; with --verify, checks it exactly once.
-EpochReport stage_epoch(const Communicator& comm, Loader& loader, const StageArgs& a,
-                        std::uint64_t epoch) {
+EpochReport stage_epoch(const Communicator& comm, Loader& loader, BatchStaging& staging,
+                        const StageArgs& a, std::uint64_t epoch) {
     std::vector<std::int64_t> valid_ids;
     std::uint64_t batches = 0;
     for (const HostBatch& batch : loader.epoch(epoch)) {
         ++batches;
+        staging.add(batch);
 #if MPISTAGE_HAVE_TORCH
         const TorchBatch tb = to_torch(batch);
         if (tb.index.size(0) != static_cast<std::int64_t>(a.batch_size)) {
@@ -66,6 +69,7 @@ EpochReport stage_epoch(const Communicator& comm, Loader& loader, const StageArg
             if (batch.valid()[j]) valid_ids.push_back(batch.index()[j]);
         }
     }
+    staging.finish();
     if (!a.verify) return count_epoch(comm, epoch, batches);
     const bool drop = loader.options().plan.remainder == Remainder::drop;
     return verify_epoch(comm, epoch, valid_ids, batches, loader.num_samples(), loader.totals(),
@@ -92,12 +96,13 @@ int run_stage(Communicator& comm, const StageArgs& a) {
     o.source = source->statistics();
     if (comm.rank() == 0 && !a.quiet) print_header(a, o);
 
+    BatchStaging staging(loader);
     for (std::uint64_t e = a.first_epoch; e < a.first_epoch + a.epochs; ++e) {
-        EpochReport r = stage_epoch(comm, loader, a, e);
+        EpochReport r = stage_epoch(comm, loader, staging, a, e);
         o.all_ok = o.all_ok && r.ok;
         if (a.verify || !a.json.empty()) o.epochs.push_back(std::move(r));
     }
-    o.ranks = gather_rank_totals(comm, loader.stats());
+    o.ranks = gather_rank_totals(comm, loader.stats(), staging.stats());
     if (comm.rank() == 0 && !a.quiet) print_summary(a, o);
     run_agreed(comm, [&] {
         if (!a.json.empty() && comm.rank() == 0) write_stage_json(a, o);
