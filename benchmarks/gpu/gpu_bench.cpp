@@ -137,8 +137,10 @@ double compute_alone(std::uint64_t steps, double compute_us) {
 // rate reaches 85 % of the pinned peak for every batch of at least 8 MiB.
 bool ring_table(Report& r, const DeviceChoice& dev, double peak) {
     r.line("");
-    r.line("staging pipeline (3 pinned slots, depth 2, one stream, an event per batch); "
-           "compute = %s, as long as one batch's copy:", compute_kind());
+    r.line(
+        "staging pipeline (3 pinned slots, depth 2, one stream, an event per batch); "
+        "compute = %s, as long as one batch's copy:",
+        compute_kind());
     r.line("%9s %6s %9s %8s %11s %10s %10s %10s %10s %9s", "batch_MiB", "steps", "H2D_GB/s",
            "of_peak", "staged_GB/s", "copy_s", "compute_s", "both_s", "both_GB/s", "overlap");
     launch_compute(nullptr, 1);  // calibrates the spin kernel outside the timings
@@ -160,8 +162,8 @@ bool ring_table(Report& r, const DeviceChoice& dev, double peak) {
         ok = ok && h2d >= 0.85 * peak;
         r.line("%9zu %6llu %9.2f %7.1f%% %11.2f %10.3f %10.3f %10.3f %10.2f %8.0f%%", mib,
                static_cast<unsigned long long>(steps), h2d, 100 * h2d / peak,
-               bytes / alone.wall_seconds / 1e9, alone.wall_seconds, compute_s,
-               both.wall_seconds, bytes / both.wall_seconds / 1e9, 100 * overlap);
+               bytes / alone.wall_seconds / 1e9, alone.wall_seconds, compute_s, both.wall_seconds,
+               bytes / both.wall_seconds / 1e9, 100 * overlap);
     }
     r.line("pinned H2D >= 85%% of the pinned cudaMemcpy peak for batches >= 8 MiB: %s",
            ok ? "yes" : "NO");
@@ -170,8 +172,8 @@ bool ring_table(Report& r, const DeviceChoice& dev, double peak) {
 
 // Every staged batch's device bytes equal the bytes filled (fresh seed).
 bool verify(Report& r, const DeviceChoice& dev) {
-    const std::uint64_t seed = (static_cast<std::uint64_t>(std::random_device{}()) << 32) |
-                               std::random_device{}();
+    const std::uint64_t seed =
+        (static_cast<std::uint64_t>(std::random_device{}()) << 32) | std::random_device{}();
     const std::size_t slot = 8 * kMiB + 4093;
     StagePipeline p(stage_test::pipeline_options(dev, 3, slot), 24,
                     [seed](std::uint64_t step, std::byte* data, std::size_t capacity) {

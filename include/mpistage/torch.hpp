@@ -53,7 +53,9 @@ torch::ScalarType torch_dtype(DType t);
 /// queued on the default stream, so run kernels on the default stream or synchronize other
 /// streams before dropping the tensors). On the CPU (no usable device, `device = "cpu"`)
 /// nothing is copied: the tensors are those of `to_torch`. The caller's current CUDA device is
-/// never changed. Not collective; one thread drives a stager; move-only.
+/// never changed. A pending batch holds its ring slot until `submit` or `take` sees its copy
+/// completed, so keep the loader's `prefetch` above the batches pending here (the default 2
+/// suits the pattern below). Not collective; one thread drives a stager; move-only.
 ///
 ///     mpistage::TorchStager stager(loader);
 ///     for (const auto& batch : loader.epoch(e)) {

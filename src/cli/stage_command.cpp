@@ -69,7 +69,6 @@ EpochReport stage_epoch(const Communicator& comm, Loader& loader, BatchStaging& 
             if (batch.valid()[j]) valid_ids.push_back(batch.index()[j]);
         }
     }
-    staging.finish();
     if (!a.verify) return count_epoch(comm, epoch, batches);
     const bool drop = loader.options().plan.remainder == Remainder::drop;
     return verify_epoch(comm, epoch, valid_ids, batches, loader.num_samples(), loader.totals(),

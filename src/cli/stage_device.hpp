@@ -1,7 +1,9 @@
 #pragma once
 // The last hop of `mpistage stage`: every batch staged to the loader's device (`--device`)
-// through the stage component's DeviceStager, one batch in flight ahead of the one taken, so
-// the per-rank table can show the host → device bandwidth (internal to the CLI).
+// through the stage component's DeviceStager, so the per-rank table can show the host →
+// device bandwidth (internal to the CLI). The CLI computes nothing on the batches, so each is
+// taken right after its copy: no overlap to gain, and no ring slot held past the batch (which
+// would starve a loader with prefetch 1).
 
 #include "mpistage/device.hpp"
 #include "mpistage/loader.hpp"
@@ -16,18 +18,15 @@ public:
     /// @throws CudaError.
     explicit BatchStaging(const Loader& loader);
 
-    /// Submits the copy of `batch` (its ring slot is held until the copy completed) and takes
-    /// the oldest batch once two are pending. @throws CudaError.
+    /// Copies `batch` to the device and waits for the copy (nothing on the CPU); its ring slot
+    /// is released once the copy completed. @throws CudaError.
     void add(const HostBatch& batch);
-    /// Takes the batches still pending (end of an epoch). @throws CudaError.
-    void finish();
     /// Counters so far (bytes copied and the device time of the copies).
     const StagingStats& stats() const noexcept { return stager_.stats(); }
     /// Where the batches go.
     const DeviceChoice& device() const noexcept { return stager_.device(); }
 
 private:
-    void take_one();
     detail::DeviceStager stager_;
 };
 

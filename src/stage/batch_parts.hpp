@@ -29,8 +29,10 @@ inline std::vector<BatchPart> batch_parts(const HostBatch& batch) {
     const auto bytes = [](std::uint64_t n) { return static_cast<std::size_t>(n); };
     for (const HostField& f : batch.fields()) {
         if (f.info->ragged) {
-            parts.push_back({f.info->name, {f.data, bytes(f.size_bytes)},
-                             {static_cast<std::int64_t>(f.size_bytes)}, DType::uint8});
+            parts.push_back({f.info->name,
+                             {f.data, bytes(f.size_bytes)},
+                             {static_cast<std::int64_t>(f.size_bytes)},
+                             DType::uint8});
             parts.push_back({f.info->name + ".offsets",
                              {f.offsets, bytes((batch.size() + 1) * sizeof(std::int64_t))},
                              {b + 1},

@@ -74,7 +74,8 @@ CudaDeviceInfo probe_cuda_device(int node_rank) {
         // cudaGetDeviceCount creates no context and leaves the current device alone.
         const cudaError_t rc = cudaGetDeviceCount(&count);
         if (rc != cudaSuccess) {
-            reason = std::string("CUDA runtime: ") + cudaGetErrorString(rc) + visible_devices_note();
+            reason =
+                std::string("CUDA runtime: ") + cudaGetErrorString(rc) + visible_devices_note();
             count = 0;
             (void)cudaGetLastError();  // clear the sticky error
         } else if (count == 0) {
@@ -122,8 +123,8 @@ std::string cpu_fallback_message(const DeviceChoice& choice) {
 
 namespace detail {
 
-LoaderDevice choose_loader_device(const std::string& device_option, bool pin_memory,
-                                  int node_rank, bool speaker) {
+LoaderDevice choose_loader_device(const std::string& device_option, bool pin_memory, int node_rank,
+                                  bool speaker) {
     LoaderDevice d;
     d.device = choose_device(parse_device(device_option), node_rank);
     d.pinned = pin_memory && d.device.cuda;

@@ -19,7 +19,7 @@ struct LoaderDevice {
 /// and decides pinning; never changes the current device. When `auto` falls back to the CPU
 /// and `speaker` is true, prints `cpu_fallback_message` once per process to stderr.
 /// @throws ConfigError for a bad option or an explicit CUDA device that is not usable.
-LoaderDevice choose_loader_device(const std::string& device_option, bool pin_memory,
-                                  int node_rank, bool speaker);
+LoaderDevice choose_loader_device(const std::string& device_option, bool pin_memory, int node_rank,
+                                  bool speaker);
 
 }  // namespace mpistage::detail

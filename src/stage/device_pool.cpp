@@ -52,7 +52,8 @@ DeviceBuffer DevicePool::lend(std::size_t size_bytes) {
     DeviceBuffer out;
     out.data = static_cast<std::byte*>(b->memory.get());
     out.size_bytes = b->size_bytes;
-    out.owner = std::shared_ptr<void>(b, [self](void* p) { self->give_back(static_cast<Block*>(p)); });
+    out.owner =
+        std::shared_ptr<void>(b, [self](void* p) { self->give_back(static_cast<Block*>(p)); });
     return out;
 }
 

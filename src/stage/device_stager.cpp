@@ -96,13 +96,12 @@ DeviceStager::DeviceStager(StagerOptions options) : impl_(std::make_unique<Impl>
     Impl& d = *impl_;
     d.options = std::move(options);
     if (d.options.depth == 0 || d.options.depth > kMaxDepth) {
-        throw ConfigError("stage: depth " + std::to_string(d.options.depth) +
-                          " is outside 1.." + std::to_string(kMaxDepth));
+        throw ConfigError("stage: depth " + std::to_string(d.options.depth) + " is outside 1.." +
+                          std::to_string(kMaxDepth));
     }
     if (!d.options.allocator && d.options.pool_buffers < d.options.depth + 1) {
         throw ConfigError("stage: pool_buffers " + std::to_string(d.options.pool_buffers) +
-                          " must be at least depth + 1 = " +
-                          std::to_string(d.options.depth + 1));
+                          " must be at least depth + 1 = " + std::to_string(d.options.depth + 1));
     }
     if (!d.cuda()) return;
     DeviceGuard guard(d.options.device.index);

@@ -39,7 +39,7 @@ struct StagePipeline::Impl {
 void StagePipeline::Impl::produce() noexcept {
     for (std::uint64_t step = 0; step < steps; ++step) {
         std::shared_ptr<HostSlot> slot = ring->acquire();  // back-pressure
-        if (!slot) return;                                  // shut down
+        if (!slot) return;                                 // shut down
         try {
             const std::size_t used = fill(step, slot->block.data(), slot->block.size_bytes());
             if (used > slot->block.size_bytes()) {

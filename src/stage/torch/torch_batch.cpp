@@ -6,17 +6,25 @@ namespace mpistage {
 
 torch::ScalarType torch_dtype(DType t) {
     switch (t) {
-    case DType::uint8: return torch::kUInt8;
-    case DType::int8: return torch::kInt8;
-    case DType::uint16:
-    case DType::int16: return torch::kInt16;
-    case DType::uint32:
-    case DType::int32: return torch::kInt32;
-    case DType::uint64:
-    case DType::int64: return torch::kInt64;
-    case DType::float32: return torch::kFloat32;
-    case DType::float64: return torch::kFloat64;
-    case DType::boolean: return torch::kBool;
+        case DType::uint8:
+            return torch::kUInt8;
+        case DType::int8:
+            return torch::kInt8;
+        case DType::uint16:
+        case DType::int16:
+            return torch::kInt16;
+        case DType::uint32:
+        case DType::int32:
+            return torch::kInt32;
+        case DType::uint64:
+        case DType::int64:
+            return torch::kInt64;
+        case DType::float32:
+            return torch::kFloat32;
+        case DType::float64:
+            return torch::kFloat64;
+        case DType::boolean:
+            return torch::kBool;
     }
     throw ConfigError("torch: no torch dtype for " + dtype_name(t));
 }
@@ -61,8 +69,8 @@ std::vector<std::byte*> host_pointers(const std::vector<BatchPart>& parts) {
 
 TorchBatch to_torch(const HostBatch& batch, torch::Device device) {
     const std::vector<detail::BatchPart> parts = detail::batch_parts(batch);
-    TorchBatch out = detail::torch_batch(parts, detail::host_pointers(parts), DeviceChoice{},
-                                         batch.lease());
+    TorchBatch out =
+        detail::torch_batch(parts, detail::host_pointers(parts), DeviceChoice{}, batch.lease());
     if (device != torch::kCPU) {
         // Synchronous: a non_blocking copy would let the slot return to the ring (when the
         // host tensors die) while the copy still reads it. TorchStager overlaps safely.

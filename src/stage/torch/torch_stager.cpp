@@ -33,8 +33,8 @@ TorchStager::TorchStager(const Loader& loader, std::size_t depth)
 
 TorchStager::TorchStager(const DeviceChoice& device, bool non_blocking, std::size_t depth)
     : impl_(std::make_unique<Impl>()) {
-    impl_->stager = std::make_unique<detail::DeviceStager>(
-        stager_options(device, non_blocking, depth));
+    impl_->stager =
+        std::make_unique<detail::DeviceStager>(stager_options(device, non_blocking, depth));
 }
 
 TorchStager::~TorchStager() = default;

@@ -30,8 +30,7 @@ TEST(StageDevice, RejectsMalformedOptions) {
             parse_device(text);
             ADD_FAILURE() << "'" << text << "' was accepted";
         } catch (const ConfigError& e) {
-            EXPECT_NE(std::string(e.what()).find(std::string("'") + text + "'"),
-                      std::string::npos)
+            EXPECT_NE(std::string(e.what()).find(std::string("'") + text + "'"), std::string::npos)
                 << e.what();
         }
     }

@@ -30,8 +30,7 @@ FillFunction pattern_fill() {
 void expect_batch(const PipelineBatch& b, std::uint64_t step) {
     EXPECT_EQ(b.step, step);
     ASSERT_EQ(b.size_bytes, step_bytes(step, kSlotBytes));
-    EXPECT_EQ(first_mismatch(kSeed, step, b.data, b.size_bytes), b.size_bytes)
-        << "step " << step;
+    EXPECT_EQ(first_mismatch(kSeed, step, b.data, b.size_bytes), b.size_bytes) << "step " << step;
 }
 
 }  // namespace
@@ -167,8 +166,8 @@ TEST(StagePipelineCpu, ShutdownWhileTheProducerIsFilling) {
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
         return fill_pattern(kSeed, step, data, capacity);
     };
-    auto p = std::make_unique<StagePipeline>(pipeline_options(DeviceChoice{}, 2, kSlotBytes),
-                                             100, fill);
+    auto p =
+        std::make_unique<StagePipeline>(pipeline_options(DeviceChoice{}, 2, kSlotBytes), 100, fill);
     while (!in_fill.load()) std::this_thread::yield();
     p.reset();  // joins the producer after its current fill
     const int after = fills.load();

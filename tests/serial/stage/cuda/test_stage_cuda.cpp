@@ -18,10 +18,10 @@ using namespace mpistage::detail;
 using namespace stage_test;
 
 // GTEST_SKIP returns from the test body, so this is a macro.
-#define STAGE_REQUIRE_CUDA()                                                              \
-    do {                                                                                  \
-        const CudaDeviceInfo info_ = probe_cuda_device(0);                                \
-        if (!info_.usable) GTEST_SKIP() << "no usable CUDA device: " << info_.reason;     \
+#define STAGE_REQUIRE_CUDA()                                                          \
+    do {                                                                              \
+        const CudaDeviceInfo info_ = probe_cuda_device(0);                            \
+        if (!info_.usable) GTEST_SKIP() << "no usable CUDA device: " << info_.reason; \
     } while (0)
 
 namespace {
@@ -171,8 +171,7 @@ TEST(StageCuda, TorchAllocatorTensorsHoldTheBytesFilled) {
                                             torch::kUInt8, o.device, b.lease);
         EXPECT_EQ(t.device(), torch::Device(torch::kCUDA, 0));
         const torch::Tensor back = t.cpu();
-        EXPECT_EQ(first_mismatch(seed, step, static_cast<const std::byte*>(back.data_ptr()), n),
-                  n);
+        EXPECT_EQ(first_mismatch(seed, step, static_cast<const std::byte*>(back.data_ptr()), n), n);
     }
 }
 #endif
