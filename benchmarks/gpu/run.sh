@@ -44,7 +44,7 @@ say "built: $(ls "$build"/gpu_bench "$build"/tests/mpistage_stage_*tests 2>/dev/
 
 status=0
 if ls "$build"/tests/mpistage_stage_cuda_tests >/dev/null 2>&1; then
-    (cd "$build" && timeout 240 ctest -L 'serial|cuda' --output-on-failure) >"$build.ctest.log" 2>&1 || status=1
+    (cd "$build" && timeout 240 ctest -L 'serial|cuda' -j 8 --output-on-failure) >"$build.ctest.log" 2>&1 || status=1
     grep -E "tests passed|tests failed|Skipped|Failed|\*\*\*" "$build.ctest.log" | while read -r l; do say "ctest: $l"; done
     [ "$status" = 0 ] || { tail -60 "$build.ctest.log"; say "FAIL: tests"; }
 fi
