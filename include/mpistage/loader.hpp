@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "mpistage/comm.hpp"
+#include "mpistage/device.hpp"
 #include "mpistage/dtype.hpp"
 #include "mpistage/error.hpp"
 #include "mpistage/plan.hpp"
@@ -38,8 +39,16 @@ struct LoaderOptions {
     /// Sources whose reads call MPI (`Source::reads_use_mpi`) run with 0 threads unless MPI
     /// provides MPI_THREAD_MULTIPLE.
     std::size_t io_threads = 1;
-    /// Allocate the ring with `cudaHostAlloc` (pinned) when a CUDA device is usable.
+    /// Where batches are staged (docs/gpu.md): "auto" (node-local rank mod visible CUDA
+    /// devices, else the CPU with one log line per node), "cpu", "cuda" (a device is
+    /// required) or "cuda:N". May differ between ranks. The loader never changes the
+    /// caller's current CUDA device.
+    std::string device = "auto";
+    /// Allocate the ring with `cudaHostAlloc` (pinned, once) when the device is a CUDA device.
     bool pin_memory = true;
+    /// Host → device copies of a stager made for this loader (`TorchStager`) return before
+    /// the copy completes, so it overlaps the consumer's work; false copies synchronously.
+    bool non_blocking = true;
     /// Watchdog deadline of every collective the loader makes on its own communicator: when
     /// the other ranks do not arrive within this time, the job is aborted (`MPI_Abort`) with a
     /// message naming the ranks that did not arrive and what each rank was doing. Must be equal
@@ -53,7 +62,7 @@ struct LoaderOptions {
     bool verify_files = false;
 
     /// @throws ConfigError for a prefetch depth or thread count out of range, a negative
-    ///         timeout, or invalid plan options.
+    ///         timeout, a device that is not auto/cpu/cuda[:N], or invalid plan options.
     void validate() const;
 };
 
@@ -143,6 +152,8 @@ struct LoaderStats {
     std::uint64_t records_moved = 0;
     /// True when the ring was allocated with cudaHostAlloc.
     bool pinned = false;
+    /// The device chosen from `LoaderOptions::device` on this rank.
+    DeviceChoice device;
 };
 
 class Loader;

@@ -4,9 +4,12 @@
 
 #include <torch/torch.h>
 
+#include <cstddef>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "mpistage/device.hpp"
 #include "mpistage/loader.hpp"
 
 namespace mpistage {
@@ -15,10 +18,10 @@ namespace mpistage {
 /// (uint8 → torch::kUInt8, int64 → torch::kInt64, float32 → torch::kFloat32, ...; uint16/32/64
 /// have no torch dtype in libtorch 1.13 and come as int16/int32/int64 with the same bits).
 /// Ragged fields are a uint8 values tensor [total_bytes] plus int64 offsets [B+1] named
-/// "<field>.offsets". The tensors share the ring slot's memory without a copy and keep it alive:
-/// they stay valid after the next batch arrives; the slot returns to the ring when the last of
-/// them is freed. When `device` is a CUDA device the tensors are copied there with
-/// `non_blocking = true` from the (pinned) slot; this needs a CUDA-enabled libtorch.
+/// "<field>.offsets". From `to_torch` the tensors share the ring slot's memory without a copy
+/// and keep it alive: they stay valid after the next batch arrives; the slot returns to the
+/// ring when the last of them is freed. From `TorchStager` they share one device buffer the
+/// same way.
 struct TorchBatch {
     /// Field names, in the source's order (plus "<field>.offsets" for ragged fields).
     std::vector<std::string> names;
@@ -32,11 +35,65 @@ struct TorchBatch {
     const torch::Tensor& operator[](const std::string& name) const;
 };
 
-/// Wraps a host batch as tensors without copying (see TorchBatch). Thread-safe for distinct
-/// batches. @throws ConfigError when a dtype has no torch equivalent.
+/// Wraps a host batch as CPU tensors without copying (see TorchBatch). For a CUDA `device`
+/// the tensors are then copied there synchronously with libtorch (`tensor.to(device)`, needs a
+/// CUDA libtorch); use `TorchStager` to stage to a device with overlap. Not collective;
+/// thread-safe for distinct batches. @throws ConfigError when a dtype has no torch equivalent.
 TorchBatch to_torch(const HostBatch& batch, torch::Device device = torch::kCPU);
 
 /// The torch scalar type used for `t`.
 torch::ScalarType torch_dtype(DType t);
+
+/// Stages host batches to a device as tensors (docs/gpu.md): a dedicated non-blocking CUDA
+/// stream, one `cudaMemcpyAsync` per field from the pinned ring slot, one event per batch.
+/// `take` returns a batch only once its copy completed (the host waits on its event); the
+/// batch's ring slot is released as soon as its copy is done, not before. Device memory comes
+/// from libtorch's CUDA caching allocator when libtorch has CUDA, else from a small pool of
+/// the library's own (returned when the last tensor is freed; reuse is ordered after the work
+/// queued on the default stream, so run kernels on the default stream or synchronize other
+/// streams before dropping the tensors). On the CPU (no usable device, `device = "cpu"`)
+/// nothing is copied: the tensors are those of `to_torch`. The caller's current CUDA device is
+/// never changed. A pending batch holds its ring slot until `submit` or `take` sees its copy
+/// completed, so keep the loader's `prefetch` above the batches pending here (the default 2
+/// suits the pattern below). Not collective; one thread drives a stager; move-only.
+///
+///     mpistage::TorchStager stager(loader);
+///     for (const auto& batch : loader.epoch(e)) {
+///         stager.submit(batch);                        // copy of batch k+1 starts ...
+///         if (stager.pending() > 1) train(stager.take());  // ... while batch k trains
+///     }
+///     while (stager.pending() > 0) train(stager.take());
+class TorchStager {
+public:
+    /// The loader's device (`LoaderStats::device`) and `LoaderOptions::non_blocking`; up to
+    /// `depth` batches submitted and not taken. @throws ConfigError, CudaError.
+    explicit TorchStager(const Loader& loader, std::size_t depth = 2);
+    /// An explicit device (`choose_device`). @throws ConfigError, CudaError.
+    TorchStager(const DeviceChoice& device, bool non_blocking, std::size_t depth = 2);
+    /// Waits for the copies in flight; batches already taken stay valid.
+    ~TorchStager();
+    TorchStager(TorchStager&&) noexcept;
+    TorchStager& operator=(TorchStager&&) noexcept;
+
+    /// Enqueues the copy of `batch` and keeps its ring slot until the copy completed.
+    /// @throws ConfigError when `depth` batches are pending or the device pool is exhausted,
+    ///         CudaError.
+    void submit(const HostBatch& batch);
+    /// The oldest submitted batch as tensors on the device, once its copy completed.
+    /// @throws ConfigError when nothing is pending, CudaError.
+    TorchBatch take();
+    /// `submit` then `take` (no overlap).
+    TorchBatch stage(const HostBatch& batch);
+    /// Batches submitted and not yet taken.
+    std::size_t pending() const noexcept;
+    /// Where the tensors are.
+    const DeviceChoice& device() const noexcept;
+    /// Bytes copied, device time of the copies and host waiting so far.
+    StagingStats stats() const noexcept;
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace mpistage

@@ -3,6 +3,7 @@
 #include "cli/args.hpp"
 
 #include "mpistage/config.hpp"
+#include "mpistage/device.hpp"
 #include "mpistage/error.hpp"
 
 namespace mpistage::cli {
@@ -108,6 +109,24 @@ void add_stage_resume_options(CLI::App& cmd, StageArgs& a) {
               "training step)");
 }
 
+void add_stage_device_options(CLI::App& cmd, StageArgs& a) {
+    const CLI::Validator device_form(
+        [](std::string& value) -> std::string {
+            try {
+                (void)parse_device(value);
+            } catch (const ConfigError& e) {
+                return e.what();
+            }
+            return {};
+        },
+        "auto|cpu|cuda[:N]", "device");
+    cmd.add_option("--device", a.device,
+                   "Where batches go: auto (CUDA device node-local rank mod visible devices, "
+                   "else the CPU, said in one line), cpu, cuda or cuda:N")
+        ->capture_default_str()
+        ->check(device_form);
+}
+
 void add_convert_options(CLI::App& cmd, ConvertArgs& a) {
     cmd.add_option("images", a.images, "IDX images file")->required();
     cmd.add_option("labels", a.labels, "IDX labels file")->required();
@@ -160,6 +179,7 @@ CommandLine::CommandLine()
     add_stage_plan_options(*stage_cmd_, stage);
     add_stage_safety_options(*stage_cmd_, stage);
     add_stage_resume_options(*stage_cmd_, stage);
+    add_stage_device_options(*stage_cmd_, stage);
 
     auto* convert_cmd = app_.add_subcommand("convert", "Convert data to a format mpistage stages");
     convert_cmd->require_subcommand(1);

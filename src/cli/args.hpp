@@ -27,6 +27,8 @@ struct StageArgs {
     std::string remainder = "drop";
     std::size_t prefetch = 2;
     std::size_t threads = 1;
+    /// auto, cpu, cuda or cuda:N (LoaderOptions::device); may differ between ranks.
+    std::string device = "auto";
     bool verify = false;
     /// Watchdog deadline of the loader's collectives in seconds (0 disables).
     std::int64_t timeout_seconds = 300;

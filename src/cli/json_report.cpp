@@ -47,7 +47,10 @@ nlohmann::json rank_json(std::size_t rank, const RankTotals& t) {
             {"wait_seconds", t.wait_seconds},
             {"wait_io_seconds", t.wait_io_seconds},
             {"wait_peers_seconds", t.wait_peers_seconds},
-            {"records_moved", t.records_moved}};
+            {"records_moved", t.records_moved},
+            {"device", t.device < 0 ? std::string("cpu") : "cuda:" + std::to_string(t.device)},
+            {"h2d_bytes", t.h2d_bytes},
+            {"h2d_seconds", t.h2d_seconds}};
 }
 
 }  // namespace

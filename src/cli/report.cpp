@@ -19,15 +19,22 @@ void print_rank_table(const std::vector<RankTotals>& ranks) {
         "per rank, all epochs (samples = valid samples; wait = seconds waiting for data, "
         "of which wait_io for this rank's reads and wait_peers for other ranks in "
         "collectives; moved = records the skew correction moved):\n");
-    std::printf("%5s %10s %8s %14s %10s %10s %10s %12s %8s\n", "rank", "samples", "batches",
-                "bytes", "MB/s", "wait_s", "wait_io_s", "wait_peers_s", "moved");
+    std::printf("%5s %10s %8s %14s %10s %10s %10s %12s %8s %8s %9s\n", "rank", "samples", "batches",
+                "bytes", "MB/s", "wait_s", "wait_io_s", "wait_peers_s", "moved", "device",
+                "H2D_GB/s");
     for (std::size_t r = 0; r < ranks.size(); ++r) {
         const RankTotals& t = ranks[r];
-        std::printf(
-            "%5zu %10llu %8llu %14llu %10.1f %10.3f %10.3f %12.3f %8llu\n", r,
-            static_cast<ull>(t.samples), static_cast<ull>(t.batches), static_cast<ull>(t.bytes),
-            t.seconds > 0 ? static_cast<double>(t.bytes) / t.seconds / 1e6 : 0.0, t.wait_seconds,
-            t.wait_io_seconds, t.wait_peers_seconds, static_cast<ull>(t.records_moved));
+        const std::string device = t.device < 0 ? "cpu" : "cuda:" + std::to_string(t.device);
+        const std::string h2d =
+            t.h2d_seconds > 0
+                ? std::to_string(static_cast<double>(t.h2d_bytes) / t.h2d_seconds / 1e9)
+                : "-";
+        std::printf("%5zu %10llu %8llu %14llu %10.1f %10.3f %10.3f %12.3f %8llu %8s %9.9s\n", r,
+                    static_cast<ull>(t.samples), static_cast<ull>(t.batches),
+                    static_cast<ull>(t.bytes),
+                    t.seconds > 0 ? static_cast<double>(t.bytes) / t.seconds / 1e6 : 0.0,
+                    t.wait_seconds, t.wait_io_seconds, t.wait_peers_seconds,
+                    static_cast<ull>(t.records_moved), device.c_str(), h2d.c_str());
     }
 }
 
@@ -96,15 +103,25 @@ std::uint64_t statistic(const SourceStatistics& stats, const std::string& name) 
     return 0;
 }
 
-std::vector<RankTotals> gather_rank_totals(const Communicator& comm, const LoaderStats& s) {
+std::vector<RankTotals> gather_rank_totals(const Communicator& comm, const LoaderStats& s,
+                                           const StagingStats& staging) {
     // Times travel as microseconds so one allgather of uint64 carries every column.
     const auto us = [](std::chrono::duration<double> d) {
         return static_cast<std::uint64_t>(std::max(0.0, d.count()) * 1e6);
     };
-    constexpr int kColumns = 8;
-    const std::uint64_t mine[kColumns] = {
-        s.valid_samples, s.batches,          s.bytes_read,          us(s.epoch_time),
-        us(s.wait_time), us(s.wait_io_time), us(s.wait_peers_time), s.records_moved};
+    constexpr int kColumns = 11;
+    const auto device = static_cast<std::uint64_t>(s.device.index + 1);  // 0 = the CPU
+    const std::uint64_t mine[kColumns] = {s.valid_samples,
+                                          s.batches,
+                                          s.bytes_read,
+                                          us(s.epoch_time),
+                                          us(s.wait_time),
+                                          us(s.wait_io_time),
+                                          us(s.wait_peers_time),
+                                          s.records_moved,
+                                          device,
+                                          staging.bytes_copied,
+                                          us(std::chrono::duration<double>(staging.copy_seconds))};
     std::vector<std::uint64_t> all(static_cast<std::size_t>(comm.size()) * kColumns);
     check_mpi(
         MPI_Allgather(mine, kColumns, MPI_UINT64_T, all.data(), kColumns, MPI_UINT64_T, comm.get()),
@@ -112,7 +129,10 @@ std::vector<RankTotals> gather_rank_totals(const Communicator& comm, const Loade
     std::vector<RankTotals> out(static_cast<std::size_t>(comm.size()));
     for (std::size_t r = 0; r < out.size(); ++r) {
         const std::uint64_t* v = all.data() + r * kColumns;
-        out[r] = {v[0], v[1], v[2], v[3] / 1e6, v[4] / 1e6, v[5] / 1e6, v[6] / 1e6, v[7]};
+        out[r] = {v[0],       v[1],       v[2],
+                  v[3] / 1e6, v[4] / 1e6, v[5] / 1e6,
+                  v[6] / 1e6, v[7],       static_cast<int>(v[8]) - 1,
+                  v[9],       v[10] / 1e6};
     }
     return out;
 }

@@ -36,10 +36,16 @@ struct RankTotals {
     /// Seconds waiting in collectives for other ranks.
     double wait_peers_seconds = 0;
     std::uint64_t records_moved = 0;
+    /// CUDA device the rank staged to; −1 for the CPU.
+    int device = -1;
+    /// Bytes copied host → device and the device time of those copies.
+    std::uint64_t h2d_bytes = 0;
+    double h2d_seconds = 0;
 };
 
 /// Collective: every rank's totals (one allgather), indexed by rank, on every rank.
-std::vector<RankTotals> gather_rank_totals(const Communicator& comm, const LoaderStats& stats);
+std::vector<RankTotals> gather_rank_totals(const Communicator& comm, const LoaderStats& stats,
+                                           const StagingStats& staging);
 
 /// Everything a finished run reports.
 struct StageOutcome {

@@ -10,6 +10,7 @@
 #include "cli/commands.hpp"
 #include "cli/open_source.hpp"
 #include "cli/report.hpp"
+#include "cli/stage_device.hpp"
 #include "cli/verify.hpp"
 #include "mpistage/config.hpp"
 #include "mpistage/loader.hpp"
@@ -33,6 +34,7 @@ LoaderOptions loader_options(const StageArgs& a) {
     o.io_threads = a.threads;
     o.timeout = std::chrono::seconds(a.timeout_seconds);
     o.verify_files = a.verify_files;
+    o.device = a.device;
     return o;
 }
 
@@ -70,8 +72,9 @@ LocalChecks check_locally(const Communicator& comm, const StageArgs& a) {
 /// One run of `mpistage stage`: the epochs, the steps taken, where to stop and save.
 class StageRun {
 public:
-    StageRun(const Communicator& comm, const StageArgs& a, Loader& loader, LocalChecks& local)
-        : comm_(comm), a_(a), loader_(loader), local_(local),
+    StageRun(const Communicator& comm, const StageArgs& a, Loader& loader, LocalChecks& local,
+             BatchStaging& staging)
+        : comm_(comm), a_(a), loader_(loader), local_(local), staging_(staging),
           saver_(a.save_state, a.verify,
                  local.resume ? local.resume->loader.epoch : a.first_epoch, local.prior_ids) {}
 
@@ -113,7 +116,8 @@ public:
     void save_final() { saver_.save(comm_, loader_.state(), last_epoch_, last_ids_); }
 
 private:
-    void consume(const HostBatch& batch, std::vector<std::int64_t>& valid_ids) const {
+    void consume(const HostBatch& batch, std::vector<std::int64_t>& valid_ids) {
+        staging_.add(batch);
 #if MPISTAGE_HAVE_TORCH
         const TorchBatch tb = to_torch(batch);
         if (tb.index.size(0) != static_cast<std::int64_t>(a_.batch_size)) {
@@ -160,6 +164,7 @@ private:
     const StageArgs& a_;
     Loader& loader_;
     LocalChecks& local_;
+    BatchStaging& staging_;
     Checkpointer saver_;
     std::uint64_t steps_ = 0;
     bool stopped_ = false;
@@ -193,7 +198,8 @@ int run_stage(Communicator& comm, const StageArgs& a) {
     if (local.resume) o.resume = local.resume->loader;
     if (comm.rank() == 0 && !a.quiet) print_header(a, o);
 
-    StageRun run(comm, a, loader, local);
+    BatchStaging staging(loader);
+    StageRun run(comm, a, loader, local, staging);
     const std::uint64_t first = local.resume ? local.resume->loader.epoch : a.first_epoch;
     for (std::uint64_t e = first; e < a.first_epoch + a.epochs && !run.done(); ++e) {
         EpochReport r = run.stage_epoch(e);
@@ -203,7 +209,7 @@ int run_stage(Communicator& comm, const StageArgs& a) {
     run.save_final();
     o.stopped_after = run.stopped() ? run.steps() : 0;
     o.saved = loader.state();
-    o.ranks = gather_rank_totals(comm, loader.stats());
+    o.ranks = gather_rank_totals(comm, loader.stats(), staging.stats());
     if (comm.rank() == 0 && !a.quiet) print_summary(a, o);
     run_agreed(comm, [&] {
         if (!a.json.empty() && comm.rank() == 0) write_stage_json(a, o);

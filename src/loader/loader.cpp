@@ -7,6 +7,7 @@
 #include "loader/contents.hpp"
 #include "loader/loader_impl.hpp"
 #include "mpistage/hash.hpp"
+#include "stage/cuda_api.hpp"
 #include "stage/device_choice.hpp"
 #include "stage/host_memory.hpp"
 
@@ -23,6 +24,7 @@ void LoaderOptions::validate() const {
         throw ConfigError("loader: io_threads " + std::to_string(io_threads) + " exceeds " +
                           std::to_string(kMaxIoThreads));
     }
+    (void)parse_device(device);
     if (timeout.count() < 0) {
         throw ConfigError("loader: timeout " + std::to_string(timeout.count()) +
                           " s is negative (0 turns the watchdog off)");
@@ -79,9 +81,16 @@ void Loader::Impl::allocate_ring() {
                               std::to_string(slots) + " slots x batch_size " + std::to_string(b) +
                                   " x " + std::to_string(sample_bytes) + " bytes per sample",
                               "lower the batch size or prefetch depth");
-    const bool pinned = detail::choose_pinned_device(options.pin_memory, comm.node_rank());
-    ring = detail::make_ring(fields, b, slots, pinned);
-    stats.pinned = pinned;
+    // One line per node when `auto` falls back to the CPU; pinned blocks are allocated with
+    // the chosen device current (no context on another device), the caller's device restored.
+    const detail::LoaderDevice dev = detail::choose_loader_device(
+        options.device, options.pin_memory, comm.node_rank(), comm.node_rank() == 0);
+    {
+        detail::DeviceGuard guard(dev.pinned ? dev.device.index : -1);
+        ring = detail::make_ring(fields, b, slots, dev.pinned);
+    }
+    stats.pinned = dev.pinned;
+    stats.device = dev.device;
 }
 
 Loader::Loader(const Communicator& comm, const Source& source, LoaderOptions options)

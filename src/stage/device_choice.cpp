@@ -1,32 +1,85 @@
-// Which CUDA device a rank uses, and whether its host buffers can be pinned.
+// Which CUDA device a rank uses, whether its host buffers are pinned, and the log line when
+// none is usable (mpistage/device.hpp). Nothing here changes the current device.
 #include "stage/device_choice.hpp"
 
+#include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <string>
 
-#include "mpistage/config.hpp"
-#include "mpistage/device.hpp"
+#include "mpistage/error.hpp"
 
-#if MPISTAGE_HAVE_CUDA
+#if MPISTAGE_STAGE_CUDA
 #include <cuda_runtime_api.h>
 #endif
 
 namespace mpistage {
 
+namespace {
+
+constexpr int kMaxDeviceIndex = 1024;
+
+// "(CUDA_VISIBLE_DEVICES=...)" when the variable is set: it hides devices from the runtime.
+std::string visible_devices_note() {
+    const char* v = std::getenv("CUDA_VISIBLE_DEVICES");
+    return v ? std::string(" (CUDA_VISIBLE_DEVICES=\"") + v + "\")" : std::string();
+}
+
+}  // namespace
+
+std::string DeviceSpec::text() const {
+    switch (mode) {
+        case DeviceMode::automatic:
+            return "auto";
+        case DeviceMode::cpu:
+            return "cpu";
+        case DeviceMode::cuda:
+            break;
+    }
+    return index < 0 ? "cuda" : "cuda:" + std::to_string(index);
+}
+
+DeviceSpec parse_device(const std::string& text) {
+    DeviceSpec s;
+    if (text == "auto") return s;
+    if (text == "cpu") {
+        s.mode = DeviceMode::cpu;
+        return s;
+    }
+    s.mode = DeviceMode::cuda;
+    if (text == "cuda") return s;
+    const std::string prefix = "cuda:";
+    const std::string digits = text.substr(text.rfind(prefix, 0) == 0 ? prefix.size() : 0);
+    const bool numeric = text.rfind(prefix, 0) == 0 && !digits.empty() && digits.size() <= 4 &&
+                         digits.find_first_not_of("0123456789") == std::string::npos;
+    if (!numeric || std::stoi(digits) >= kMaxDeviceIndex) {
+        throw ConfigError("device: '" + text + "' is not auto, cpu, cuda or cuda:N (0 <= N < " +
+                          std::to_string(kMaxDeviceIndex) + ")");
+    }
+    s.index = std::stoi(digits);
+    return s;
+}
+
+std::string DeviceChoice::name() const {
+    return cuda ? "cuda:" + std::to_string(index) : "cpu";
+}
+
 CudaDeviceInfo probe_cuda_device(int node_rank) {
     CudaDeviceInfo info;
-#if MPISTAGE_HAVE_CUDA
+#if MPISTAGE_STAGE_CUDA
     static std::once_flag once;
     static int count = 0;
     static std::string reason;
     std::call_once(once, [] {
+        // cudaGetDeviceCount creates no context and leaves the current device alone.
         const cudaError_t rc = cudaGetDeviceCount(&count);
         if (rc != cudaSuccess) {
-            reason = std::string("CUDA runtime: ") + cudaGetErrorString(rc);
+            reason =
+                std::string("CUDA runtime: ") + cudaGetErrorString(rc) + visible_devices_note();
             count = 0;
             (void)cudaGetLastError();  // clear the sticky error
         } else if (count == 0) {
-            reason = "no CUDA-capable device is visible";
+            reason = "no CUDA-capable device is visible" + visible_devices_note();
         }
     });
     info.device_count = count;
@@ -35,24 +88,54 @@ CudaDeviceInfo probe_cuda_device(int node_rank) {
     info.reason = reason;
 #else
     (void)node_rank;
-    info.reason = "built without the CUDA runtime";
+    info.reason = "mpistage was built without the CUDA runtime";
 #endif
     return info;
 }
 
+DeviceChoice choose_device(const DeviceSpec& spec, int node_rank) {
+    DeviceChoice c;
+    if (spec.mode == DeviceMode::cpu) return c;
+    const CudaDeviceInfo info = probe_cuda_device(node_rank);
+    if (spec.mode == DeviceMode::automatic && !info.usable) {
+        c.fell_back = true;
+        c.reason = info.reason;
+        return c;
+    }
+    if (!info.usable) {
+        throw ConfigError("device: " + spec.text() + " was asked but no CUDA device is usable: " +
+                          info.reason + "; use --device auto or cpu to stage on the CPU");
+    }
+    if (spec.index >= info.device_count) {
+        throw ConfigError("device: " + spec.text() + " was asked but only " +
+                          std::to_string(info.device_count) + " CUDA device(s) are visible" +
+                          visible_devices_note());
+    }
+    c.cuda = true;
+    c.index = spec.index >= 0 ? spec.index : info.device;
+    return c;
+}
+
+std::string cpu_fallback_message(const DeviceChoice& choice) {
+    return "mpistage: device auto: no usable CUDA device (" + choice.reason +
+           "); staging batches on the CPU (pass --device cpu / device = \"cpu\" to silence this)";
+}
+
 namespace detail {
 
-bool choose_pinned_device(bool requested, int node_rank) {
-    if (!requested) return false;
-    const CudaDeviceInfo dev = probe_cuda_device(node_rank);
-    bool pinned = dev.usable;
-#if MPISTAGE_HAVE_CUDA
-    if (pinned && cudaSetDevice(dev.device) != cudaSuccess) {
-        (void)cudaGetLastError();
-        pinned = false;
+LoaderDevice choose_loader_device(const std::string& device_option, bool pin_memory, int node_rank,
+                                  bool speaker) {
+    LoaderDevice d;
+    d.device = choose_device(parse_device(device_option), node_rank);
+    d.pinned = pin_memory && d.device.cuda;
+    if (d.device.fell_back && speaker) {
+        static std::once_flag once;
+        std::call_once(once, [&] {
+            std::fprintf(stderr, "%s\n", cpu_fallback_message(d.device).c_str());
+            std::fflush(stderr);
+        });
     }
-#endif
-    return pinned;
+    return d;
 }
 
 }  // namespace detail

@@ -1,11 +1,25 @@
 #pragma once
-// Device choice of a rank: node-local rank mod visible device count (mpistage/device.hpp).
+// The loader's use of the device choice (mpistage/device.hpp): which device, whether the ring
+// is pinned, and the one log line when `auto` falls back to the CPU.
+
+#include <string>
+
+#include "mpistage/device.hpp"
 
 namespace mpistage::detail {
 
-/// Not collective: when `requested` and a CUDA device is usable, makes device
-/// `node_rank % device_count` current for the calling thread and returns true (host buffers
-/// are then pinned); false otherwise. Never throws.
-bool choose_pinned_device(bool requested, int node_rank);
+/// Device and host-memory decision of one loader.
+struct LoaderDevice {
+    DeviceChoice device;
+    /// Ring slots are allocated with cudaHostAlloc: `pin_memory` and a CUDA device.
+    bool pinned = false;
+};
+
+/// Not collective: parses `device_option`, chooses the device of node-local rank `node_rank`
+/// and decides pinning; never changes the current device. When `auto` falls back to the CPU
+/// and `speaker` is true, prints `cpu_fallback_message` once per process to stderr.
+/// @throws ConfigError for a bad option or an explicit CUDA device that is not usable.
+LoaderDevice choose_loader_device(const std::string& device_option, bool pin_memory, int node_rank,
+                                  bool speaker);
 
 }  // namespace mpistage::detail

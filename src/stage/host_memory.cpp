@@ -1,3 +1,4 @@
+// Host blocks of the batch ring (host_memory.hpp).
 #include "stage/host_memory.hpp"
 
 #include <unistd.h>
@@ -7,10 +8,9 @@
 #include <new>
 #include <utility>
 
-#include "mpistage/config.hpp"
 #include "mpistage/error.hpp"
 
-#if MPISTAGE_HAVE_CUDA
+#if MPISTAGE_STAGE_CUDA
 #include <cuda_runtime_api.h>
 #endif
 
@@ -20,7 +20,7 @@ namespace detail {
 
 HostBlock::HostBlock(std::size_t size_bytes, bool pinned) : size_(size_bytes) {
     const std::size_t n = size_bytes == 0 ? 1 : size_bytes;
-#if MPISTAGE_HAVE_CUDA
+#if MPISTAGE_STAGE_CUDA
     if (pinned) {
         void* p = nullptr;
         const cudaError_t rc = cudaHostAlloc(&p, n, cudaHostAllocPortable);
@@ -75,7 +75,7 @@ void check_host_budget(std::uint64_t ring_bytes, int node_size, const std::strin
 
 void HostBlock::release() noexcept {
     if (!data_) return;
-#if MPISTAGE_HAVE_CUDA
+#if MPISTAGE_STAGE_CUDA
     if (pinned_) {
         cudaFreeHost(data_);
         data_ = nullptr;

@@ -1,6 +1,8 @@
 #pragma once
 // Host blocks of the batch ring: pinned (cudaHostAlloc) when a device is usable, aligned
-// pageable memory otherwise. Allocated once per loader, never in steady state.
+// pageable memory otherwise. Allocated once per loader, never in steady state. Pinned blocks
+// are portable (usable from every device); allocate them under a DeviceGuard of the chosen
+// device so no other device gets a context.
 
 #include <cstddef>
 #include <cstdint>
@@ -9,7 +11,7 @@
 
 namespace mpistage::detail {
 
-/// Move-only owner of one host block.
+/// Move-only owner of one host block. Not thread-safe; the memory may be used from any thread.
 class HostBlock {
 public:
     HostBlock() = default;

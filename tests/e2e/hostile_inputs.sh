@@ -202,7 +202,7 @@ expect_error "--verify-files on one rank" 3 "--verify-files is 'off' on rank 0 b
     "$work/per_rank_args.sh" 1 "--verify-files" "" "$cli" stage "$tfr" -q
 for np in 1 3; do
     expect_ok "--timeout 0 --verify-files" "$np" "$cli" stage "$tfr" --timeout 0 --verify-files -b 2 --remainder mask --verify
-    grep -q -E '^ +rank +samples +batches +bytes +MB/s +wait_s +wait_io_s +wait_peers_s +moved$' "$work/case.out" \
+    grep -q -E '^ +rank +samples +batches +bytes +MB/s +wait_s +wait_io_s +wait_peers_s +moved +device +H2D_GB/s$' "$work/case.out" \
         || { cat "$work/case.out"; fail "no wait_io_s / wait_peers_s columns"; }
     grep -q '^exactly-once: OK$' "$work/case.out" || { cat "$work/case.out"; fail "not exactly once"; }
 done

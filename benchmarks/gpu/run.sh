@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The GPU check of the stage component, prepared to run as is on a GPU machine (docs/gpu.md):
+#  1. builds only the stage target (no MPI, no HDF5) against the libtorch of the machine's
+#     PyTorch when there is one, with its tests and gpu_bench;
+#  2. runs the tests (CPU and CUDA: ctest -L 'serial|cuda');
+#  3. runs gpu_bench: pinned vs pageable cudaMemcpy for 1-256 MiB, the staging pipeline's
+#     throughput with and without an emulated compute kernel per step, and a byte check.
+# Finishes in well under 5 minutes. Results: stdout, and $OUT/gpu_results.txt when OUT is set.
+# Usage: benchmarks/gpu/run.sh [BUILD_DIR]   (default: build-gpu in the checkout)
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+build="${1:-$root/build-gpu}"
+results="${OUT:+$OUT/gpu_results.txt}"
+[ -n "$results" ] && : >"$results"
+say() { echo "$*"; [ -z "$results" ] || echo "$*" >>"$results"; }
+for d in /usr/local/cuda/bin /usr/local/cuda-*/bin; do
+    [ -x "$d/nvcc" ] && { export PATH="$d:$PATH"; break; }
+done
+jobs=$(nproc 2>/dev/null || echo 4)
+
+say "== mpistage benchmarks/gpu/run.sh on $(hostname) at $(date -u +%FT%TZ)"
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total \
+    --format=csv,noheader | while read -r l; do say "gpu: $l"; done
+torch_prefix=$(timeout 120 python3 -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null || true)
+say "torch cmake prefix: ${torch_prefix:-(none)}"
+
+configure() {  # configure [extra cmake args...]
+    cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=Release "$@" >"$build.configure.log" 2>&1
+}
+mkdir -p "$(dirname "$build")"
+if [ -n "$torch_prefix" ] && configure -DCMAKE_PREFIX_PATH="$torch_prefix"; then
+    say "configured with the machine's libtorch"
+elif rm -rf "$build" && configure -DMPISTAGE_GPU_WITH_TORCH=OFF; then
+    say "configured without libtorch (none, or its CMake config failed: see $build.configure.log)"
+else
+    cat "$build.configure.log"; say "FAIL: configure"; exit 1
+fi
+grep -E "mpistage gpu:" "$build.configure.log" | while read -r l; do say "$l"; done
+if ! cmake --build "$build" -j"$jobs" >"$build.build.log" 2>&1; then
+    tail -50 "$build.build.log"; say "FAIL: build"; exit 1
+fi
+say "built: $(ls "$build"/gpu_bench "$build"/tests/mpistage_stage_*tests 2>/dev/null | xargs -n1 basename | tr '\n' ' ')"
+
+status=0
+if ls "$build"/tests/mpistage_stage_cuda_tests >/dev/null 2>&1; then
+    (cd "$build" && timeout 240 ctest -L 'serial|cuda' -j 8 --output-on-failure) >"$build.ctest.log" 2>&1 || status=1
+    grep -E "tests passed|tests failed|Skipped|Failed|\*\*\*" "$build.ctest.log" | while read -r l; do say "ctest: $l"; done
+    [ "$status" = 0 ] || { tail -60 "$build.ctest.log"; say "FAIL: tests"; }
+fi
+timeout 240 "$build/gpu_bench" "$build/gpu_bench.txt"
+bench=$?
+[ -z "$results" ] || cat "$build/gpu_bench.txt" >>"$results"
+case $bench in
+    0) say "gpu_bench: OK" ;;
+    3) say "gpu_bench: bytes OK, but H2D below 85% of the pinned peak" ;;
+    *) say "FAIL: gpu_bench exited $bench"; status=1 ;;
+esac
+exit $status

@@ -1,0 +1,194 @@
+// The CUDA runtime calls of the stage component, each checked (cuda_api.hpp).
+#include "stage/cuda_api.hpp"
+
+#include <string>
+
+#include "mpistage/error.hpp"
+
+#if MPISTAGE_STAGE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace mpistage::detail {
+
+#if MPISTAGE_STAGE_CUDA
+
+namespace {
+
+void check(cudaError_t rc, const std::string& what) {
+    if (rc == cudaSuccess) return;
+    (void)cudaGetLastError();  // clear a sticky error so later calls report their own
+    throw CudaError("stage: " + what + " failed: " + cudaGetErrorString(rc) + " (" +
+                    cudaGetErrorName(rc) + ")");
+}
+
+cudaStream_t stream_of(const CudaStream& s) {
+    return static_cast<cudaStream_t>(s.get());
+}
+cudaEvent_t event_of(const CudaEvent& e) {
+    return static_cast<cudaEvent_t>(e.get());
+}
+
+}  // namespace
+
+bool built_with_cuda() noexcept {
+    return true;
+}
+
+void StreamTraits::destroy(void* h) noexcept {
+    cudaStreamDestroy(static_cast<cudaStream_t>(h));
+}
+void EventTraits::destroy(void* h) noexcept {
+    cudaEventDestroy(static_cast<cudaEvent_t>(h));
+}
+void DeviceMemoryTraits::destroy(void* h) noexcept {
+    cudaFree(h);
+}
+
+DeviceGuard::DeviceGuard(int device) {
+    if (device < 0) return;
+    const int current = current_device();
+    if (current == device) return;
+    check(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")");
+    previous_ = current;
+}
+
+DeviceGuard::~DeviceGuard() {
+    if (previous_ >= 0) cudaSetDevice(previous_);
+}
+
+int current_device() {
+    int device = 0;
+    check(cudaGetDevice(&device), "cudaGetDevice");
+    return device;
+}
+
+CudaStream make_stream() {
+    cudaStream_t s = nullptr;
+    check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+    return CudaStream(s);
+}
+
+CudaEvent make_event() {
+    cudaEvent_t e = nullptr;
+    check(cudaEventCreate(&e), "cudaEventCreate");
+    return CudaEvent(e);
+}
+
+DeviceMemory make_device_memory(std::size_t size_bytes) {
+    void* p = nullptr;
+    check(cudaMalloc(&p, size_bytes == 0 ? 1 : size_bytes),
+          "cudaMalloc of " + std::to_string(size_bytes) + " bytes");
+    return DeviceMemory(p);
+}
+
+void copy_to_device_async(void* dst, const void* src, std::size_t size_bytes,
+                          const CudaStream& stream) {
+    check(cudaMemcpyAsync(dst, src, size_bytes, cudaMemcpyHostToDevice, stream_of(stream)),
+          "cudaMemcpyAsync of " + std::to_string(size_bytes) + " bytes host to device");
+}
+
+void copy_to_host_async(void* dst, const void* src, std::size_t size_bytes,
+                        const CudaStream& stream) {
+    check(cudaMemcpyAsync(dst, src, size_bytes, cudaMemcpyDeviceToHost, stream_of(stream)),
+          "cudaMemcpyAsync of " + std::to_string(size_bytes) + " bytes device to host");
+}
+
+void record(const CudaEvent& event, const CudaStream& stream) {
+    check(cudaEventRecord(event_of(event), stream_of(stream)), "cudaEventRecord");
+}
+
+void record_on_default_stream(const CudaEvent& event) {
+    check(cudaEventRecord(event_of(event), cudaStreamLegacy), "cudaEventRecord(legacy stream)");
+}
+
+void stream_wait(const CudaStream& stream, const CudaEvent& event) {
+    check(cudaStreamWaitEvent(stream_of(stream), event_of(event), 0), "cudaStreamWaitEvent");
+}
+
+void synchronize(const CudaEvent& event) {
+    check(cudaEventSynchronize(event_of(event)), "cudaEventSynchronize");
+}
+
+bool completed(const CudaEvent& event) {
+    const cudaError_t rc = cudaEventQuery(event_of(event));
+    if (rc == cudaErrorNotReady) return false;
+    check(rc, "cudaEventQuery");
+    return true;
+}
+
+double elapsed_seconds(const CudaEvent& start, const CudaEvent& end) {
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, event_of(start), event_of(end)), "cudaEventElapsedTime");
+    return static_cast<double>(ms) / 1e3;
+}
+
+bool synchronize_noexcept(const CudaStream& stream) noexcept {
+    return cudaStreamSynchronize(stream_of(stream)) == cudaSuccess;
+}
+
+#else  // built without the CUDA runtime: nothing here is reachable through a DeviceChoice.
+
+namespace {
+
+[[noreturn]] void no_cuda(const char* what) {
+    throw CudaError(std::string("stage: ") + what +
+                    ": mpistage was built without the CUDA runtime (MPISTAGE_WITH_CUDA=OFF or "
+                    "no CUDA toolkit found)");
+}
+
+}  // namespace
+
+bool built_with_cuda() noexcept {
+    return false;
+}
+void StreamTraits::destroy(void*) noexcept {}
+void EventTraits::destroy(void*) noexcept {}
+void DeviceMemoryTraits::destroy(void*) noexcept {}
+DeviceGuard::DeviceGuard(int device) {
+    if (device >= 0) no_cuda("cudaSetDevice");
+}
+DeviceGuard::~DeviceGuard() = default;
+int current_device() {
+    no_cuda("cudaGetDevice");
+}
+CudaStream make_stream() {
+    no_cuda("cudaStreamCreateWithFlags");
+}
+CudaEvent make_event() {
+    no_cuda("cudaEventCreate");
+}
+DeviceMemory make_device_memory(std::size_t) {
+    no_cuda("cudaMalloc");
+}
+void copy_to_device_async(void*, const void*, std::size_t, const CudaStream&) {
+    no_cuda("cudaMemcpyAsync");
+}
+void copy_to_host_async(void*, const void*, std::size_t, const CudaStream&) {
+    no_cuda("cudaMemcpyAsync");
+}
+void record(const CudaEvent&, const CudaStream&) {
+    no_cuda("cudaEventRecord");
+}
+void record_on_default_stream(const CudaEvent&) {
+    no_cuda("cudaEventRecord");
+}
+void stream_wait(const CudaStream&, const CudaEvent&) {
+    no_cuda("cudaStreamWaitEvent");
+}
+void synchronize(const CudaEvent&) {
+    no_cuda("cudaEventSynchronize");
+}
+bool completed(const CudaEvent&) {
+    no_cuda("cudaEventQuery");
+}
+double elapsed_seconds(const CudaEvent&, const CudaEvent&) {
+    no_cuda("cudaEventElapsedTime");
+}
+bool synchronize_noexcept(const CudaStream&) noexcept {
+    return true;
+}
+
+#endif
+
+}  // namespace mpistage::detail

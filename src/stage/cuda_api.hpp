@@ -1,0 +1,109 @@
+#pragma once
+// Thin, checked wrappers of the CUDA runtime calls the stage component makes: move-only owners
+// of streams, events and device blocks (one UniqueHandle template, as DALI does), a current-
+// device guard and the asynchronous host-to-device copy. The header names no CUDA type, so the
+// stage's other files (and libtorch code) compile without the CUDA headers; in a build without
+// the CUDA runtime every call that would need a device throws CudaError.
+
+#include <cstddef>
+#include <utility>
+
+namespace mpistage::detail {
+
+/// True when this build has the CUDA runtime (MPISTAGE_STAGE_CUDA).
+bool built_with_cuda() noexcept;
+
+/// Move-only owner of one CUDA handle (an opaque pointer); `Traits::destroy` frees it without
+/// throwing.
+template <class Traits>
+class UniqueHandle {
+public:
+    UniqueHandle() = default;
+    explicit UniqueHandle(void* h) noexcept : handle_(h) {}
+    UniqueHandle(UniqueHandle&& o) noexcept : handle_(std::exchange(o.handle_, nullptr)) {}
+    UniqueHandle& operator=(UniqueHandle&& o) noexcept {
+        if (this != &o) {
+            reset();
+            handle_ = std::exchange(o.handle_, nullptr);
+        }
+        return *this;
+    }
+    UniqueHandle(const UniqueHandle&) = delete;
+    UniqueHandle& operator=(const UniqueHandle&) = delete;
+    ~UniqueHandle() { reset(); }
+
+    void* get() const noexcept { return handle_; }
+    explicit operator bool() const noexcept { return handle_ != nullptr; }
+    void reset() noexcept {
+        if (handle_) Traits::destroy(handle_);
+        handle_ = nullptr;
+    }
+
+private:
+    void* handle_ = nullptr;
+};
+
+struct StreamTraits {
+    static void destroy(void* h) noexcept;
+};
+struct EventTraits {
+    static void destroy(void* h) noexcept;
+};
+struct DeviceMemoryTraits {
+    static void destroy(void* h) noexcept;
+};
+
+/// A cudaStream_t created with cudaStreamNonBlocking (no implicit sync with stream 0).
+using CudaStream = UniqueHandle<StreamTraits>;
+/// A cudaEvent_t with timing enabled.
+using CudaEvent = UniqueHandle<EventTraits>;
+/// A cudaMalloc block.
+using DeviceMemory = UniqueHandle<DeviceMemoryTraits>;
+
+/// Makes `device` current for the calling thread when it is not already, and restores the
+/// previous current device on destruction, so the library never changes the caller's device
+/// behind its back. A negative device (the CPU) does nothing.
+class DeviceGuard {
+public:
+    /// @throws CudaError when the device cannot be made current.
+    explicit DeviceGuard(int device);
+    ~DeviceGuard();
+    DeviceGuard(const DeviceGuard&) = delete;
+    DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+private:
+    int previous_ = -1;
+};
+
+/// The calling thread's current device (cudaGetDevice). @throws CudaError.
+int current_device();
+/// A non-blocking stream on the current device. @throws CudaError.
+CudaStream make_stream();
+/// An event (timing enabled) on the current device. @throws CudaError.
+CudaEvent make_event();
+/// `size_bytes` of device memory on the current device. @throws CudaError naming the size.
+DeviceMemory make_device_memory(std::size_t size_bytes);
+
+/// cudaMemcpyAsync host → device on `stream`. @throws CudaError naming the size.
+void copy_to_device_async(void* dst, const void* src, std::size_t size_bytes,
+                          const CudaStream& stream);
+/// cudaMemcpyAsync device → host on `stream` (tests and benchmarks). @throws CudaError.
+void copy_to_host_async(void* dst, const void* src, std::size_t size_bytes,
+                        const CudaStream& stream);
+/// cudaEventRecord. @throws CudaError.
+void record(const CudaEvent& event, const CudaStream& stream);
+/// cudaEventRecord on the legacy default stream (it completes after all work queued so far on
+/// the default stream and every blocking stream of the current device). @throws CudaError.
+void record_on_default_stream(const CudaEvent& event);
+/// cudaStreamWaitEvent: later work on `stream` waits for `event`. @throws CudaError.
+void stream_wait(const CudaStream& stream, const CudaEvent& event);
+/// cudaEventSynchronize: the host waits until the event completed. @throws CudaError.
+void synchronize(const CudaEvent& event);
+/// cudaEventQuery: true when completed. @throws CudaError for errors other than "not ready".
+bool completed(const CudaEvent& event);
+/// Seconds between two completed events (cudaEventElapsedTime). @throws CudaError.
+double elapsed_seconds(const CudaEvent& start, const CudaEvent& end);
+/// cudaStreamSynchronize without throwing (destructors): false on error.
+bool synchronize_noexcept(const CudaStream& stream) noexcept;
+
+}  // namespace mpistage::detail

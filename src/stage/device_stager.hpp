@@ -1,0 +1,100 @@
+#pragma once
+// Host → device staging of batches: one dedicated non-blocking stream per stager, one
+// cudaMemcpyAsync per host span, one event per batch. The consumer takes a batch only once its
+// copy has completed; the host memory (a pinned ring slot) is held until then and released
+// right after. On the CPU path nothing is copied: a staged batch is the host memory itself.
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "mpistage/device.hpp"
+
+namespace mpistage::detail {
+
+/// Host bytes of one part of a batch (a field, the index, the valid mask).
+struct HostSpan {
+    const void* data = nullptr;
+    std::size_t size_bytes = 0;
+};
+
+/// Device memory of one staged batch and the owner that frees it (or returns it to a pool)
+/// when the last copy of `owner` is gone.
+struct DeviceBuffer {
+    std::byte* data = nullptr;
+    std::size_t size_bytes = 0;
+    std::shared_ptr<void> owner;
+};
+
+/// Allocates at least `size_bytes` of device memory on the current device (the stager makes
+/// its device current around the call). May throw.
+using DeviceAllocator = std::function<DeviceBuffer(std::size_t size_bytes)>;
+
+/// Options of a stager.
+struct StagerOptions {
+    /// Where batches go (choose_device). The CPU stages without copying.
+    DeviceChoice device;
+    /// True: `submit` returns once the copies are enqueued, so the next batch's copy overlaps
+    /// the consumer's work on the current one. False: `submit` waits until its copy completed.
+    bool non_blocking = true;
+    /// Batches submitted but not yet taken, at most (1 ≤ depth ≤ 64).
+    std::size_t depth = 2;
+    /// Device buffers of the stager's own pool (used without `allocator`): batches in flight
+    /// plus batches (and tensors over them) the consumer still holds; ≥ depth + 1.
+    std::size_t pool_buffers = 4;
+    /// Device memory source; empty: the stager's own pool of `pool_buffers` cudaMalloc blocks,
+    /// allocated on first use and reused (grown only when a batch is larger than before).
+    DeviceAllocator allocator;
+};
+
+/// Counters of a stager (mpistage/device.hpp).
+using StageStats = StagingStats;
+
+/// One staged batch: a pointer per submitted span (device memory, or the host span itself on
+/// the CPU path) and the lease that keeps that memory alive. Copies share the memory.
+struct StagedBatch {
+    std::uint64_t sequence = 0;
+    DeviceChoice device;
+    std::vector<std::byte*> parts;
+    std::vector<std::size_t> sizes;
+    /// Device buffer (CUDA) or the host lease (CPU); tensors over the batch hold a copy.
+    std::shared_ptr<void> lease;
+};
+
+/// Stages batches to one device. Not thread-safe: one consumer thread drives it (the memory
+/// of taken batches may be released from any thread). Never changes the caller's current
+/// device: every CUDA call runs under a DeviceGuard.
+class DeviceStager {
+public:
+    /// Creates the stream and the events of a CUDA stager (nothing for the CPU).
+    /// @throws ConfigError for bad options, CudaError.
+    explicit DeviceStager(StagerOptions options);
+    /// Waits for the copies in flight (the host memory they read is released only after),
+    /// then drops the batches not taken. Taken batches stay valid.
+    ~DeviceStager();
+    DeviceStager(const DeviceStager&) = delete;
+    DeviceStager& operator=(const DeviceStager&) = delete;
+
+    /// Enqueues the copy of one batch (parts in `spans` order, each 256-byte aligned in one
+    /// device buffer) after the work already queued on the legacy default stream (so memory
+    /// the consumer released is not overwritten under its kernels), records its event and
+    /// keeps `host_lease` until the copy completed.
+    /// @throws ConfigError when `depth` batches are pending or the pool is exhausted,
+    ///         CudaError.
+    void submit(const std::vector<HostSpan>& spans, std::shared_ptr<void> host_lease);
+    /// The oldest submitted batch once its copy completed (the host waits on its event).
+    /// Returns false when none is pending. @throws CudaError.
+    bool take(StagedBatch& out);
+    /// Submitted batches not yet taken.
+    std::size_t pending() const noexcept;
+    const StageStats& stats() const noexcept;
+    const DeviceChoice& device() const noexcept;
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace mpistage::detail

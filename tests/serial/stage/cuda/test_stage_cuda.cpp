@@ -1,0 +1,177 @@
+// The CUDA path of the stage component (label cuda). Every test skips without a usable device;
+// with one, the device bytes of every batch are compared with the bytes filled, on fresh data.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <vector>
+
+#include "mpistage/error.hpp"
+#include "stage/cuda_api.hpp"
+#include "stage/host_memory.hpp"
+#include "stage_test_util.hpp"
+#if MPISTAGE_STAGE_TEST_TORCH
+#include "stage/tensor/staged_tensors.hpp"
+#endif
+
+using namespace mpistage;
+using namespace mpistage::detail;
+using namespace stage_test;
+
+// GTEST_SKIP returns from the test body, so this is a macro.
+#define STAGE_REQUIRE_CUDA()                                                          \
+    do {                                                                              \
+        const CudaDeviceInfo info_ = probe_cuda_device(0);                            \
+        if (!info_.usable) GTEST_SKIP() << "no usable CUDA device: " << info_.reason; \
+    } while (0)
+
+namespace {
+
+constexpr std::size_t kSlotBytes = (std::size_t{1} << 20) + 4093;  // odd: tails are copied
+
+std::uint64_t fresh_seed() {
+    return (static_cast<std::uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+}
+
+DeviceChoice device0() {
+    return choose_device(parse_device("cuda:0"), 0);
+}
+
+// The bytes at `device_data` on `device`, read back through the runtime.
+std::vector<std::byte> read_back(const DeviceChoice& device, const std::byte* device_data,
+                                 std::size_t n) {
+    DeviceGuard guard(device.index);
+    std::vector<std::byte> out(n);
+    CudaStream s = make_stream();
+    copy_to_host_async(out.data(), device_data, n, s);
+    EXPECT_TRUE(synchronize_noexcept(s));
+    return out;
+}
+
+void run_and_check(bool non_blocking, std::uint64_t steps) {
+    const std::uint64_t seed = fresh_seed();
+    PipelineOptions o = pipeline_options(device0(), 3, kSlotBytes);
+    o.stager.non_blocking = non_blocking;
+    StagePipeline p(o, steps, [seed](std::uint64_t step, std::byte* data, std::size_t cap) {
+        return fill_pattern(seed, step, data, cap);
+    });
+    EXPECT_TRUE(p.ring().pinned());
+    std::uint64_t bytes = 0;
+    PipelineBatch b;
+    for (std::uint64_t step = 0; step < steps; ++step) {
+        ASSERT_TRUE(p.next(b));
+        ASSERT_EQ(b.step, step);
+        ASSERT_EQ(b.size_bytes, step_bytes(step, kSlotBytes));
+        const std::vector<std::byte> host = read_back(o.device, b.data, b.size_bytes);
+        ASSERT_EQ(first_mismatch(seed, step, host.data(), host.size()), host.size())
+            << "step " << step << " seed " << seed;
+        bytes += b.size_bytes;
+    }
+    EXPECT_FALSE(p.next(b));
+    EXPECT_EQ(p.stats().bytes_copied, bytes);
+    EXPECT_GT(p.stats().copy_seconds, 0.0);
+}
+
+}  // namespace
+
+TEST(StageCuda, EveryBatchOnTheDeviceEqualsItsBytesNonBlocking) {
+    STAGE_REQUIRE_CUDA();
+    run_and_check(true, 48);
+}
+
+TEST(StageCuda, EveryBatchOnTheDeviceEqualsItsBytesBlocking) {
+    STAGE_REQUIRE_CUDA();
+    run_and_check(false, 16);
+}
+
+TEST(StageCuda, TheCallersCurrentDeviceIsNeverChanged) {
+    STAGE_REQUIRE_CUDA();
+    const int count = probe_cuda_device(0).device_count;
+    const int callers = count - 1;  // differs from the stage's device 0 when count > 1
+    DeviceGuard callers_device(callers);
+    ASSERT_EQ(current_device(), callers);
+    const std::uint64_t seed = fresh_seed();
+    StagePipeline p(pipeline_options(device0(), 2, kSlotBytes), 6,
+                    [seed](std::uint64_t step, std::byte* data, std::size_t cap) {
+                        return fill_pattern(seed, step, data, cap);
+                    });
+    EXPECT_EQ(current_device(), callers);
+    PipelineBatch b;
+    while (p.next(b)) EXPECT_EQ(current_device(), callers);
+}
+
+TEST(StageCuda, HostMemoryIsReleasedOnlyOnceItsCopyCompleted) {
+    STAGE_REQUIRE_CUDA();
+    const DeviceChoice dev = device0();
+    const std::size_t n = std::size_t{64} << 20;
+    HostBlock block;
+    {
+        DeviceGuard guard(dev.index);
+        block = HostBlock(n, true);
+    }
+    const std::uint64_t seed = fresh_seed();
+    fill_pattern(seed, 0, block.data(), n);
+    StagerOptions o;
+    o.device = dev;
+    auto stager = std::make_unique<DeviceStager>(o);
+    auto lease = std::make_shared<int>(0);
+    std::weak_ptr<int> weak = lease;
+    stager->submit({{block.data(), n}}, std::move(lease));
+    StagedBatch staged;
+    ASSERT_TRUE(stager->take(staged));
+    EXPECT_TRUE(weak.expired());  // taken = copied: the host memory went back at once
+    const std::vector<std::byte> host = read_back(dev, staged.parts[0], n);
+    EXPECT_EQ(first_mismatch(seed, 0, host.data(), n), n);
+
+    // Destroyed with a copy in flight: the host memory is released only after it ended.
+    auto lease2 = std::make_shared<int>(0);
+    std::weak_ptr<int> weak2 = lease2;
+    stager->submit({{block.data(), n}}, std::move(lease2));
+    stager.reset();
+    EXPECT_TRUE(weak2.expired());
+}
+
+TEST(StageCuda, PoolExhaustedByKeptBatchesIsAnError) {
+    STAGE_REQUIRE_CUDA();
+    StagerOptions o;
+    o.device = device0();
+    o.depth = 1;
+    o.pool_buffers = 2;
+    DeviceStager s(o);
+    std::vector<std::byte> host(4096, std::byte{7});
+    std::vector<StagedBatch> kept(2);
+    for (StagedBatch& k : kept) {
+        s.submit({{host.data(), host.size()}}, nullptr);
+        ASSERT_TRUE(s.take(k));
+    }
+    EXPECT_THROW(s.submit({{host.data(), host.size()}}, nullptr), ConfigError);
+    kept[0] = StagedBatch();
+    s.submit({{host.data(), host.size()}}, nullptr);
+    StagedBatch again;
+    ASSERT_TRUE(s.take(again));
+    EXPECT_EQ(read_back(o.device, again.parts[0], host.size()), host);
+}
+
+#if MPISTAGE_STAGE_TEST_TORCH
+TEST(StageCuda, TorchAllocatorTensorsHoldTheBytesFilled) {
+    STAGE_REQUIRE_CUDA();
+    if (!torch::cuda::is_available()) GTEST_SKIP() << "libtorch was built without CUDA";
+    StagerOptions o;
+    o.device = device0();
+    o.allocator = torch_device_allocator(o.device);
+    ASSERT_TRUE(o.allocator);
+    DeviceStager s(o);
+    const std::uint64_t seed = fresh_seed();
+    std::vector<std::byte> host(kSlotBytes);
+    for (std::uint64_t step = 0; step < 8; ++step) {
+        const std::size_t n = fill_pattern(seed, step, host.data(), host.size());
+        s.submit({{host.data(), n}}, nullptr);
+        StagedBatch b;
+        ASSERT_TRUE(s.take(b));
+        const torch::Tensor t = tensor_over(b.parts[0], {static_cast<std::int64_t>(n)},
+                                            torch::kUInt8, o.device, b.lease);
+        EXPECT_EQ(t.device(), torch::Device(torch::kCUDA, 0));
+        const torch::Tensor back = t.cpu();
+        EXPECT_EQ(first_mismatch(seed, step, static_cast<const std::byte*>(back.data_ptr()), n), n);
+    }
+}
+#endif
