@@ -62,21 +62,32 @@ Options parse_options(int argc, char** argv) {
             if (i + 1 >= argc) throw ConfigError(a + " needs a value");
             return argv[++i];
         };
-        if (a == "--epochs") o.epochs = to_count(a, value());
-        else if (a == "--batch-size") o.batch_size = to_count(a, value());
-        else if (a == "--lr") o.lr = std::stod(value());
-        else if (a == "--seed") o.seed = to_count(a, value());
-        else if (a == "--max-steps") o.max_steps = to_count(a, value());
-        else if (a == "--torch-threads") o.torch_threads = static_cast<int>(to_count(a, value()));
-        else if (a == "--device") o.device = value();
-        else if (a == "--quiet") o.quiet = true;
-        else if (!a.empty() && a[0] == '-') throw ConfigError("unknown option " + a);
-        else files.push_back(a);
+        if (a == "--epochs")
+            o.epochs = to_count(a, value());
+        else if (a == "--batch-size")
+            o.batch_size = to_count(a, value());
+        else if (a == "--lr")
+            o.lr = std::stod(value());
+        else if (a == "--seed")
+            o.seed = to_count(a, value());
+        else if (a == "--max-steps")
+            o.max_steps = to_count(a, value());
+        else if (a == "--torch-threads")
+            o.torch_threads = static_cast<int>(to_count(a, value()));
+        else if (a == "--device")
+            o.device = value();
+        else if (a == "--quiet")
+            o.quiet = true;
+        else if (!a.empty() && a[0] == '-')
+            throw ConfigError("unknown option " + a);
+        else
+            files.push_back(a);
     }
     if (files.size() != 2) {
-        throw ConfigError("usage: example_train_fashion_mnist TRAIN.h5 TEST.h5 [--epochs N] "
-                          "[--batch-size B] [--lr X] [--seed S] [--max-steps N] "
-                          "[--torch-threads N] [--device cpu|cuda] [--quiet]");
+        throw ConfigError(
+            "usage: example_train_fashion_mnist TRAIN.h5 TEST.h5 [--epochs N] "
+            "[--batch-size B] [--lr X] [--seed S] [--max-steps N] "
+            "[--torch-threads N] [--device cpu|cuda] [--quiet]");
     }
     if (o.device != "cpu" && o.device != "cuda") {
         throw ConfigError("--device: expected cpu or cuda, got '" + o.device + "'");
@@ -119,8 +130,13 @@ void broadcast_parameters(Mlp& model, MPI_Comm comm) {
 
 // Images (uint8 [B,28,28]) as normalised float [B,784] on `device`.
 torch::Tensor features(const mpistage::TorchBatch& t, torch::Device device) {
-    return t["images"].to(device).to(torch::kFloat32).view({-1, 784}).div(255.0).sub(0.2860).div(
-        0.3530);
+    return t["images"]
+        .to(device)
+        .to(torch::kFloat32)
+        .view({-1, 784})
+        .div(255.0)
+        .sub(0.2860)
+        .div(0.3530);
 }
 
 // Labels as int64 on `device`; padding slots (whatever they hold) become class 0 (weight 0).
@@ -155,8 +171,8 @@ StepTotals train_step(Mlp& model, torch::optim::Optimizer& opt, const mpistage::
     for (auto& p : model->parameters()) parts.push_back(p.grad().view({-1}));
     parts.push_back(torch::stack({loss_sum.detach(), correct, weight.sum()}));
     torch::Tensor flat = torch::cat(parts).to(torch::kCPU).contiguous();
-    MPI_Allreduce(MPI_IN_PLACE, flat.data_ptr<float>(), static_cast<int>(flat.numel()),
-                  MPI_FLOAT, MPI_SUM, comm);
+    MPI_Allreduce(MPI_IN_PLACE, flat.data_ptr<float>(), static_cast<int>(flat.numel()), MPI_FLOAT,
+                  MPI_SUM, comm);
     const std::int64_t n = flat.numel();
     StepTotals s{flat[n - 3].item<double>(), flat[n - 2].item<double>(),
                  flat[n - 1].item<double>()};
@@ -221,7 +237,8 @@ double evaluate(Mlp& model, mpistage::Loader& loader, std::uint64_t epoch, torch
     for (const mpistage::HostBatch& batch : loader.epoch(epoch)) {
         const mpistage::TorchBatch t = mpistage::to_torch(batch);
         const torch::Tensor weight = t.valid.to(device).to(torch::kFloat64);
-        const torch::Tensor hit = model->forward(features(t, device)).argmax(1).eq(targets(t, device));
+        const torch::Tensor hit =
+            model->forward(features(t, device)).argmax(1).eq(targets(t, device));
         counts[0] += (hit.to(torch::kFloat64) * weight).sum().item<double>();
         counts[1] += weight.sum().item<double>();
     }
@@ -268,13 +285,14 @@ void train(const Options& o) {
     broadcast_parameters(model, comm.get());
     torch::optim::Adam opt(model->parameters(), torch::optim::AdamOptions(o.lr));
     if (comm.rank() == 0 && !o.quiet) {
-        std::printf("training on %d rank(s), %s: %llu train / %llu test images, batch %llu per "
-                    "rank, %llu steps per epoch\n",
-                    comm.size(), device.str().c_str(),
-                    static_cast<unsigned long long>(train_loader.num_samples()),
-                    static_cast<unsigned long long>(test_loader.num_samples()),
-                    static_cast<unsigned long long>(o.batch_size),
-                    static_cast<unsigned long long>(train_loader.totals().steps));
+        std::printf(
+            "training on %d rank(s), %s: %llu train / %llu test images, batch %llu per "
+            "rank, %llu steps per epoch\n",
+            comm.size(), device.str().c_str(),
+            static_cast<unsigned long long>(train_loader.num_samples()),
+            static_cast<unsigned long long>(test_loader.num_samples()),
+            static_cast<unsigned long long>(o.batch_size),
+            static_cast<unsigned long long>(train_loader.totals().steps));
         std::fflush(stdout);
     }
     double accuracy = 0;
@@ -282,19 +300,19 @@ void train(const Options& o) {
         const auto start = std::chrono::steady_clock::now();
         const double wait_before = train_loader.stats().wait_time.count();
         const EpochResult r = train_epoch(model, opt, train_loader, e, o, device);
-        const double wait = max_over_ranks(train_loader.stats().wait_time.count() - wait_before,
-                                           comm.get());
+        const double wait =
+            max_over_ranks(train_loader.stats().wait_time.count() - wait_before, comm.get());
         accuracy = evaluate(model, test_loader, e, device);
         const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
         if (comm.rank() == 0 && !o.quiet) {
-            std::printf("epoch %llu: loss %.4f (first steps %.4f, last steps %.4f), train accuracy "
-                        "%.2f%%, test accuracy %.2f%% (%llu images), %llu steps, %.1f s, waiting "
-                        "for data %.2f s (max over ranks)\n",
-                        static_cast<unsigned long long>(e), r.totals.loss_sum / r.totals.valid,
-                        r.first_loss, r.last_loss, 100.0 * r.totals.correct / r.totals.valid,
-                        100.0 * accuracy,
-                        static_cast<unsigned long long>(test_loader.num_samples()),
-                        static_cast<unsigned long long>(r.steps), took.count(), wait);
+            std::printf(
+                "epoch %llu: loss %.4f (first steps %.4f, last steps %.4f), train accuracy "
+                "%.2f%%, test accuracy %.2f%% (%llu images), %llu steps, %.1f s, waiting "
+                "for data %.2f s (max over ranks)\n",
+                static_cast<unsigned long long>(e), r.totals.loss_sum / r.totals.valid,
+                r.first_loss, r.last_loss, 100.0 * r.totals.correct / r.totals.valid,
+                100.0 * accuracy, static_cast<unsigned long long>(test_loader.num_samples()),
+                static_cast<unsigned long long>(r.steps), took.count(), wait);
             std::fflush(stdout);
         }
     }

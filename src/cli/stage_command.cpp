@@ -2,7 +2,9 @@
 #include <cstdio>
 
 #include "cli/commands.hpp"
+#include "cli/format_flags.hpp"
 #include "cli/open_source.hpp"
+#include "cli/progress.hpp"
 #include "cli/report.hpp"
 #include "cli/verify.hpp"
 #include "mpistage/config.hpp"
@@ -45,16 +47,18 @@ LocalChecks check_locally(const Communicator& comm, const StageArgs& a) {
     LocalChecks c;
     c.options = loader_options(a);
     c.format = detect_format(a);
+    check_flags_apply(a, c.format);
     return c;
 }
 
 // Collective: stages one epoch; with --verify, checks it exactly once.
 EpochReport stage_epoch(const Communicator& comm, Loader& loader, const StageArgs& a,
-                        std::uint64_t epoch) {
+                        std::uint64_t epoch, Progress& progress) {
     std::vector<std::int64_t> valid_ids;
     std::uint64_t batches = 0;
-    for (const HostBatch& batch : loader.epoch(epoch)) {
-        ++batches;
+    EpochRange range = loader.epoch(epoch);
+    for (const HostBatch& batch : range) {
+        progress.step(epoch, ++batches, range.steps());
 #if MPISTAGE_HAVE_TORCH
         const TorchBatch tb = to_torch(batch);
         if (tb.index.size(0) != static_cast<std::int64_t>(a.batch_size)) {
@@ -92,8 +96,13 @@ int run_stage(Communicator& comm, const StageArgs& a) {
     o.source = source->statistics();
     if (comm.rank() == 0 && !a.quiet) print_header(a, o);
 
+    Progress progress = Progress::for_rank(comm.rank(), a.quiet, a.first_epoch, a.epochs);
     for (std::uint64_t e = a.first_epoch; e < a.first_epoch + a.epochs; ++e) {
-        EpochReport r = stage_epoch(comm, loader, a, e);
+        const LoaderStats before = loader.stats();
+        EpochReport r = stage_epoch(comm, loader, a, e, progress);
+        progress.epoch_done(e, loader.stats().batches - before.batches,
+                            loader.stats().valid_samples - before.valid_samples,
+                            loader.stats().bytes_read - before.bytes_read);
         o.all_ok = o.all_ok && r.ok;
         if (a.verify || !a.json.empty()) o.epochs.push_back(std::move(r));
     }
