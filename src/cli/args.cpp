@@ -2,6 +2,8 @@
 // parse that fails every rank, not one, when ranks were given different or bad arguments.
 #include "cli/args.hpp"
 
+#include "cli/suggest.hpp"
+#include "cli/version.hpp"
 #include "mpistage/config.hpp"
 #include "mpistage/device.hpp"
 #include "mpistage/error.hpp"
@@ -170,7 +172,8 @@ CommandLine::CommandLine()
     app_.require_subcommand(1);
     // A flag given twice takes its last value, so wrapper scripts can append overrides.
     app_.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-    app_.set_version_flag("--version", MPISTAGE_VERSION);
+    app_.set_version_flag("--version", version_text,
+                          "Print the version and the build features (MPI, HDF5, torch, CUDA)");
 
     stage_cmd_ = app_.add_subcommand("stage",
                                      "Shard FILE(s) across the MPI ranks and stage "
@@ -194,6 +197,7 @@ CommandLine::CommandLine()
                                      "files, scanning in parallel (one FILE.idx per FILE)");
     index_cmd_->add_option("files", index.files, "TFRecord files")->required();
     index_cmd_->add_option("-o,--output", index.outputs, "Index paths (default: FILE.idx)");
+    add_choice_checks(app_);
 }
 
 Command CommandLine::command() const {
@@ -209,6 +213,7 @@ Command CommandLine::parse_agreed(const Communicator& comm, int argc, char** arg
     bool printed = false;  // --help or --version
     agree_or_throw(comm, capture([&] {
                        try {
+                           check_command_words(app_, argc, argv);
                            app_.parse(argc, argv);
                        } catch (const CLI::Success& e) {  // --help, --help-all, --version
                            printed = true;

@@ -91,6 +91,8 @@ public:
     /// ConfigError on every rank (require_same). Returns Command::none on every rank when
     /// --help or --version was printed (by rank 0). @throws ConfigError (agreed), MpiError.
     Command parse_agreed(const Communicator& comm, int argc, char** argv);
+    /// The CLI11 description of every command (local; for help texts and tests).
+    CLI::App& app() { return app_; }
 
 private:
     CLI::App app_;

@@ -15,6 +15,10 @@ namespace mpistage::cli {
 
 namespace {
 
+// Version of the report's layout (README "The JSON report"): raised when a key changes meaning
+// or disappears; new keys do not raise it.
+constexpr int kJsonSchemaVersion = 1;
+
 nlohmann::json epoch_json(const EpochReport& r, bool verify) {
     nlohmann::json e;
     e["epoch"] = r.epoch;
@@ -44,6 +48,7 @@ nlohmann::json rank_json(std::size_t rank, const RankTotals& t) {
             {"batches", t.batches},
             {"bytes", t.bytes},
             {"seconds", t.seconds},
+            {"mb_per_s", t.seconds > 0 ? static_cast<double>(t.bytes) / t.seconds / 1e6 : 0.0},
             {"wait_seconds", t.wait_seconds},
             {"wait_io_seconds", t.wait_io_seconds},
             {"wait_peers_seconds", t.wait_peers_seconds},
@@ -61,6 +66,7 @@ void check_json_destination(const std::string& path) {
 
 void write_stage_json(const StageArgs& a, const StageOutcome& o) {
     nlohmann::json j;
+    j["schema_version"] = kJsonSchemaVersion;
     j["status"] = o.all_ok ? "ok" : "verify_failed";
     j["world_size"] = o.world_size;
     j["num_samples"] = o.num_samples;
@@ -83,6 +89,7 @@ void write_stage_json(const StageArgs& a, const StageOutcome& o) {
 
 void write_error_json(const std::string& path, int world_size, const Error& error) {
     nlohmann::json j;
+    j["schema_version"] = kJsonSchemaVersion;
     j["status"] = "error";
     j["world_size"] = world_size;
     j["error"] = {{"kind", error_kind_name(error.kind())}, {"message", error.what()}};

@@ -1,8 +1,10 @@
 // The `mpistage` executable: stage (the main job), convert, index. Parses the command line on
-// every rank, agrees on it, runs the command, and prints each error on every rank.
+// every rank, agrees on it, runs the command, and prints each (agreed) error once, on rank 0.
 #include <mpi.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <exception>
 
 #include "cli/args.hpp"
@@ -36,10 +38,23 @@ int run_command(cli::CommandLine& cl, int argc, char** argv) {
     return rc;
 }
 
-// Local: prints an (agreed) error on this rank; rank 0 also records it in the --json report.
+// True when every rank prints its copy of an agreed error (MPISTAGE_ERRORS_ON_EVERY_RANK=1),
+// which shows that the ranks agree; by default only rank 0 prints it.
+bool errors_on_every_rank() {
+    const char* v = std::getenv("MPISTAGE_ERRORS_ON_EVERY_RANK");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+}
+
+// Local: prints an (agreed) error once: on rank 0 as "mpistage: ConfigError: [rank R and K
+// other rank(s)] ..." (the agreed message names the failing ranks), or on every rank as
+// "mpistage: rank R: ConfigError: ..."; rank 0 also records it in the --json report.
 void report_error(const cli::CommandLine& cl, int rank, int world_size, const Error& e) {
-    std::fprintf(stderr, "mpistage: rank %d: %s: %s\n", rank,
-                 cli::error_kind_name(e.kind()).c_str(), e.what());
+    const std::string kind = cli::error_kind_name(e.kind());
+    if (errors_on_every_rank()) {
+        std::fprintf(stderr, "mpistage: rank %d: %s: %s\n", rank, kind.c_str(), e.what());
+    } else if (rank == 0) {
+        std::fprintf(stderr, "mpistage: %s: %s\n", kind.c_str(), e.what());
+    }
     if (rank != 0 || cl.command() != cli::Command::stage || cl.stage.json.empty()) return;
     try {
         cli::write_error_json(cl.stage.json, world_size, e);
@@ -64,7 +79,7 @@ int main(int argc, char** argv) {
         try {
             rc = run_command(cl, argc, argv);
         } catch (const Error& e) {
-            // Errors are agreed: every rank prints the same one and exits 2.
+            // Errors are agreed: every rank has the same one and exits 2; rank 0 prints it.
             report_error(cl, rank, world_size, e);
             rc = 2;
         } catch (const std::exception& e) {

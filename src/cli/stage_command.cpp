@@ -8,7 +8,9 @@
 #include "cli/atomic_file.hpp"
 #include "cli/checkpoint.hpp"
 #include "cli/commands.hpp"
+#include "cli/format_flags.hpp"
 #include "cli/open_source.hpp"
+#include "cli/progress.hpp"
 #include "cli/report.hpp"
 #include "cli/stage_device.hpp"
 #include "cli/verify.hpp"
@@ -62,6 +64,7 @@ LocalChecks check_locally(const Communicator& comm, const StageArgs& a) {
     LocalChecks c;
     c.options = loader_options(a);
     c.format = detect_format(a);
+    check_flags_apply(a, c.format);
     if (!a.resume.empty()) {
         c.resume = read_saved_state(a.resume);
         if (a.verify && comm.rank() == 0) c.prior_ids = read_id_log(*c.resume);
@@ -73,8 +76,9 @@ LocalChecks check_locally(const Communicator& comm, const StageArgs& a) {
 class StageRun {
 public:
     StageRun(const Communicator& comm, const StageArgs& a, Loader& loader, LocalChecks& local,
-             BatchStaging& staging)
+             BatchStaging& staging, Progress& progress)
         : comm_(comm), a_(a), loader_(loader), local_(local), staging_(staging),
+          progress_(progress),
           saver_(a.save_state, a.verify,
                  local.resume ? local.resume->loader.epoch : a.first_epoch, local.prior_ids) {}
 
@@ -86,9 +90,12 @@ public:
         std::vector<std::int64_t> valid_ids;
         std::uint64_t batches = 0;
         EpochRange range = loader_.epoch(e);
+        const LoaderStats before = loader_.stats();
         HostBatch batch;
         while (range.next(batch)) {
             ++batches;
+            progress_.step(e, range.plan().first_step + batches,
+                           range.plan().first_step + range.steps());
             consume(batch, valid_ids);
             ++steps_;
             if (a_.save_every > 0 && steps_ % a_.save_every == 0) {
@@ -99,6 +106,10 @@ public:
                 if (stopped_) break;
             }
         }
+        const LoaderStats& after = loader_.stats();
+        progress_.epoch_done(e, after.batches - before.batches,
+                             after.valid_samples - before.valid_samples,
+                             after.bytes_read - before.bytes_read);
         EpochReport r = report(e, range, batches, valid_ids, resumed);
         last_epoch_ = e;
         last_ids_ = std::move(valid_ids);
@@ -165,6 +176,7 @@ private:
     Loader& loader_;
     LocalChecks& local_;
     BatchStaging& staging_;
+    Progress& progress_;
     Checkpointer saver_;
     std::uint64_t steps_ = 0;
     bool stopped_ = false;
@@ -199,7 +211,8 @@ int run_stage(Communicator& comm, const StageArgs& a) {
     if (comm.rank() == 0 && !a.quiet) print_header(a, o);
 
     BatchStaging staging(loader);
-    StageRun run(comm, a, loader, local, staging);
+    Progress progress = Progress::for_rank(comm.rank(), a.quiet, a.first_epoch, a.epochs);
+    StageRun run(comm, a, loader, local, staging, progress);
     const std::uint64_t first = local.resume ? local.resume->loader.epoch : a.first_epoch;
     for (std::uint64_t e = first; e < a.first_epoch + a.epochs && !run.done(); ++e) {
         EpochReport r = run.stage_epoch(e);

@@ -19,6 +19,9 @@ if [ ! -f "$data/SOURCES.md" ]; then
     exit 77
 fi
 mpiexec="${MPIEXEC:-mpirun}"
+# Every rank prints its copy of an agreed error (by default only rank 0 prints it, see
+# tests/e2e/cli_messages.sh), so the checks below see that all ranks got the same one.
+export MPISTAGE_ERRORS_ON_EVERY_RANK=1
 [ -d "$work" ] && chmod -R u+rwx "$work" 2>/dev/null || true  # a failed run may leave a mode-000 folder
 rm -rf "$work"
 mkdir -p "$work"

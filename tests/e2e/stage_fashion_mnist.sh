@@ -5,6 +5,9 @@
 set -euo pipefail
 cli="$1"; work="$2"; fmnist="$4"
 mpiexec="${MPIEXEC:-mpirun}"
+# Every rank prints its copy of an agreed error (by default only rank 0 prints it, see
+# tests/e2e/cli_messages.sh), so the checks below see that all ranks got the same one.
+export MPISTAGE_ERRORS_ON_EVERY_RANK=1
 mkdir -p "$work"
 h5="$work/train.h5"
 h5c="$work/train-chunked.h5"

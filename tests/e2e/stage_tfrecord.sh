@@ -9,6 +9,9 @@ if [ ! -f "$data/../SOURCES.md" ]; then
     exit 77
 fi
 mpiexec="${MPIEXEC:-mpirun}"
+# Every rank prints its copy of an agreed error (by default only rank 0 prints it, see
+# tests/e2e/cli_messages.sh), so the checks below see that all ranks got the same one.
+export MPISTAGE_ERRORS_ON_EVERY_RANK=1
 mkdir -p "$work"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 spotify="$data/spotify_part-00000-of-00004.tfrecords"

@@ -21,6 +21,15 @@ herr_t visit_cb(hid_t, const char* name, const H5O_info_t* info, void* data) {
     return 0;
 }
 
+// " (datasets in the file: a, b/c)": what a user who named a missing dataset can choose from.
+std::string dataset_listing(hid_t file) {
+    VisitData data;
+    if (H5Ovisit2(file, H5_INDEX_NAME, H5_ITER_INC, visit_cb, &data, H5O_INFO_BASIC) < 0) return {};
+    std::string out;
+    for (const auto& n : data.names) out += (out.empty() ? "" : ", ") + n;
+    return out.empty() ? " (the file holds no dataset)" : " (datasets in the file: " + out + ")";
+}
+
 }  // namespace
 
 void Hdf5Source::Impl::open(const Communicator& c) {
@@ -96,8 +105,9 @@ void Hdf5Source::Impl::open_field(const std::string& name) {
     const std::string ctx = "hdf5: " + path + ": dataset '" + name + "'";
     htri_t exists = H5Lexists(file.get(), name.c_str(), H5P_DEFAULT);
     if (exists <= 0) {
+        const std::string listing = dataset_listing(file.get());
         detail::hdf5_error_stack();  // clear
-        throw ConfigError(ctx + " does not exist in the file");
+        throw ConfigError(ctx + " does not exist in the file" + listing);
     }
     detail::H5Plist dapl(h5check(H5Pcreate(H5P_DATASET_ACCESS), ctx + ": H5Pcreate"));
     h5check(H5Pset_chunk_cache(dapl.get(), 521, options.chunk_cache_bytes, 1.0),

@@ -94,9 +94,11 @@ std::uint64_t element_count(const std::vector<std::int64_t>& shape) {
     return n;
 }
 
-/// Finds, for every spec, the last `Feature` message whose key equals its name.
+/// Finds, for every spec, the last `Feature` message whose key equals its name; appends every
+/// key to `keys` when given (to list the features a record has).
 void find_features(Span example, const std::vector<FeatureSpec>& specs, std::vector<Span>& found,
-                   std::vector<bool>& present, const std::string& where) {
+                   std::vector<bool>& present, const std::string& where,
+                   std::string* keys = nullptr) {
     Cursor ex(example);
     std::uint32_t field = 0;
     std::uint32_t wire = 0;
@@ -130,6 +132,7 @@ void find_features(Span example, const std::vector<FeatureSpec>& specs, std::vec
                     malformed(where, "bad field in a Features map entry");
                 }
             }
+            if (keys) *keys += (keys->empty() ? "" : ", ") + std::string(key.data, key.data + key.size);
             for (std::size_t i = 0; i < specs.size(); ++i) {
                 const auto& name = specs[i].name;
                 if (name.size() == key.size &&
@@ -329,7 +332,11 @@ void ExampleDecoder::decode(const std::uint8_t* data, std::size_t size_bytes, Ba
     find_features(Span{data, size_bytes}, specs_, found, present, where);
     for (std::size_t i = 0; i < specs_.size(); ++i) {
         const auto& s = specs_[i];
-        if (!present[i]) bad_feature(where, s.name, "is missing");
+        if (!present[i]) {
+            std::string keys;
+            find_features(Span{data, size_bytes}, {}, found, present, where, &keys);
+            bad_feature(where, s.name, "is missing (the record has: " + keys + ")");
+        }
         FeatureKind kind = FeatureKind::bytes;
         Span list;
         bool has_kind = false;
