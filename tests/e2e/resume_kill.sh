@@ -47,8 +47,8 @@ echo "killed the 4-rank run at step $steps ($consumed samples consumed)"
 
 out=$(timeout 300 "$mpiexec" -np 3 --oversubscribe "$cli" stage "$h5" "${common[@]}" --verify \
     --resume "$st" --json "$work/resumed.json") || { echo "$out"; fail "resume at 3 ranks failed"; }
-echo "$out" | grep -q '^exactly-once: OK$' || { echo "$out"; fail "no exactly-once: OK after the resume"; }
-echo "$out" | grep -q "of the interrupted run counted" || { echo "$out"; fail "the id log was not used"; }
+grep -q '^exactly-once: OK$' <<<"$out" || { echo "$out"; fail "no exactly-once: OK after the resume"; }
+grep -q "of the interrupted run counted" <<<"$out" || { echo "$out"; fail "the id log was not used"; }
 python3 - "$work/resumed.json" "$consumed" <<'PY' || fail "resumed JSON report"
 import json, sys
 r = json.load(open(sys.argv[1])); consumed = int(sys.argv[2])
@@ -65,11 +65,11 @@ st2="$work/s.json"; rm -f "$st2" "$st2.ids"
 out=$(timeout 300 "$mpiexec" -np 4 --oversubscribe "$cli" stage "$h5" --shuffle global \
     --sharding global --seed 7 --epochs 1 --save-state "$st2" --stop-after-steps 20 --verify) \
     || { echo "$out"; fail "stop after 20 steps"; }
-echo "$out" | grep -q "stopped after 20 step" || { echo "$out"; fail "no stop line"; }
+grep -q "stopped after 20 step" <<<"$out" || { echo "$out"; fail "no stop line"; }
 [ "$(state_field "$st2" samples_consumed)" = 2560 ] || fail "20 steps x 4 ranks x 32 = 2560 consumed"
 out=$(timeout 300 "$mpiexec" -np 3 --oversubscribe "$cli" stage "$h5" --shuffle global \
     --sharding global --seed 7 --epochs 1 --resume "$st2" --verify) || { echo "$out"; fail "resume"; }
-echo "$out" | grep -q '^exactly-once: OK$' || { echo "$out"; fail "no exactly-once: OK (drop)"; }
+grep -q '^exactly-once: OK$' <<<"$out" || { echo "$out"; fail "no exactly-once: OK (drop)"; }
 
 # 3. byte_range: resumes at the same world size, and refuses another one on every rank.
 st3="$work/br.json"; rm -f "$st3" "$st3.ids"
@@ -79,7 +79,7 @@ timeout 300 "$mpiexec" -np 2 --oversubscribe "$cli" stage "$h5" "${br[@]}" --ver
 [ "$(state_field "$st3" epoch)" = 1 ] || fail "700 steps of 600 per epoch end in epoch 1"
 out=$(timeout 300 "$mpiexec" -np 2 --oversubscribe "$cli" stage "$h5" "${br[@]}" --verify \
     --resume "$st3") || { echo "$out"; fail "byte_range resume at the same world size"; }
-echo "$out" | grep -q '^exactly-once: OK$' || { echo "$out"; fail "byte_range resume verdict"; }
+grep -q '^exactly-once: OK$' <<<"$out" || { echo "$out"; fail "byte_range resume verdict"; }
 set +e
 out=$(timeout 120 "$mpiexec" -np 3 --oversubscribe "$cli" stage "$h5" "${br[@]}" --resume "$st3" 2>&1)
 rc=$?
@@ -94,5 +94,5 @@ set +e
 out=$(timeout 120 "$mpiexec" -np 2 --oversubscribe "$cli" stage "$h5" --resume "$work/bad.json" 2>&1)
 rc=$?
 set -e
-[ "$rc" -ne 0 ] && echo "$out" | grep -q "bad.json' is not JSON" || { echo "$out"; fail "damaged state"; }
+[ "$rc" -ne 0 ] && grep -q "bad.json' is not JSON" <<<"$out" || { echo "$out"; fail "damaged state"; }
 echo "resume_kill: OK"

@@ -31,7 +31,7 @@ run() {  # run NP ARGS... ; checks exit 0 and exactly-once: OK and equal batch c
     local out
     out=$(timeout 300 "$mpiexec" -np "$np" --oversubscribe "$cli" stage "$@" --verify --json "$json") \
         || { echo "$out"; fail "stage -np $np $* exited non-zero"; }
-    echo "$out" | grep -q '^exactly-once: OK$' || { echo "$out"; fail "no exactly-once: OK for -np $np $*"; }
+    grep -q '^exactly-once: OK$' <<<"$out" || { echo "$out"; fail "no exactly-once: OK for -np $np $*"; }
     python3 - "$json" "$np" <<'PY' || fail "JSON report check failed for -np $np"
 import json, sys
 r = json.load(open(sys.argv[1]))

@@ -21,7 +21,7 @@ expect_ok() {  # expect_ok NP EXPECTED_VALID ARGS...: exit 0, exactly-once OK, e
     local json="$work/report.json" out
     out=$(timeout 300 "$mpiexec" -np "$np" --oversubscribe "$cli" stage "$@" --verify --json "$json") \
         || { echo "$out"; fail "-np $np $* exited non-zero"; }
-    echo "$out" | grep -q '^exactly-once: OK$' || { echo "$out"; fail "-np $np $*: not exactly once"; }
+    grep -q '^exactly-once: OK$' <<<"$out" || { echo "$out"; fail "-np $np $*: not exactly once"; }
     python3 - "$json" "$expected" <<'PY' || fail "JSON check failed: -np $np $*"
 import json, sys
 r = json.load(open(sys.argv[1]))
