@@ -86,6 +86,20 @@ void add_stage_safety_options(CLI::App& cmd, StageArgs& a) {
     cmd.add_flag("--quiet,-q", a.quiet, "Print nothing but errors");
 }
 
+void add_stage_tier_options(CLI::App& cmd, StageArgs& a) {
+    cmd.add_option("--stage", a.stage,
+                   "none (read the files every epoch), memory (read each rank's shard once into "
+                   "node shared memory, serve every epoch from it) or auto (memory when it fits "
+                   "--stage-budget)")
+        ->capture_default_str();
+    add_count(cmd, "--stage-budget", a.stage_budget,
+              "Bytes per rank for the staged shard plus the prefetch ring (0 = half of the "
+              "node's memory divided among its ranks)");
+    add_count(cmd, "--stage-ranks-per-node", a.stage_ranks_per_node,
+              "Testing: treat groups of this many ranks as nodes, so the memory tier's "
+              "cross-node MPI_Get path runs on one machine (0 = real nodes)");
+}
+
 void add_convert_options(CLI::App& cmd, ConvertArgs& a) {
     cmd.add_option("images", a.images, "IDX images file")->required();
     cmd.add_option("labels", a.labels, "IDX labels file")->required();
@@ -137,6 +151,7 @@ CommandLine::CommandLine()
     add_stage_data_options(*stage_cmd_, stage);
     add_stage_plan_options(*stage_cmd_, stage);
     add_stage_safety_options(*stage_cmd_, stage);
+    add_stage_tier_options(*stage_cmd_, stage);
 
     auto* convert_cmd = app_.add_subcommand("convert", "Convert data to a format mpistage stages");
     convert_cmd->require_subcommand(1);
@@ -201,6 +216,9 @@ std::vector<NamedValue> stage_argument_values(const StageArgs& a) {
         {"--index", join_words(a.index_paths)},
         {"--feature", join_words(a.features)},
         {"--on-corrupt", a.on_corrupt},
+        {"--stage", a.stage},
+        {"--stage-budget", std::to_string(a.stage_budget)},
+        {"--stage-ranks-per-node", std::to_string(a.stage_ranks_per_node)},
     };
 }
 

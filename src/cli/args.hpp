@@ -37,6 +37,12 @@ struct StageArgs {
     std::vector<std::string> index_paths;
     std::vector<std::string> features;
     std::string on_corrupt = "error";
+    /// --stage none|memory|auto (LoaderOptions::stage).
+    std::string stage = "none";
+    /// --stage-budget bytes per rank (0 = default; LoaderOptions::stage_budget_bytes).
+    std::uint64_t stage_budget = 0;
+    /// --stage-ranks-per-node (testing; LoaderOptions::stage_ranks_per_node).
+    std::uint64_t stage_ranks_per_node = 0;
 };
 
 /// `mpistage convert idx IMAGES LABELS -o OUT [options]`.

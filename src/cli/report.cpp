@@ -131,6 +131,7 @@ void print_header(const StageArgs& a, const StageOutcome& o) {
 void print_summary(const StageArgs& a, const StageOutcome& o) {
     print_rank_table(o.ranks);
     print_balance(o.ranks);
+    print_tier(o.tier, o.epochs);
     if (a.verify) print_verdicts(o.epochs, o.all_ok);
     std::fflush(stdout);
 }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cli/args.hpp"
+#include "cli/tier_report.hpp"
 #include "cli/verify.hpp"
 #include "mpistage/comm.hpp"
 #include "mpistage/error.hpp"
@@ -50,6 +51,8 @@ struct StageOutcome {
     std::vector<RankTotals> ranks;
     /// True when --verify found every epoch exactly once (always true without --verify).
     bool all_ok = true;
+    /// The staging tier and how it served the epochs.
+    TierSummary tier;
 };
 
 /// Local (rank 0): the first lines: sizes, options, fields, skipped records.

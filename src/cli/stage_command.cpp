@@ -1,4 +1,6 @@
 // `mpistage stage`: agree on the arguments and the source, stage every epoch, report.
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 
 #include "cli/commands.hpp"
@@ -26,6 +28,9 @@ LoaderOptions loader_options(const StageArgs& a) {
     o.io_threads = a.threads;
     o.timeout = std::chrono::seconds(a.timeout_seconds);
     o.verify_files = a.verify_files;
+    o.stage = parse_stage(a.stage);
+    o.stage_budget_bytes = a.stage_budget;
+    o.stage_ranks_per_node = static_cast<int>(std::min<std::uint64_t>(a.stage_ranks_per_node, 1 << 30));
     return o;
 }
 
@@ -93,11 +98,14 @@ int run_stage(Communicator& comm, const StageArgs& a) {
     if (comm.rank() == 0 && !a.quiet) print_header(a, o);
 
     for (std::uint64_t e = a.first_epoch; e < a.first_epoch + a.epochs; ++e) {
+        const auto t0 = std::chrono::steady_clock::now();
         EpochReport r = stage_epoch(comm, loader, a, e);
+        note_epoch_tier(comm, loader.stats(), std::chrono::steady_clock::now() - t0, r);
         o.all_ok = o.all_ok && r.ok;
-        if (a.verify || !a.json.empty()) o.epochs.push_back(std::move(r));
+        o.epochs.push_back(std::move(r));
     }
     o.ranks = gather_rank_totals(comm, loader.stats());
+    o.tier = gather_tier(comm, a.stage, loader.stats());
     if (comm.rank() == 0 && !a.quiet) print_summary(a, o);
     run_agreed(comm, [&] {
         if (!a.json.empty() && comm.rank() == 0) write_stage_json(a, o);

@@ -2,6 +2,7 @@
 // `mpistage stage --verify`: the exactly-once check of one epoch (internal to the CLI).
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "mpistage/comm.hpp"
@@ -23,6 +24,9 @@ struct EpochReport {
     std::uint64_t expected = 0;
     /// Equal batch counts and every expected id exactly once.
     bool ok = true;
+    /// The tier that served the epoch ("memory" or "file") and the slowest rank's seconds.
+    std::string tier = "file";
+    double seconds = 0;
 };
 
 /// Collective: the batch counts of every rank for `epoch` (no exactly-once check).
