@@ -241,7 +241,9 @@ private:
 /// `LoaderOptions::timeout`), validates options, compares the plan options, N and the dataset's
 /// metadata across ranks, compares the contents of the first and last sample of every shard
 /// (each read by its owner and by the rank before it; whole shards with `verify_files`), and
-/// computes the byte-range cut and skew correction (`MPI_Allreduce`/`MPI_Exscan`), so ranks
+/// computes the byte-range cut and skew correction (`MPI_Allreduce`/`MPI_Exscan`), stages the
+/// dataset into node memory when `LoaderOptions::stage` asks for it (collective reads, window
+/// allocation: see there), so ranks
 /// whose options or files differ all throw the same `ConfigError` instead of hanging or mixing
 /// data. Every collective of the loader is watched: a rank that does not arrive within
 /// `timeout` ends the job with a message naming it (see `Communicator`). The source must outlive

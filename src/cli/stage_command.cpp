@@ -30,7 +30,8 @@ LoaderOptions loader_options(const StageArgs& a) {
     o.verify_files = a.verify_files;
     o.stage = parse_stage(a.stage);
     o.stage_budget_bytes = a.stage_budget;
-    o.stage_ranks_per_node = static_cast<int>(std::min<std::uint64_t>(a.stage_ranks_per_node, 1 << 30));
+    o.stage_ranks_per_node =
+        static_cast<int>(std::min<std::uint64_t>(a.stage_ranks_per_node, 1 << 30));
     return o;
 }
 

@@ -15,12 +15,12 @@ namespace mpistage::cli {
 
 /// The tier of a run, identical on every rank after `gather_tier`.
 struct TierSummary {
-    std::string stage = "none";  ///< the --stage option
-    std::string tier = "file";   ///< "memory" or "file"
-    std::string note;            ///< rank 0's LoaderStats::tier_note
-    std::uint64_t staged_bytes = 0;        ///< sum over ranks
-    std::uint64_t staged_bytes_max = 0;    ///< largest rank
-    double stage_seconds = 0;              ///< slowest rank's staging read
+    std::string stage = "none";          ///< the --stage option
+    std::string tier = "file";           ///< "memory" or "file"
+    std::string note;                    ///< rank 0's LoaderStats::tier_note
+    std::uint64_t staged_bytes = 0;      ///< sum over ranks
+    std::uint64_t staged_bytes_max = 0;  ///< largest rank
+    double stage_seconds = 0;            ///< slowest rank's staging read
 };
 
 /// Collective (two allreduces): the tier summary of `stats` on every rank.

@@ -107,12 +107,12 @@ Loader::Loader(const Communicator& comm, const Source& source, LoaderOptions opt
     agree_or_throw(d.comm, capture([&] { d.compute_cut(); }));
     run_agreed(d.comm, [&] { d.allocate_ring(); });
     d.comm.set_context({"loader: stage " + to_string(d.options.stage), -1, -1, "", -1});
-    d.tier = detail::build_memory_tier(d.comm, source, d.options, detail::ring_bytes(*d.ring),
-                                       d.stats);
+    d.tier =
+        detail::build_memory_tier(d.comm, source, d.options, detail::ring_bytes(*d.ring), d.stats);
     int level = MPI_THREAD_SINGLE;
     MPI_Query_thread(&level);
-    d.use_threads = d.options.io_threads > 0 &&
-                    (!d.reader().reads_use_mpi() || level == MPI_THREAD_MULTIPLE);
+    d.use_threads =
+        d.options.io_threads > 0 && (!d.reader().reads_use_mpi() || level == MPI_THREAD_MULTIPLE);
 }
 
 Loader::~Loader() = default;

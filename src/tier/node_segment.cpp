@@ -62,8 +62,8 @@ NodeMap make_node_map(MPI_Comm comm, int ranks_per_node) {
 
 NodeSegment::NodeSegment(MPI_Comm comm, const NodeMap& nodes, std::uint64_t size_bytes)
     : size_(size_bytes) {
-    const std::string what = "tier: MPI_Win_allocate_shared(" + std::to_string(size_bytes) +
-                             " bytes)";
+    const std::string what =
+        "tier: MPI_Win_allocate_shared(" + std::to_string(size_bytes) + " bytes)";
     MPI_Info info = MPI_INFO_NULL;
     check_mpi(MPI_Info_create(&info), "tier: MPI_Info_create");
     // Each rank's segment on its own pages (first touch by its owner, NUMA-friendly).
@@ -155,8 +155,8 @@ void NodeSegment::get(std::byte* dst, std::uint64_t bytes, int rank,
                               std::to_string(offset_bytes) + " of rank " + std::to_string(rank);
     for (std::uint64_t done = 0; done < bytes;) {
         const auto n = static_cast<int>(std::min(kPiece, bytes - done));
-        check_mpi(MPI_Get(dst + done, n, MPI_BYTE, rank,
-                          static_cast<MPI_Aint>(offset_bytes + done), n, MPI_BYTE, remote_win_),
+        check_mpi(MPI_Get(dst + done, n, MPI_BYTE, rank, static_cast<MPI_Aint>(offset_bytes + done),
+                          n, MPI_BYTE, remote_win_),
                   where.c_str());
         done += static_cast<std::uint64_t>(n);
     }

@@ -20,7 +20,7 @@ using namespace mpistage;
 namespace {
 
 constexpr std::uint64_t kRecordBytes = 4096;
-constexpr std::uint64_t kRecordsPerRank = 8192;         // 32 MiB per rank
+constexpr std::uint64_t kRecordsPerRank = 8192;        // 32 MiB per rank
 constexpr std::uint64_t kConstantBytes = 24ull << 20;  // allocator, MPI windows, thread stacks
 
 /// A field of /proc/self/status in bytes ("VmRSS", "VmHWM"), 0 when absent.

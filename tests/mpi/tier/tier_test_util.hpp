@@ -29,8 +29,9 @@ inline std::vector<std::uint8_t> payload(std::uint64_t id) {
 
 /// A tf.train.Example for `id`: "image" 4 bytes, "label" int64, "text" ragged bytes.
 inline std::vector<std::uint8_t> example(std::uint64_t id) {
-    const std::uint8_t image[4] = {static_cast<std::uint8_t>(id), static_cast<std::uint8_t>(id >> 8),
-                                   7, static_cast<std::uint8_t>(id * 3)};
+    const std::uint8_t image[4] = {static_cast<std::uint8_t>(id),
+                                   static_cast<std::uint8_t>(id >> 8), 7,
+                                   static_cast<std::uint8_t>(id * 3)};
     const auto text = payload(id);
     return ExampleBuilder()
         .add_bytes("image", image, 4)
@@ -49,7 +50,8 @@ inline void write_records(const std::string& path, std::uint64_t n,
             tfrecord::append_record(out, p.data(), p.size());
         }
         std::ofstream(path, std::ios::binary)
-            .write(reinterpret_cast<const char*>(out.data()), static_cast<std::streamsize>(out.size()));
+            .write(reinterpret_cast<const char*>(out.data()),
+                   static_cast<std::streamsize>(out.size()));
     }
     h5t::barrier();
 }
