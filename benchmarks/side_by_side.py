@@ -144,7 +144,8 @@ def report(results, wls, out):
             method = k.split(" | ", 1)[1]
             lines.append(f"| {w['name']} | {method} | {med[k]:,.0f} | "
                          f"{med[k] * w['sample_bytes'] / 1e6:,.1f} | {first[k]:.3f} |")
-            dat.append(f"\"{w['name']}: {method}\" {med[k]:.1f}")
+            label = method.replace("mpistage stage=", "mpistage ").replace(" shuffle=", "/")
+            dat.append(f"\"{w['name']}: {label.split(' (')[0]}\" {med[k]:.1f}")
     lines += ["", "Ratios (medians):", ""]
     f = "fmnist | "
 
