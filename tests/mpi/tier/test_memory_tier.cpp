@@ -88,11 +88,7 @@ TEST(MemoryTier, RaggedTfRecordPayloadsExactlyOnceWithGeneratorBytes) {
     TfRecordSource src(comm, {dir.file("raw.tfrecord")});
     ASSERT_EQ(src.num_samples(), n);
     sweep(src, n, [](const HostBatch& b, std::size_t s) {
-        const HostField& f = b.fields()[0];
-        const auto want = payload(static_cast<std::uint64_t>(b.index()[s]));
-        const auto len = static_cast<std::size_t>(f.offsets[s + 1] - f.offsets[s]);
-        return len == want.size() &&
-               (len == 0 || std::memcmp(f.data + f.offsets[s], want.data(), len) == 0);
+        return ragged_is_payload(b.fields()[0], s, static_cast<std::uint64_t>(b.index()[s]));
     });
     src.close();
     comm.free();
@@ -112,17 +108,11 @@ TEST(MemoryTier, DecodedExampleFieldsExactlyOnceWithGeneratorValues) {
     ASSERT_EQ(src.fields().size(), 3u);
     sweep(src, n, [](const HostBatch& b, std::size_t s) {
         const auto id = static_cast<std::uint64_t>(b.index()[s]);
-        const std::uint8_t image[4] = {static_cast<std::uint8_t>(id),
-                                       static_cast<std::uint8_t>(id >> 8), 7,
-                                       static_cast<std::uint8_t>(id * 3)};
         std::int64_t label = 0;
         std::memcpy(&label, b.fields()[1].data + s * 8, 8);
-        const HostField& text = b.fields()[2];
-        const auto want = payload(id);
-        const auto len = static_cast<std::size_t>(text.offsets[s + 1] - text.offsets[s]);
-        return std::memcmp(b.fields()[0].data + s * 4, image, 4) == 0 &&
-               label == static_cast<std::int64_t>(id) * 1000 - 5 && len == want.size() &&
-               (len == 0 || std::memcmp(text.data + text.offsets[s], want.data(), len) == 0);
+        return std::memcmp(b.fields()[0].data + s * 4, image_of(id).data(), 4) == 0 &&
+               label == static_cast<std::int64_t>(id) * 1000 - 5 &&
+               ragged_is_payload(b.fields()[2], s, id);
     });
     src.close();
     comm.free();

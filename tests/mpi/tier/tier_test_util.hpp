@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <array>
 #include <cstdint>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <set>
