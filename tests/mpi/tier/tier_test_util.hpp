@@ -29,14 +29,26 @@ inline std::vector<std::uint8_t> payload(std::uint64_t id) {
     return p;
 }
 
+/// The 4-byte "image" feature of record `id`.
+inline std::array<std::uint8_t, 4> image_of(std::uint64_t id) {
+    return {static_cast<std::uint8_t>(id), static_cast<std::uint8_t>(id >> 8), 7,
+            static_cast<std::uint8_t>(id * 3)};
+}
+
+/// True when slot `s` of ragged field `f` holds exactly `payload(id)`.
+inline bool ragged_is_payload(const HostField& f, std::size_t s, std::uint64_t id) {
+    const auto want = payload(id);
+    const auto len = static_cast<std::size_t>(f.offsets[s + 1] - f.offsets[s]);
+    return len == want.size() &&
+           (len == 0 || std::memcmp(f.data + f.offsets[s], want.data(), len) == 0);
+}
+
 /// A tf.train.Example for `id`: "image" 4 bytes, "label" int64, "text" ragged bytes.
 inline std::vector<std::uint8_t> example(std::uint64_t id) {
-    const std::uint8_t image[4] = {static_cast<std::uint8_t>(id),
-                                   static_cast<std::uint8_t>(id >> 8), 7,
-                                   static_cast<std::uint8_t>(id * 3)};
+    const auto image = image_of(id);
     const auto text = payload(id);
     return ExampleBuilder()
-        .add_bytes("image", image, 4)
+        .add_bytes("image", image.data(), image.size())
         .add_int64s("label", {static_cast<std::int64_t>(id) * 1000 - 5})
         .add_bytes("text", text.data(), text.size())
         .serialize();
