@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Writes an HDF5 workload for benchmarks/stage_vs_torch.sh (DLIO/MLPerf Storage shapes scaled
+"""Writes an HDF5 workload for benchmarks/run.sh (DLIO/MLPerf Storage shapes scaled
 to this machine): `resnet50`: N samples of 224x224x3 uint8 (~150 KB) + int64 labels, contiguous.
 Usage: make_workload.py OUT.h5 N"""
 import sys

@@ -24,6 +24,21 @@ constexpr std::size_t kMaxPrefetch = 4096;
 /// Largest accepted `LoaderOptions::io_threads`.
 constexpr std::size_t kMaxIoThreads = 256;
 
+/// Where a loader serves its epochs from (option `LoaderOptions::stage`, CLI `--stage`).
+enum class Stage : std::uint8_t {
+    /// Every epoch reads the source (file reads; batches sorted by offset and coalesced).
+    none,
+    /// The dataset is staged in node memory at construction; every epoch is served from it.
+    memory,
+    /// `memory` when the staged shard plus the ring fit `LoaderOptions::stage_budget_bytes` on
+    /// every rank, `none` otherwise (the report says which and why).
+    automatic,
+};
+/// "none", "memory" or "auto".
+std::string to_string(Stage s);
+/// Parses "none", "memory" or "auto". @throws ConfigError naming the accepted words.
+Stage parse_stage(const std::string& s);
+
 /// Options of a loader. Fields of `plan` must be equal on every rank (checked collectively);
 /// `prefetch` and `io_threads` may differ between ranks.
 struct LoaderOptions {
@@ -60,6 +75,24 @@ struct LoaderOptions {
     /// the first and last sample of every shard are compared (each read by two ranks).
     /// Must be equal on every rank.
     bool verify_files = false;
+    /// The staging tier (docs/architecture.md, "Memory tier"). With `memory`, construction is
+    /// where the data is read: rank r reads its shard `[begin[r], begin[r+1])`
+    /// (`balanced_shard_begins`) once with large contiguous reads (collective H5Dread /
+    /// MPI_File_read_at_all for HDF5, coalesced runs of at most 1 GiB per call otherwise;
+    /// TFRecord/Example fields are decoded once, ragged fields as values + offsets) into an MPI-3
+    /// shared-memory window of its node (`MPI_Win_allocate_shared`). Every epoch (any shuffle)
+    /// then copies samples from memory: plain loads from ranks of the same node, `MPI_Get`
+    /// under a passive-target `MPI_Win_lock_all` epoch from other nodes. Resident memory per
+    /// rank: its staged shard + the ring. Must be equal on every rank.
+    Stage stage = Stage::none;
+    /// Bytes one rank may use for its staged shard plus its ring. 0 = half of the node's
+    /// physical memory divided among the node's ranks. Over budget, `memory` is a ConfigError
+    /// (naming the bytes) and `automatic` serves from the file. Must be equal on every rank.
+    std::uint64_t stage_budget_bytes = 0;
+    /// Testing: treat each group of this many consecutive ranks as one node, so the cross-node
+    /// (`MPI_Get`) path of the memory tier runs on one machine. 0 = the real nodes
+    /// (`MPI_Comm_split_type`). Must be equal on every rank.
+    int stage_ranks_per_node = 0;
 
     /// @throws ConfigError for a prefetch depth or thread count out of range, a negative
     ///         timeout, a device that is not auto/cpu/cuda[:N], or invalid plan options.
@@ -154,6 +187,14 @@ struct LoaderStats {
     bool pinned = false;
     /// The device chosen from `LoaderOptions::device` on this rank.
     DeviceChoice device;
+    /// The tier serving this loader's epochs: "memory" or "file" (same on every rank).
+    std::string tier = "file";
+    /// Why `tier` is what it is when `stage` was `automatic` (e.g. over budget), else empty.
+    std::string tier_note;
+    /// Bytes this rank holds in the memory tier (its shard, all fields), 0 when not staged.
+    std::uint64_t staged_bytes = 0;
+    /// Wall time of the staging read (construction), 0 when not staged.
+    std::chrono::duration<double> stage_time{0};
 };
 
 class Loader;
@@ -214,7 +255,9 @@ private:
 /// `LoaderOptions::timeout`), validates options, compares the plan options, N and the dataset's
 /// metadata across ranks, compares the contents of the first and last sample of every shard
 /// (each read by its owner and by the rank before it; whole shards with `verify_files`), and
-/// computes the byte-range cut and skew correction (`MPI_Allreduce`/`MPI_Exscan`), so ranks
+/// computes the byte-range cut and skew correction (`MPI_Allreduce`/`MPI_Exscan`), stages the
+/// dataset into node memory when `LoaderOptions::stage` asks for it (collective reads, window
+/// allocation: see there), so ranks
 /// whose options or files differ all throw the same `ConfigError` instead of hanging or mixing
 /// data. Every collective of the loader is watched: a rank that does not arrive within
 /// `timeout` ends the job with a message naming it (see `Communicator`). The source must outlive

@@ -129,6 +129,20 @@ void add_stage_device_options(CLI::App& cmd, StageArgs& a) {
         ->check(device_form);
 }
 
+void add_stage_tier_options(CLI::App& cmd, StageArgs& a) {
+    cmd.add_option("--stage", a.stage,
+                   "none (read the files every epoch), memory (read each rank's shard once into "
+                   "node shared memory, serve every epoch from it) or auto (memory when it fits "
+                   "--stage-budget)")
+        ->capture_default_str();
+    add_count(cmd, "--stage-budget", a.stage_budget,
+              "Bytes per rank for the staged shard plus the prefetch ring (0 = half of the "
+              "node's memory divided among its ranks)");
+    add_count(cmd, "--stage-ranks-per-node", a.stage_ranks_per_node,
+              "Testing: treat groups of this many ranks as nodes, so the memory tier's "
+              "cross-node MPI_Get path runs on one machine (0 = real nodes)");
+}
+
 void add_convert_options(CLI::App& cmd, ConvertArgs& a) {
     cmd.add_option("images", a.images, "IDX images file")->required();
     cmd.add_option("labels", a.labels, "IDX labels file")->required();
@@ -183,6 +197,7 @@ CommandLine::CommandLine()
     add_stage_safety_options(*stage_cmd_, stage);
     add_stage_resume_options(*stage_cmd_, stage);
     add_stage_device_options(*stage_cmd_, stage);
+    add_stage_tier_options(*stage_cmd_, stage);
 
     auto* convert_cmd = app_.add_subcommand("convert", "Convert data to a format mpistage stages");
     convert_cmd->require_subcommand(1);
@@ -255,6 +270,9 @@ std::vector<NamedValue> stage_argument_values(const StageArgs& a) {
         {"--resume", a.resume},
         {"--balance-steps", a.balance_steps ? "on" : "off"},
         {"--compute-ms", std::to_string(a.compute_ms)},
+        {"--stage", a.stage},
+        {"--stage-budget", std::to_string(a.stage_budget)},
+        {"--stage-ranks-per-node", std::to_string(a.stage_ranks_per_node)},
     };
 }
 

@@ -47,6 +47,12 @@ struct StageArgs {
     bool balance_steps = false;
     /// Emulated compute per step in milliseconds (paces a run like a trainer would).
     std::uint64_t compute_ms = 0;
+    /// --stage none|memory|auto (LoaderOptions::stage).
+    std::string stage = "none";
+    /// --stage-budget bytes per rank (0 = default; LoaderOptions::stage_budget_bytes).
+    std::uint64_t stage_budget = 0;
+    /// --stage-ranks-per-node (testing; LoaderOptions::stage_ranks_per_node).
+    std::uint64_t stage_ranks_per_node = 0;
 };
 
 /// `mpistage convert idx IMAGES LABELS -o OUT [options]`.

@@ -23,6 +23,8 @@ nlohmann::json epoch_json(const EpochReport& r, bool verify) {
     nlohmann::json e;
     e["epoch"] = r.epoch;
     e["batches_per_rank"] = r.batches;
+    e["tier"] = r.tier;
+    e["seconds"] = r.seconds;
     if (verify) {
         e["valid_samples_per_rank"] = r.valid;
         e["duplicates"] = r.duplicates;
@@ -75,6 +77,7 @@ void write_stage_json(const StageArgs& a, const StageOutcome& o) {
     j["shuffle"] = a.shuffle;
     j["sharding"] = a.sharding;
     for (const auto& stat : o.source) j[stat.name] = stat.value;
+    j["stage"] = tier_json(o.tier);
     j["epochs"] = nlohmann::json::array();
     for (const auto& r : o.epochs) j["epochs"].push_back(epoch_json(r, a.verify));
     if (o.resume) j["resumed_from"] = nlohmann::json::parse(o.resume->to_json());

@@ -176,6 +176,7 @@ void print_summary(const StageArgs& a, const StageOutcome& o) {
             static_cast<ull>(r.epoch), r.step_ratio_worst, r.step_ratio_mean, r.unbalanced_worst,
             r.unbalanced_mean);
     }
+    print_tier(o.tier, o.epochs);
     if (a.verify) print_verdicts(o.epochs, o.all_ok);
     if (o.stopped_after > 0) {
         std::printf("stopped after %llu step(s) (--stop-after-steps) in epoch %llu at step %llu\n",

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cli/args.hpp"
+#include "cli/tier_report.hpp"
 #include "cli/verify.hpp"
 #include "mpistage/comm.hpp"
 #include "mpistage/error.hpp"
@@ -63,6 +64,8 @@ struct StageOutcome {
     LoaderState saved;
     /// Steps after which --stop-after-steps stopped the run inside an epoch (0: it did not).
     std::uint64_t stopped_after = 0;
+    /// The staging tier and how it served the epochs.
+    TierSummary tier;
 };
 
 /// Local (rank 0): the first lines: sizes, options, fields, skipped records.

@@ -1,5 +1,6 @@
 // `mpistage stage`: agree on the arguments and the source, stage every epoch (saving and
 // resuming the loader state on request), report.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <optional>
@@ -37,6 +38,10 @@ LoaderOptions loader_options(const StageArgs& a) {
     o.timeout = std::chrono::seconds(a.timeout_seconds);
     o.verify_files = a.verify_files;
     o.device = a.device;
+    o.stage = parse_stage(a.stage);
+    o.stage_budget_bytes = a.stage_budget;
+    o.stage_ranks_per_node =
+        static_cast<int>(std::min<std::uint64_t>(a.stage_ranks_per_node, 1 << 30));
     return o;
 }
 
@@ -215,14 +220,17 @@ int run_stage(Communicator& comm, const StageArgs& a) {
     StageRun run(comm, a, loader, local, staging, progress);
     const std::uint64_t first = local.resume ? local.resume->loader.epoch : a.first_epoch;
     for (std::uint64_t e = first; e < a.first_epoch + a.epochs && !run.done(); ++e) {
+        const auto t0 = std::chrono::steady_clock::now();
         EpochReport r = run.stage_epoch(e);
+        note_epoch_tier(comm, loader.stats(), std::chrono::steady_clock::now() - t0, r);
         o.all_ok = o.all_ok && r.ok;
-        if (a.verify || !a.json.empty()) o.epochs.push_back(std::move(r));
+        o.epochs.push_back(std::move(r));
     }
     run.save_final();
     o.stopped_after = run.stopped() ? run.steps() : 0;
     o.saved = loader.state();
     o.ranks = gather_rank_totals(comm, loader.stats(), staging.stats());
+    o.tier = gather_tier(comm, a.stage, loader.stats());
     if (comm.rank() == 0 && !a.quiet) print_summary(a, o);
     run_agreed(comm, [&] {
         if (!a.json.empty() && comm.rank() == 0) write_stage_json(a, o);

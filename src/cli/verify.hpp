@@ -2,6 +2,7 @@
 // `mpistage stage --verify`: the exactly-once check of one epoch (internal to the CLI).
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "mpistage/comm.hpp"
@@ -35,6 +36,9 @@ struct EpochReport {
     double step_ratio_mean = 0;
     double unbalanced_worst = 0;
     double unbalanced_mean = 0;
+    /// The tier that served the epoch ("memory" or "file") and the slowest rank's seconds.
+    std::string tier = "file";
+    double seconds = 0;
 };
 
 /// Collective: the batch counts of every rank for `epoch` (no exactly-once check).

@@ -116,10 +116,13 @@ Loader::Loader(const Communicator& comm, const Source& source, LoaderOptions opt
                [&] { d.totals = plan_totals(d.num_samples, d.comm.size(), d.options.plan); });
     agree_or_throw(d.comm, capture([&] { d.compute_cut(); }));
     run_agreed(d.comm, [&] { d.allocate_ring(); });
+    d.comm.set_context({"loader: stage " + to_string(d.options.stage), -1, -1, "", -1});
+    d.tier =
+        detail::build_memory_tier(d.comm, source, d.options, detail::ring_bytes(*d.ring), d.stats);
     int level = MPI_THREAD_SINGLE;
     MPI_Query_thread(&level);
     d.use_threads =
-        d.options.io_threads > 0 && (!source.reads_use_mpi() || level == MPI_THREAD_MULTIPLE);
+        d.options.io_threads > 0 && (!d.reader().reads_use_mpi() || level == MPI_THREAD_MULTIPLE);
 }
 
 Loader::~Loader() = default;
@@ -171,7 +174,7 @@ EpochRange Loader::epoch(std::uint64_t e) {
                                 start, sizes);
     });
     d.progress = {true, e, start, 0, impl->plan.steps};
-    impl->prefetch = std::make_unique<detail::Prefetcher>(d.ring, d.source, impl->plan, e);
+    impl->prefetch = std::make_unique<detail::Prefetcher>(d.ring, d.reader(), impl->plan, e);
     d.epoch_active = true;
     EpochRange range(std::move(impl));
     // No more threads than batches; a failure to start one is agreed like any other error (the

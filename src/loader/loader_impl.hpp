@@ -10,6 +10,7 @@
 #include "mpistage/loader.hpp"
 #include "pipeline/prefetch.hpp"
 #include "pipeline/ring.hpp"
+#include "tier/memory_tier.hpp"
 
 namespace mpistage {
 
@@ -40,6 +41,13 @@ struct Loader::Impl {
     } progress;
     /// Set by `restore` until the next `epoch()` call.
     std::optional<LoaderState> resume;
+    /// The memory tier when `options.stage` staged the data (destroyed, collectively, first).
+    std::unique_ptr<detail::MemoryTier> tier;
+
+    /// What the pipeline reads from: the memory tier when staged, else the source.
+    const Source& reader() const noexcept {
+        return tier ? static_cast<const Source&>(*tier) : source;
+    }
 
     Impl(const Communicator& c, const Source& s, LoaderOptions o)
         : comm(c.get()), source(s), options(std::move(o)) {}

@@ -38,6 +38,12 @@ std::uint64_t slot_bytes(const std::vector<FieldInfo>& fields, std::uint64_t b) 
     return fixed_bytes + checked_mul(b, sizeof(std::int64_t) + 1, "loader: batch");
 }
 
+std::uint64_t ring_bytes(const Ring& ring) {
+    std::uint64_t bytes = 0;
+    for (const auto& slot : ring.slots) bytes += slot->block.size_bytes();
+    return bytes;
+}
+
 std::shared_ptr<Ring> make_ring(const std::vector<FieldInfo>& fields, std::uint64_t b,
                                 std::uint64_t count, bool pinned) {
     const std::uint64_t bytes = slot_bytes(fields, b);

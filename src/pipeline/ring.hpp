@@ -48,6 +48,10 @@ struct Ring {
 /// the index and valid mask). @throws ConfigError on overflow.
 std::uint64_t slot_bytes(const std::vector<FieldInfo>& fields, std::uint64_t b);
 
+/// Bytes of all slot blocks of `ring` (ragged values grow beyond it as batches need). Thread-safe
+/// once the ring is built (slots are never added later).
+std::uint64_t ring_bytes(const Ring& ring);
+
 /// Allocates `count` slots of `slot_bytes(fields, b)` bytes, pinned when `pinned`.
 /// @throws CudaError, std::bad_alloc.
 std::shared_ptr<Ring> make_ring(const std::vector<FieldInfo>& fields, std::uint64_t b,

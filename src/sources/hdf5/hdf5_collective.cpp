@@ -7,6 +7,10 @@
 
 namespace mpistage::detail {
 
+MPI_Comm Hdf5Access::communicator(const Hdf5Source& source) noexcept {
+    return source.impl_->comm ? source.impl_->comm->get() : MPI_COMM_NULL;
+}
+
 std::uint64_t Hdf5Access::read_rows_collective(const Hdf5Source& source, std::size_t field,
                                                std::uint64_t row_begin, std::uint64_t row_count,
                                                std::byte* dst) {

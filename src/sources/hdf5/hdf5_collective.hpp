@@ -11,6 +11,8 @@ namespace mpistage::detail {
 
 /// Access to an Hdf5Source's internals for collective transfers.
 struct Hdf5Access {
+    /// The source's own communicator (its collective reads run on it). Not collective.
+    static MPI_Comm communicator(const Hdf5Source& source) noexcept;
     /// Collective over the source's communicator: rows `[row_begin, row_begin + row_count)` of
     /// field `field` into `dst` (row_count × sample_bytes bytes, native order) with collective
     /// MPI-IO transfers. Reads are split into pieces of at most `max_read_bytes`; every rank

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstring>
 
 #include "util/posix_file.hpp"
 
@@ -136,21 +137,62 @@ std::string RawSource::fingerprint() const {
     return s;
 }
 
+namespace {
+
+/// The run of ids starting at position `i` of `order` (sorted by id): consecutive ids whose
+/// bytes follow each other in the file, at most `max_bytes` long. Returns its length.
+std::size_t run_length(const std::uint64_t* ids, const std::vector<std::size_t>& order,
+                       std::size_t i, std::uint64_t rb, std::uint64_t max_bytes) {
+    std::size_t n = 1;
+    while (i + n < order.size() && ids[order[i + n]] == ids[order[i]] + n &&
+           (n + 1) * rb <= max_bytes) {
+        ++n;
+    }
+    return n;
+}
+
+}  // namespace
+
 void RawSource::read(const std::uint64_t* ids, std::size_t count, BatchSink& sink) const {
+    constexpr std::uint64_t kMaxReadBytes = std::uint64_t{1} << 30;
+    for (std::size_t k = 0; k < count; ++k) {
+        if (ids[k] >= impl_->num_samples) {
+            throw ConfigError("raw: sample id " + std::to_string(ids[k]) + " out of range");
+        }
+    }
+    // Sorted by file offset and coalesced into runs of consecutive records: one pread per run,
+    // straight into the batch when its slots are contiguous there, through a buffer otherwise.
+    std::vector<std::size_t> order(count);
+    for (std::size_t k = 0; k < count; ++k) order[k] = k;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::size_t a, std::size_t b) { return ids[a] < ids[b]; });
+    thread_local std::vector<std::byte> scratch;
     for (std::size_t fi = 0; fi < impl_->raw.size(); ++fi) {
         const RawField& f = impl_->raw[fi];
         const std::uint64_t rb = impl_->infos[fi].sample_bytes;
         const std::size_t elem = dtype_size(f.dtype);
-        for (std::size_t k = 0; k < count; ++k) {
-            if (ids[k] >= impl_->num_samples) {
-                throw ConfigError("raw: sample id " + std::to_string(ids[k]) + " out of range");
+        for (std::size_t i = 0; i < count;) {
+            const std::size_t n = run_length(ids, order, i, rb, std::max(kMaxReadBytes, rb));
+            std::byte* first = sink.fixed(fi, order[i]);
+            bool contiguous = true;
+            for (std::size_t j = 1; j < n && contiguous; ++j) {
+                contiguous = sink.fixed(fi, order[i + j]) == first + j * rb;
             }
-            std::byte* dst = sink.fixed(fi, k);
-            impl_->files[fi].read_exact(dst, rb, f.header_bytes + ids[k] * rb,
-                                        "raw: field '" + f.name + "' record " + std::to_string(ids[k]));
+            if (!contiguous && scratch.size() < n * rb) scratch.resize(n * rb);
+            std::byte* dst = contiguous ? first : scratch.data();
+            impl_->files[fi].read_exact(dst, n * rb, f.header_bytes + ids[order[i]] * rb,
+                                        "raw: field '" + f.name + "' records " +
+                                            std::to_string(ids[order[i]]) + ".." +
+                                            std::to_string(ids[order[i]] + n - 1));
             if (f.big_endian && elem > 1) {
-                for (std::uint64_t e = 0; e < rb; e += elem) std::reverse(dst + e, dst + e + elem);
+                for (std::uint64_t e = 0; e < n * rb; e += elem) {
+                    std::reverse(dst + e, dst + e + elem);
+                }
             }
+            for (std::size_t j = 0; j < n && !contiguous; ++j) {
+                std::memcpy(sink.fixed(fi, order[i + j]), dst + j * rb, rb);
+            }
+            i += n;
         }
     }
 }

@@ -162,49 +162,111 @@ std::uint64_t TfRecordSource::records_in_cut(int rank, int world_size) const {
     return static_cast<std::uint64_t>(first_at(e) - first_at(b));
 }
 
+namespace {
+
+/// Largest group of records read into one buffer by `read` (each run in it is one read call).
+constexpr std::uint64_t kGroupBytes = std::uint64_t{64} << 20;
+
+/// Checks the framing and payload CRC of record `r` at `rec` and writes it to slot `slot`.
+void emit_record(const tfrecord::SourceState& im, const RecordRef& r, const std::uint8_t* rec,
+                 BatchSink& sink, std::size_t slot) {
+    const auto& f = im.files[r.file];
+    const std::uint64_t bytes = r.length + kFramingBytes;
+    const std::string name = f.gz ? f.path + " (decompressed)" : f.path;
+    std::uint64_t length = 0;
+    if (tfrecord::check_header(rec, 0, bytes, length) != tfrecord::HeaderStatus::ok ||
+        length != r.length) {
+        throw FormatError("tfrecord: " + name + ": record header at offset " +
+                          std::to_string(r.offset) + " changed since open");
+    }
+    if (im.options.verify_payload_crc && masked_crc32c(rec + kHeaderBytes, r.length) !=
+                                             detail::load_le32(rec + kHeaderBytes + r.length)) {
+        throw FormatError("tfrecord: " + name + ": payload CRC32C mismatch in record at offset " +
+                          std::to_string(r.offset) + " (length " + std::to_string(r.length) + ")");
+    }
+    if (im.decoder) {
+        im.decoder->decode(rec + kHeaderBytes, r.length, sink, slot,
+                           name + " record at offset " + std::to_string(r.offset));
+    } else {
+        std::byte* dst = sink.ragged(0, slot, r.length);
+        if (r.length > 0) std::memcpy(dst, rec + kHeaderBytes, r.length);
+    }
+}
+
+/// Reads the plain-file records `refs` into `buf`, sorted by (file, offset) and coalesced into
+/// runs of adjacent records (one read call per run, at most max_read_bytes each); `at[j]` is
+/// where record j starts in `buf`. Records of gzip files are skipped (they are in memory).
+void read_group(const tfrecord::SourceState& im, const std::vector<RecordRef>& refs,
+                std::vector<std::uint8_t>& buf, std::vector<std::uint64_t>& at) {
+    std::vector<std::size_t> order(refs.size());
+    for (std::size_t j = 0; j < order.size(); ++j) order[j] = j;
+    std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+        return refs[a].file != refs[b].file ? refs[a].file < refs[b].file
+                                            : refs[a].offset < refs[b].offset;
+    });
+    at.assign(refs.size(), 0);
+    std::uint64_t total = 0;
+    for (const std::size_t j : order) {
+        at[j] = total;
+        if (!im.files[refs[j].file].gz) total += refs[j].length + kFramingBytes;
+    }
+    if (buf.size() < total) buf.resize(static_cast<std::size_t>(total));
+    for (std::size_t i = 0; i < order.size();) {
+        const RecordRef& first = refs[order[i]];
+        std::uint64_t run = first.length + kFramingBytes;
+        std::size_t n = 1;
+        while (i + n < order.size() && !im.files[first.file].gz) {
+            const RecordRef& next = refs[order[i + n]];
+            if (next.file != first.file || next.offset != first.offset + run ||
+                run + next.length + kFramingBytes > im.options.max_read_bytes) {
+                break;
+            }
+            run += next.length + kFramingBytes;
+            ++n;
+        }
+        if (!im.files[first.file].gz) {
+            im.read_at(first.file, first.offset, buf.data() + at[order[i]], run, false);
+        }
+        i += n;
+    }
+}
+
+}  // namespace
+
 void TfRecordSource::read(const std::uint64_t* ids, std::size_t count, BatchSink& sink) const {
     const auto& im = *impl_;
-    thread_local std::vector<std::uint8_t> buf;
-    for (std::size_t k = 0; k < count; ++k) {
-        const RecordRef r = record(ids[k]);
-        const auto& f = im.files[r.file];
-        const std::uint64_t bytes = r.length + kFramingBytes;
-        const std::uint8_t* rec = nullptr;
-        std::shared_ptr<const std::vector<std::uint8_t>> gz;
-        if (f.gz) {
-            gz = im.gz(r.file, false);
-            if (r.offset + bytes > gz->size()) {
-                throw FormatError("tfrecord: " + f.path +
-                                  ": decompressed stream shorter than "
-                                  "its index (record at offset " +
-                                  std::to_string(r.offset) + ")");
+    std::vector<std::uint8_t> buf;
+    std::vector<std::uint64_t> at;
+    std::vector<RecordRef> refs;
+    // Groups of consecutive slots of at most kGroupBytes (or one record), each read sorted and
+    // coalesced, then checked and emitted in slot order (ragged slots must come in order).
+    for (std::size_t k = 0; k < count;) {
+        refs.clear();
+        std::uint64_t bytes = 0;
+        while (k + refs.size() < count) {
+            const RecordRef r = record(ids[k + refs.size()]);
+            if (!refs.empty() && bytes + r.length + kFramingBytes > kGroupBytes) break;
+            bytes += r.length + kFramingBytes;
+            refs.push_back(r);
+        }
+        read_group(im, refs, buf, at);
+        for (std::size_t j = 0; j < refs.size(); ++j) {
+            const auto& f = im.files[refs[j].file];
+            std::shared_ptr<const std::vector<std::uint8_t>> gz;
+            const std::uint8_t* rec = buf.data() + at[j];
+            if (f.gz) {
+                gz = im.gz(refs[j].file, false);
+                if (refs[j].offset + refs[j].length + kFramingBytes > gz->size()) {
+                    throw FormatError("tfrecord: " + f.path +
+                                      ": decompressed stream shorter than its index (record at "
+                                      "offset " +
+                                      std::to_string(refs[j].offset) + ")");
+                }
+                rec = gz->data() + refs[j].offset;
             }
-            rec = gz->data() + r.offset;
-        } else {
-            if (buf.size() < bytes) buf.resize(static_cast<std::size_t>(bytes));
-            im.read_at(r.file, r.offset, buf.data(), bytes, false);
-            rec = buf.data();
+            emit_record(im, refs[j], rec, sink, k + j);
         }
-        const std::string name = f.gz ? f.path + " (decompressed)" : f.path;
-        std::uint64_t length = 0;
-        if (tfrecord::check_header(rec, 0, bytes, length) != tfrecord::HeaderStatus::ok ||
-            length != r.length) {
-            throw FormatError("tfrecord: " + name + ": record header at offset " +
-                              std::to_string(r.offset) + " changed since open");
-        }
-        if (im.options.verify_payload_crc && masked_crc32c(rec + kHeaderBytes, r.length) !=
-                                                 detail::load_le32(rec + kHeaderBytes + r.length)) {
-            throw FormatError(
-                "tfrecord: " + name + ": payload CRC32C mismatch in record at offset " +
-                std::to_string(r.offset) + " (length " + std::to_string(r.length) + ")");
-        }
-        if (im.decoder) {
-            im.decoder->decode(rec + kHeaderBytes, r.length, sink, k,
-                               name + " record at offset " + std::to_string(r.offset));
-        } else {
-            std::byte* dst = sink.ragged(0, k, r.length);
-            if (r.length > 0) std::memcpy(dst, rec + kHeaderBytes, r.length);
-        }
+        k += refs.size();
     }
 }
 

@@ -26,12 +26,16 @@ struct Config {
     Shuffle shuffle = Shuffle::none;
     std::size_t prefetch = 1;
     std::size_t io_threads = 0;
+    Stage stage = Stage::none;
+    /// LoaderOptions::stage_ranks_per_node (1: every other rank is a "remote node").
+    int ranks_per_node = 0;
 
     std::string str() const {
         std::ostringstream s;
         s << "B=" << batch << " remainder=" << to_string(remainder) << " sharding="
           << to_string(sharding) << " shuffle=" << to_string(shuffle) << " prefetch=" << prefetch
-          << " io_threads=" << io_threads;
+          << " io_threads=" << io_threads << " stage=" << to_string(stage);
+        if (ranks_per_node > 0) s << " ranks_per_node=" << ranks_per_node;
         return s.str();
     }
     LoaderOptions options() const {
@@ -44,6 +48,8 @@ struct Config {
         o.prefetch = prefetch;
         o.io_threads = io_threads;
         o.pin_memory = false;
+        o.stage = stage;
+        o.stage_ranks_per_node = ranks_per_node;
         return o;
     }
 };

@@ -38,8 +38,11 @@ TEST(LoaderHdf5, GeneratedFilesMatchH5dump) {
 
 // Every combination of B x remainder x shuffle x prefetch x io_threads on the contiguous file
 // (pread fast path, big-endian labels swapped), and a rotating subset on the chunked gzip file
-// (H5Dread path).
-TEST(LoaderHdf5, SweepExactlyOnceEqualStepsAndRowData) {
+// (H5Dread path), served by tier `stage`; with `ranks_per_node` > 0 the memory tier treats
+// groups of ranks as nodes (MPI_Get between them). `every` > 1 runs every `every`-th combination.
+namespace {
+
+void sweep_exactly_once(Stage stage, int ranks_per_node, std::uint64_t every) {
     auto& files = h5t::shared_files();
     ASSERT_TRUE(files.ok);
     const std::uint64_t n = h5t::kGeneratedRows;
@@ -66,11 +69,15 @@ TEST(LoaderHdf5, SweepExactlyOnceEqualStepsAndRowData) {
             for (const auto& [sharding, shuffle] : orders) {
                 for (std::size_t prefetch = 1; prefetch <= 3; ++prefetch) {
                     for (std::size_t threads = 0; threads <= 2; ++threads) {
-                        const bool use_chunked = (index++ % 5) == 0;
+                        const std::uint64_t this_index = index++;
+                        if (this_index % every != 0) continue;
+                        const bool use_chunked = (this_index / every % 5) == 0;
                         const Source& src = use_chunked ? static_cast<const Source&>(chunked) : contiguous;
-                        Config c{b, rem, sharding, shuffle, prefetch, threads};
+                        Config c{b, rem, sharding, shuffle, prefetch, threads, stage, ranks_per_node};
                         const std::string what = c.str() + (use_chunked ? " chunked-gzip" : " contiguous");
                         Loader loader(comm, src, c.options());
+                        const std::string tier = stage == Stage::memory ? "memory" : "file";
+                        EXPECT_EQ(loader.stats().tier, tier) << what;
                         BatchChecker chk{rem, b, n, generated_row_ok, use_chunked ? &dumped_chunked : &dumped_contig, what};
                         // Two epochs when shuffling (different order, each exactly once).
                         const std::uint64_t epochs = shuffle == Shuffle::none ? 1 : 2;
@@ -101,6 +108,23 @@ TEST(LoaderHdf5, SweepExactlyOnceEqualStepsAndRowData) {
     chunked.close();
     contiguous.close();
     comm.free();
+}
+
+}  // namespace
+
+TEST(LoaderHdf5, SweepExactlyOnceEqualStepsAndRowData) {
+    sweep_exactly_once(Stage::none, 0, 1);
+}
+
+// The same sweep served from the memory tier (issue "Stage the data"): shared-memory loads.
+TEST(LoaderHdf5, SweepExactlyOnceEqualStepsAndRowDataStagedInMemory) {
+    sweep_exactly_once(Stage::memory, 0, 1);
+}
+
+// The memory tier with every rank its own "node": every sample of another rank's shard comes
+// by MPI_Get (passive target), from I/O threads too (the tests run with MPI_THREAD_MULTIPLE).
+TEST(LoaderHdf5, SweepExactlyOnceEqualStepsAndRowDataStagedAcrossNodes) {
+    sweep_exactly_once(Stage::memory, 1, 1);
 }
 
 // Acceptance: "a tensor staged for sample i equals row i read with h5dump", on real data
@@ -142,7 +166,13 @@ TEST(LoaderHdf5, FashionMnistRowsEqualH5dumpAndIdx) {
         {100, Remainder::pad, Sharding::global, Shuffle::global, 2, 1},
         {333, Remainder::drop, Sharding::byte_range, Shuffle::none, 2, 0},
     };
-    for (const auto& c : configs) {
+    std::vector<Config> all_configs = configs;
+    for (const auto& c : configs) {  // the same configurations served from the memory tier
+        Config staged = c;
+        staged.stage = Stage::memory;
+        all_configs.push_back(staged);
+    }
+    for (const auto& c : all_configs) {
         Loader loader(comm, src, c.options());
         BatchChecker chk{c.remainder, c.batch, n, idx_row_ok, &dumped, c.str() + " fashion"};
         const auto o = consume_epoch(loader, 3, chk, true);

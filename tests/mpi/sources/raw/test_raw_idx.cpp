@@ -146,8 +146,11 @@ TEST(RawIdx, LoaderExactlyOnceWithFileBytes) {
         {333, Remainder::drop, Shuffle::none, Sharding::byte_range, 1, 0},
         {128, Remainder::pad, Shuffle::global, Sharding::global, 3, 1},
     };
+    // Every configuration from the files (coalesced preads) and from the memory tier.
+    for (const Stage stage : {Stage::none, Stage::memory})
     for (const auto& c : configs) {
         LoaderOptions o;
+        o.stage = stage;
         o.plan.batch_size = c.b;
         o.plan.remainder = c.rem;
         o.plan.shuffle = c.shuffle;
@@ -155,7 +158,9 @@ TEST(RawIdx, LoaderExactlyOnceWithFileBytes) {
         o.prefetch = c.prefetch;
         o.io_threads = c.threads;
         Loader loader(comm, src, o);
-        const std::string what = "B=" + std::to_string(c.b) + " " + to_string(c.rem) + " " + to_string(c.shuffle);
+        const std::string what = "B=" + std::to_string(c.b) + " " + to_string(c.rem) + " " +
+                                 to_string(c.shuffle) + " stage " + to_string(stage);
+        EXPECT_EQ(loader.stats().tier, stage == Stage::memory ? "memory" : "file") << what;
         std::vector<std::int64_t> ids;
         std::uint64_t batches = 0, bad = 0;
         std::string error;

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# One command for the side-by-side staging benchmark (benchmarks/README.md): prepares the
+# workloads, runs benchmarks/side_by_side.py, and plots the steady-state rates with gnuplot.
+#
+#   benchmarks/run.sh [BUILD_DIR] [NP] [RUNS]      (defaults: build, 2, 5)
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+build="$(cd "${1:-build}" && pwd)"
+np="${2:-2}"
+runs="${3:-5}"
+work="${WORK_DIR:-$build/bench-data}"
+out="${OUT:-$here/results}"
+py=/usr/bin/python3
+mkdir -p "$work"
+[ "$(id -u)" -eq 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+if [ "$np" -gt "$(nproc)" ]; then
+    echo "run.sh: NP $np exceeds the $(nproc) cores; rates would measure oversubscription" >&2
+    exit 2
+fi
+if ! command -v gnuplot > /dev/null; then
+    apt-get install -y gnuplot-nox > /dev/null || echo "run.sh: no gnuplot; skipping the plot" >&2
+fi
+
+fm=/usr/share/datasets/fashion-mnist
+[ -s "$work/fmnist.h5" ] || "$build/mpistage" convert idx "$fm/train-images-idx3-ubyte.gz" \
+    "$fm/train-labels-idx1-ubyte.gz" -o "$work/fmnist.h5" > /dev/null
+[ -s "$work/fmnist.tfrecord" ] || "$build/mpistage" convert idx --format tfrecord \
+    "$fm/train-images-idx3-ubyte.gz" "$fm/train-labels-idx1-ubyte.gz" \
+    -o "$work/fmnist.tfrecord" > /dev/null
+[ -s "$work/resnet50.h5" ] || "$py" "$here/make_workload.py" "$work/resnet50.h5" 2000
+
+echo "np=$np, $runs runs after a warm-up, $(nproc) cores, $(date -u '+%Y-%m-%d %H:%M UTC')"
+"$py" "$here/side_by_side.py" "$build" "$work" "$np" "$runs" "$out"
+
+if command -v gnuplot > /dev/null; then
+    gnuplot <<GP
+set terminal pngcairo size 1200,800 noenhanced
+set output "$out.png"
+set title "Steady-state samples/s (median of $runs runs, np=$np), log scale"
+set style data histogram
+set style fill solid 0.8
+set logscale y
+set xtics rotate by -60 font ",8"
+set key off
+set ylabel "samples/s"
+plot "$out.dat" using 2:xtic(1)
+GP
+    echo "plot: $out.png"
+fi

@@ -1,0 +1,182 @@
+#!/usr/bin/python3
+"""Side-by-side staging benchmark (run through benchmarks/run.sh): mpistage in each tier and
+shuffle, PyTorch DataLoader + h5py (naive), PyTorch in memory (expert), and the raw limits (cat
+of the file, memcpy), on the same files in one run. Steady-state throughput is
+(T(E epochs) - T(1 epoch)) / (E - 1) per epoch, with T the cumulative epoch time inside one run,
+so start-up and the first (cold or staging) epoch cancel. Medians of RUNS runs after a warm-up.
+
+Usage: side_by_side.py BUILD_DIR WORK_DIR NP RUNS OUT_PREFIX
+Writes OUT_PREFIX.json (every run), OUT_PREFIX.md (the table), OUT_PREFIX.dat (plot data).
+"""
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PY = "/usr/bin/python3"
+
+
+def mpirun(np_, args):
+    env = ["-x", "LD_LIBRARY_PATH"] if os.environ.get("LD_LIBRARY_PATH") else []
+    return ["mpirun", "-np", str(np_), "--bind-to", "none", *env] + args
+
+
+def run_mpistage(build, np_, work, w, shuffle, stage, epochs):
+    sharding = "global" if shuffle == "global" else "byte_range"
+    out = os.path.join(work, "m.json")
+    cmd = [os.path.join(build, "mpistage"), "stage", *w["files"], *w["flags"],
+           "--batch-size", str(w["batch"]), "--epochs", str(epochs), "--shuffle", shuffle,
+           "--sharding", sharding, "--stage", stage, "--remainder", "pad", "--threads", "1",
+           "--prefetch", "4", "--quiet", "--json", out]
+    subprocess.run(mpirun(np_, cmd), check=True)
+    with open(out) as f:
+        j = json.load(f)
+    ep = [e["seconds"] for e in j["epochs"]]
+    if any(e["tier"] != ("memory" if stage == "memory" else "file") for e in j["epochs"]):
+        raise SystemExit("unexpected tier in " + json.dumps(j["epochs"]))
+    return {"samples": j["num_samples"], "epoch_seconds": ep,
+            "load_seconds": j["stage"]["stage_seconds"]}
+
+
+def run_torch(np_, w, mode, epochs):
+    cmd = [PY, os.path.join(HERE, "torch_baselines.py"), mode, w["files"][0], str(w["batch"]),
+           str(epochs), *w["h5_fields"]]
+    r = subprocess.run(mpirun(np_, cmd), check=True, capture_output=True, text=True)
+    j = json.loads(r.stdout.strip().splitlines()[-1])
+    return {"samples": j["samples_per_epoch"], "epoch_seconds": j["epoch_seconds"],
+            "load_seconds": j["load_seconds"]}
+
+
+def run_cat(w):
+    path = w["files"][0]
+    t0 = time.perf_counter()
+    subprocess.run(["cat", path], check=True, stdout=subprocess.DEVNULL)
+    seconds = time.perf_counter() - t0
+    return {"samples": w["samples"], "epoch_seconds": [seconds, seconds],
+            "bytes": os.path.getsize(path), "load_seconds": 0.0}
+
+
+def run_memcpy(w):
+    src = np.ones(w["samples"] * w["sample_bytes"], dtype=np.uint8)
+    dst = np.empty_like(src)
+    np.copyto(dst, src)  # fault the pages in first
+    t0 = time.perf_counter()
+    np.copyto(dst, src)
+    seconds = time.perf_counter() - t0
+    return {"samples": w["samples"], "epoch_seconds": [seconds, seconds], "load_seconds": 0.0}
+
+
+def steady(r):
+    ep = r["epoch_seconds"]
+    t_e, t_1 = sum(ep), ep[0]
+    return r["samples"] / ((t_e - t_1) / (len(ep) - 1))
+
+
+def methods(w):
+    """(name, runner) pairs for workload w."""
+    m = []
+    e = w["epochs"]
+    shuffles = w["shuffles"]
+    for stage in ("none", "memory"):
+        for sh in shuffles:
+            m.append((f"mpistage stage={stage} shuffle={sh}",
+                      lambda b, n, wk, s=stage, x=sh: run_mpistage(b, n, wk, w, x, s, e)))
+    if w.get("h5_fields"):
+        if not os.environ.get("SKIP_NAIVE"):
+            m.append(("torch DataLoader+h5py (naive)",
+                      lambda b, n, wk: run_torch(n, w, "naive", w["naive_epochs"])))
+        m.append(("torch in memory (expert)", lambda b, n, wk: run_torch(n, w, "memory", e)))
+    m.append(("cat FILE (raw read limit)", lambda b, n, wk: run_cat(w)))
+    m.append(("memcpy (one core)", lambda b, n, wk: run_memcpy(w)))
+    return m
+
+
+def workloads(work):
+    return [
+        {"name": "fmnist", "files": [os.path.join(work, "fmnist.h5")],
+         "flags": ["--field", "images", "--field", "labels"], "h5_fields": ["images", "labels"],
+         "batch": 64, "epochs": 21, "naive_epochs": 2, "samples": 60000, "sample_bytes": 785,
+         "shuffles": ["none", "local", "global"]},
+        {"name": "fmnist-tfrecord", "files": [os.path.join(work, "fmnist.tfrecord")],
+         "flags": ["--feature", "image:bytes/uint8:28x28", "--feature", "label:int64"],
+         "batch": 64, "epochs": 11, "samples": 60000, "sample_bytes": 792,
+         "shuffles": ["none", "global"]},
+        {"name": "resnet50", "files": [os.path.join(work, "resnet50.h5")],
+         "flags": ["--field", "images", "--field", "labels"], "h5_fields": ["images", "labels"],
+         "batch": 16, "epochs": 6, "naive_epochs": 2, "samples": 2000,
+         "sample_bytes": 224 * 224 * 3 + 8, "shuffles": ["none", "global"]},
+    ]
+
+
+def main():
+    build, work, np_, runs, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), \
+        sys.argv[5]
+    results = {}
+    for w in workloads(work):
+        for name, fn in methods(w):
+            key = w["name"] + " | " + name
+            results[key] = []
+            for i in range(runs + 1):  # run 0 is the warm-up
+                r = fn(build, np_, work)
+                if i > 0:
+                    results[key].append(r)
+            sps = statistics.median(steady(r) for r in results[key])
+            print(f"{key:70s} {sps / 1e6:10.3f} M samples/s", flush=True)
+    with open(out + ".json", "w") as f:
+        json.dump(results, f, indent=1)
+    report(results, workloads(work), out)
+
+
+def report(results, wls, out):
+    med = {k: statistics.median(steady(r) for r in v) for k, v in results.items()}
+    first = {k: statistics.median(r["epoch_seconds"][0] + r["load_seconds"] for r in v)
+             for k, v in results.items()}
+    lines = ["| workload | method | steady samples/s | MB/s | epoch 1 s (incl. load/stage) |",
+             "|---|---|---:|---:|---:|"]
+    dat = []
+    for w in wls:
+        for k in [k for k in med if k.startswith(w["name"] + " | ")]:
+            method = k.split(" | ", 1)[1]
+            lines.append(f"| {w['name']} | {method} | {med[k]:,.0f} | "
+                         f"{med[k] * w['sample_bytes'] / 1e6:,.1f} | {first[k]:.3f} |")
+            label = method.replace("mpistage stage=", "mpistage ").replace(" shuffle=", "/")
+            dat.append(f"\"{w['name']}: {label.split(' (')[0]}\" {med[k]:.1f}")
+    lines += ["", "Ratios (medians):", ""]
+    f = "fmnist | "
+
+    def ratio(a, b):
+        return med[f + a] / med[f + b] if f + a in med and f + b in med else float("nan")
+
+
+    g = "mpistage stage=memory shuffle=global"
+    lines.append(f"- fmnist staged global / torch in memory: {ratio(g, 'torch in memory (expert)'):.2f}x"
+                 " (target >= 3)")
+    lines.append(f"- fmnist staged global / torch DataLoader+h5py: "
+                 f"{ratio(g, 'torch DataLoader+h5py (naive)'):.1f}x (target >= 100)")
+    lines.append(f"- fmnist staged global / unstaged shuffle none: "
+                 f"{ratio(g, 'mpistage stage=none shuffle=none'):.2f} (target >= 0.67)")
+    lines.append(f"- fmnist staged global / unstaged global: "
+                 f"{ratio(g, 'mpistage stage=none shuffle=global'):.2f}x")
+    t = "fmnist-tfrecord | mpistage stage="
+    for sh in ("none", "global"):
+        a, b = t + "memory shuffle=" + sh, t + "none shuffle=" + sh
+        lines.append(f"- tfrecord staged / unstaged, shuffle {sh}: {med[a] / med[b]:.2f}x (target >= 3)")
+    st = statistics.median(r["load_seconds"] for r in results[f + g])
+    e1 = statistics.median(r["epoch_seconds"][0] for r in results[f + "mpistage stage=none shuffle=none"])
+    lines.append(f"- fmnist staging read {st:.4f} s / unstaged shuffle-none first epoch {e1:.4f} s = "
+                 f"{st / e1:.2f} (target <= 1.2); staging read + first staged epoch: "
+                 f"{first[f + g] / e1:.2f}")
+    with open(out + ".md", "w") as fh:
+        fh.write("\n".join(lines) + "\n")
+    with open(out + ".dat", "w") as fh:
+        fh.write("\n".join(dat) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,61 @@
+#include "cli/tier_report.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+namespace mpistage::cli {
+
+namespace {
+
+std::uint64_t micros(std::chrono::duration<double> d) {
+    return static_cast<std::uint64_t>(std::max(0.0, d.count()) * 1e6);
+}
+
+}  // namespace
+
+TierSummary gather_tier(const Communicator& comm, const std::string& stage,
+                        const LoaderStats& stats) {
+    TierSummary t;
+    t.stage = stage;
+    t.tier = stats.tier;
+    t.note = comm.broadcast(stats.tier_note, 0);
+    t.staged_bytes = comm.allreduce_sum(stats.staged_bytes);
+    t.staged_bytes_max = comm.allreduce_max(stats.staged_bytes);
+    t.stage_seconds = static_cast<double>(comm.allreduce_max(micros(stats.stage_time))) / 1e6;
+    return t;
+}
+
+void note_epoch_tier(const Communicator& comm, const LoaderStats& stats,
+                     std::chrono::duration<double> elapsed, EpochReport& r) {
+    r.tier = stats.tier;
+    r.seconds = static_cast<double>(comm.allreduce_max(micros(elapsed))) / 1e6;
+}
+
+void print_tier(const TierSummary& t, const std::vector<EpochReport>& epochs) {
+    std::printf("stage %s: epochs served from %s", t.stage.c_str(), t.tier.c_str());
+    if (t.tier == "memory") {
+        std::printf(
+            " (%llu bytes staged in node shared memory, at most %llu per rank, read in "
+            "%.3f s)",
+            static_cast<unsigned long long>(t.staged_bytes),
+            static_cast<unsigned long long>(t.staged_bytes_max), t.stage_seconds);
+    }
+    std::printf("\n");
+    if (!t.note.empty()) std::printf("  %s\n", t.note.c_str());
+    for (const auto& r : epochs) {
+        std::printf("  epoch %llu: tier %s, %.6f s (slowest rank)\n",
+                    static_cast<unsigned long long>(r.epoch), r.tier.c_str(), r.seconds);
+    }
+}
+
+nlohmann::json tier_json(const TierSummary& t) {
+    return {{"option", t.stage},
+            {"tier", t.tier},
+            {"note", t.note},
+            {"staged_bytes", t.staged_bytes},
+            {"staged_bytes_max_rank", t.staged_bytes_max},
+            {"stage_seconds", t.stage_seconds}};
+}
+
+}  // namespace mpistage::cli

@@ -1,0 +1,89 @@
+// The stage decision (none / memory / auto against the budget) and the tier's construction.
+#include <chrono>
+
+#include "tier/memory_tier.hpp"
+
+namespace mpistage::detail {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+/// Collective: true on every rank when every rank's `need` fits its `budget`. Otherwise a
+/// ConfigError for `memory`, or false with the reason in `stats.tier_note` for `automatic`.
+bool fits_budget(const Communicator& comm, Stage stage, std::uint64_t need, std::uint64_t budget,
+                 const std::string& what, LoaderStats& stats) {
+    const std::uint64_t over = comm.allreduce_max(need > budget ? 1 : 0);
+    const std::uint64_t worst = comm.allreduce_max(need);
+    const std::uint64_t least = comm.allreduce_min(budget);
+    if (over == 0) return true;
+    const std::string why = "the largest rank needs " + std::to_string(worst) + " bytes (" + what +
+                            "), more than the stage budget of " + std::to_string(least) +
+                            " bytes per rank (stage_budget_bytes; default half of the node's "
+                            "memory divided among its ranks)";
+    if (stage == Stage::memory) {
+        throw ConfigError("loader: stage memory: " + why +
+                          "; use stage auto to fall back to file reads, more nodes, or a larger "
+                          "budget");
+    }
+    stats.tier_note = "auto: " + why + "; serving from the file";
+    return false;
+}
+
+std::uint64_t fixed_bytes_per_sample(const Source& source) {
+    std::uint64_t b = 0;
+    for (const auto& f : source.fields()) b += f.ragged ? 0 : f.sample_bytes;
+    return b;
+}
+
+}  // namespace
+
+std::unique_ptr<MemoryTier> build_memory_tier(const Communicator& comm, const Source& source,
+                                              const LoaderOptions& options,
+                                              std::uint64_t ring_bytes, LoaderStats& stats) {
+    require_same(comm,
+                 {{"stage", to_string(options.stage)},
+                  {"stage_budget_bytes", std::to_string(options.stage_budget_bytes)},
+                  {"stage_ranks_per_node", std::to_string(options.stage_ranks_per_node)}},
+                 "loader: stage options differ across ranks",
+                 "every rank must pass the same stage options");
+    stats.tier = "file";
+    stats.tier_note.clear();
+    if (options.stage == Stage::none) return nullptr;
+    run_agreed(comm, [&] {
+        if (options.stage_ranks_per_node < 0) {
+            throw ConfigError("loader: stage_ranks_per_node " +
+                              std::to_string(options.stage_ranks_per_node) + " is negative");
+        }
+    });
+    const std::uint64_t budget = options.stage_budget_bytes > 0
+                                     ? options.stage_budget_bytes
+                                     : default_stage_budget(comm.node_size());
+    // Fixed fields are known before reading; ragged bytes only once read (checked again then).
+    const auto begins = balanced_shard_begins(source.num_samples(), comm.size());
+    const auto r = static_cast<std::size_t>(comm.rank());
+    const std::uint64_t fixed =
+        checked_mul(begins[r + 1] - begins[r], fixed_bytes_per_sample(source), "loader: stage");
+    if (!fits_budget(comm, options.stage, fixed + ring_bytes, budget,
+                     "fixed fields of its shard + prefetch ring", stats)) {
+        return nullptr;
+    }
+    const auto t0 = Clock::now();
+    auto tier = std::make_unique<MemoryTier>(comm, source, options.stage_ranks_per_node);
+    const auto t1 = Clock::now();
+    if (!fits_budget(comm, options.stage, tier->staged_bytes() + ring_bytes, budget,
+                     "staged shard + prefetch ring", stats)) {
+        return nullptr;  // every rank frees its windows here, collectively
+    }
+    stats.tier = "memory";
+    stats.staged_bytes = tier->staged_bytes();
+    stats.stage_time = t1 - t0;
+    if (options.stage == Stage::automatic) {
+        stats.tier_note = "auto: " + std::to_string(stats.staged_bytes) +
+                          " bytes staged on this rank, within the budget of " +
+                          std::to_string(budget);
+    }
+    return tier;
+}
+
+}  // namespace mpistage::detail

@@ -1,0 +1,147 @@
+#include "tier/memory_tier.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "tier/staging.hpp"
+
+namespace mpistage {
+
+std::string to_string(Stage s) {
+    switch (s) {
+        case Stage::memory:
+            return "memory";
+        case Stage::automatic:
+            return "auto";
+        case Stage::none:
+            break;
+    }
+    return "none";
+}
+
+Stage parse_stage(const std::string& s) {
+    if (s == "none") return Stage::none;
+    if (s == "memory") return Stage::memory;
+    if (s == "auto") return Stage::automatic;
+    throw ConfigError("stage: unknown tier '" + s + "' (none, memory or auto)");
+}
+
+namespace detail {
+
+MemoryTier::MemoryTier(const Communicator& comm, const Source& source, int ranks_per_node)
+    : source_(source), nodes_(make_node_map(comm.get(), ranks_per_node)), rank_(comm.rank()) {
+    node_ = nodes_.node_of[static_cast<std::size_t>(rank_)];
+    const auto& fields = source.fields();
+    for (const auto& f : fields) has_ragged_ = has_ragged_ || f.ragged;
+    begins_ = balanced_shard_begins(source.num_samples(), comm.size());
+    layout_ = fixed_layouts(fields, begins_);
+    const ShardLayout& mine = layout_[static_cast<std::size_t>(rank_)];
+    fixed_ = NodeSegment(comm.get(), nodes_, mine.fixed_bytes);
+    RaggedStaging ragged(fields, has_ragged_ ? mine.count : 0);
+    read_shard(comm, source, mine, fixed_.mine(), ragged);
+    if (has_ragged_) stage_ragged(comm, ragged);
+    fixed_.publish(comm.get());
+    if (has_ragged_) ragged_.publish(comm.get());
+}
+
+MemoryTier::~MemoryTier() = default;
+
+void MemoryTier::stage_ragged(const Communicator& comm, RaggedStaging& staged) {
+    const auto& fields = source_.fields();
+    std::vector<std::uint64_t> mine(fields.size(), 0);
+    for (std::size_t f = 0; f < fields.size(); ++f) mine[f] = staged.fields[f].total_bytes;
+    const auto all = comm.allgather(mine);  // rank-major: every rank's value bytes per field
+    for (std::size_t r = 0; r < layout_.size(); ++r) {
+        ShardLayout& l = layout_[r];
+        std::uint64_t off = 0;
+        for (std::size_t f = 0; f < fields.size(); ++f) {
+            if (!fields[f].ragged) continue;
+            l.field_offset[f] = off;
+            off += checked_mul(l.count + 1, sizeof(std::uint64_t), "tier: ragged offsets");
+            l.values_offset[f] = off;
+            off = (off + all[r * fields.size() + f] + 63) / 64 * 64;
+        }
+        l.ragged_bytes = off;
+    }
+    const ShardLayout& me = layout_[static_cast<std::size_t>(rank_)];
+    ragged_ = NodeSegment(comm.get(), nodes_, me.ragged_bytes);
+    copy_ragged(fields, me, staged, ragged_.mine());
+}
+
+std::uint64_t MemoryTier::staged_bytes() const noexcept {
+    const ShardLayout& l = layout_[static_cast<std::size_t>(rank_)];
+    return l.fixed_bytes + l.ragged_bytes;
+}
+
+void MemoryTier::read_local(std::uint64_t id, int owner, std::size_t k, BatchSink& sink) const {
+    const auto& fields = source_.fields();
+    const ShardLayout& l = layout_[static_cast<std::size_t>(owner)];
+    const std::uint64_t i = id - l.first;
+    const int node_rank = nodes_.node_rank_of[static_cast<std::size_t>(owner)];
+    for (std::size_t f = 0; f < fields.size(); ++f) {
+        if (!fields[f].ragged) {
+            const std::uint64_t sb = fields[f].sample_bytes;
+            std::memcpy(sink.fixed(f, k), fixed_.base(node_rank) + l.field_offset[f] + i * sb, sb);
+            continue;
+        }
+        const std::byte* base = ragged_.base(node_rank);
+        std::uint64_t range[2];
+        std::memcpy(range, base + l.field_offset[f] + i * sizeof(std::uint64_t), sizeof(range));
+        std::byte* dst = sink.ragged(f, k, range[1] - range[0]);
+        if (range[1] > range[0]) {
+            std::memcpy(dst, base + l.values_offset[f] + range[0], range[1] - range[0]);
+        }
+    }
+}
+
+void MemoryTier::read_remote(std::uint64_t id, int owner, std::size_t k, BatchSink& sink) const {
+    const auto& fields = source_.fields();
+    const ShardLayout& l = layout_[static_cast<std::size_t>(owner)];
+    const std::uint64_t i = id - l.first;
+    for (std::size_t f = 0; f < fields.size(); ++f) {
+        if (!fields[f].ragged) {
+            const std::uint64_t sb = fields[f].sample_bytes;
+            fixed_.get(sink.fixed(f, k), sb, owner, l.field_offset[f] + i * sb);
+            continue;
+        }
+        std::uint64_t range[2];
+        ragged_.get(reinterpret_cast<std::byte*>(range), sizeof(range), owner,
+                    l.field_offset[f] + i * sizeof(std::uint64_t));
+        // The sink may move earlier values when it grows, so each get completes before the
+        // next destination is requested.
+        std::byte* dst = sink.ragged(f, k, range[1] - range[0]);
+        ragged_.get(dst, range[1] - range[0], owner, l.values_offset[f] + range[0]);
+    }
+}
+
+void MemoryTier::read(const std::uint64_t* ids, std::size_t count, BatchSink& sink) const {
+    const std::uint64_t n = begins_.back();
+    for (std::size_t k = 0; k < count; ++k) {
+        if (ids[k] >= n) {
+            throw ConfigError("tier: sample id " + std::to_string(ids[k]) +
+                              " out of range (N = " + std::to_string(n) + ")");
+        }
+        const auto owner =
+            static_cast<int>(std::upper_bound(begins_.begin(), begins_.end(), ids[k]) -
+                             begins_.begin()) -
+            1;
+        if (nodes_.node_of[static_cast<std::size_t>(owner)] == node_) {
+            read_local(ids[k], owner, k, sink);
+        } else {
+            read_remote(ids[k], owner, k, sink);
+        }
+    }
+}
+
+std::uint64_t default_stage_budget(int node_size) {
+    const long pages = sysconf(_SC_PHYS_PAGES);
+    const long page_size = sysconf(_SC_PAGE_SIZE);
+    if (pages <= 0 || page_size <= 0) return 0;
+    return static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page_size) / 2 /
+           static_cast<std::uint64_t>(std::max(1, node_size));
+}
+
+}  // namespace detail
+}  // namespace mpistage

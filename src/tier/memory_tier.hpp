@@ -1,0 +1,87 @@
+#pragma once
+// The memory tier (LoaderOptions::stage): the dataset staged once in node memory, read back as
+// a Source by the prefetch pipeline (internal; docs/architecture.md, "Memory tier").
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mpistage/comm.hpp"
+#include "mpistage/loader.hpp"
+#include "mpistage/source.hpp"
+#include "tier/node_segment.hpp"
+
+namespace mpistage::detail {
+
+/// Where one rank's staged shard lies in its two segments (every rank knows every rank's).
+struct ShardLayout {
+    std::uint64_t first = 0;  ///< first sample id of the shard
+    std::uint64_t count = 0;  ///< samples in the shard
+    /// Per field: fixed fields, offset of the [count, sample_bytes] block in the fixed segment;
+    /// ragged fields, offset of the count + 1 uint64 value offsets in the ragged segment.
+    std::vector<std::uint64_t> field_offset;
+    /// Per field: ragged fields, offset of the concatenated values in the ragged segment.
+    std::vector<std::uint64_t> values_offset;
+    std::uint64_t fixed_bytes = 0;
+    std::uint64_t ragged_bytes = 0;
+};
+
+/// The staged dataset as a Source: `read` copies samples from node memory (plain loads on the
+/// same node, MPI_Get from other nodes). Construction and destruction are collective over the
+/// loader's communicator; `read` is independent and thread-safe (it calls MPI only when the
+/// job spans several nodes: `reads_use_mpi`). Borrows `source`, which must outlive it.
+class MemoryTier final : public Source {
+public:
+    /// Collective: reads this rank's shard `[begins[r], begins[r+1])` of `source` into memory.
+    /// @throws what the source's reads throw, MpiError; identically on every rank.
+    MemoryTier(const Communicator& comm, const Source& source, int ranks_per_node);
+    ~MemoryTier() override;
+    MemoryTier(const MemoryTier&) = delete;
+    MemoryTier& operator=(const MemoryTier&) = delete;
+
+    const std::vector<FieldInfo>& fields() const override { return source_.fields(); }
+    std::uint64_t num_samples() const override { return source_.num_samples(); }
+    std::uint64_t records_in_cut(int rank, int world_size) const override {
+        return source_.records_in_cut(rank, world_size);
+    }
+    std::string fingerprint() const override { return source_.fingerprint(); }
+    void read(const std::uint64_t* ids, std::size_t count, BatchSink& sink) const override;
+    bool reads_use_mpi() const override { return nodes_.num_nodes > 1; }
+    std::vector<SourceStatistic> statistics() const override { return source_.statistics(); }
+
+    /// Bytes this rank holds (fixed + ragged segments).
+    std::uint64_t staged_bytes() const noexcept;
+    /// Nodes the tier spans (1: every read is a plain load).
+    int num_nodes() const noexcept { return nodes_.num_nodes; }
+
+private:
+    void stage_fixed(const Communicator& comm);
+    void stage_ragged(const Communicator& comm, struct RaggedStaging& staged);
+    void read_local(std::uint64_t id, int owner, std::size_t k, BatchSink& sink) const;
+    void read_remote(std::uint64_t id, int owner, std::size_t k, BatchSink& sink) const;
+
+    const Source& source_;
+    NodeMap nodes_;
+    int rank_ = 0;
+    int node_ = 0;
+    bool has_ragged_ = false;
+    std::vector<std::uint64_t> begins_;
+    std::vector<ShardLayout> layout_;
+    NodeSegment fixed_;
+    NodeSegment ragged_;
+};
+
+/// Default of `LoaderOptions::stage_budget_bytes`: half of the node's physical memory divided
+/// among `node_size` ranks. Not collective.
+std::uint64_t default_stage_budget(int node_size);
+
+/// Collective over `comm`: applies `options.stage` (agreeing on the stage options first):
+/// returns the memory tier, or nullptr for `none` and for `automatic` over budget. Fills the
+/// tier fields of `stats`. `ring_bytes` is this rank's ring. @throws ConfigError (`memory`
+/// over budget, naming the bytes), the source's errors, MpiError; identically on every rank.
+std::unique_ptr<MemoryTier> build_memory_tier(const Communicator& comm, const Source& source,
+                                              const LoaderOptions& options,
+                                              std::uint64_t ring_bytes, LoaderStats& stats);
+
+}  // namespace mpistage::detail

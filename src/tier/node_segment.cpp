@@ -1,0 +1,166 @@
+#include "tier/node_segment.hpp"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "mpistage/comm.hpp"
+
+namespace mpistage::detail {
+
+OwnedComm::OwnedComm(OwnedComm&& o) noexcept : comm_(std::exchange(o.comm_, MPI_COMM_NULL)) {}
+
+OwnedComm& OwnedComm::operator=(OwnedComm&& o) noexcept {
+    if (this != &o) {
+        if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+        comm_ = std::exchange(o.comm_, MPI_COMM_NULL);
+    }
+    return *this;
+}
+
+OwnedComm::~OwnedComm() {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (comm_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm_);
+}
+
+NodeMap make_node_map(MPI_Comm comm, int ranks_per_node) {
+    int rank = 0;
+    int size = 1;
+    check_mpi(MPI_Comm_rank(comm, &rank), "tier: MPI_Comm_rank");
+    check_mpi(MPI_Comm_size(comm, &size), "tier: MPI_Comm_size");
+    MPI_Comm node = MPI_COMM_NULL;
+    if (ranks_per_node > 0) {
+        check_mpi(MPI_Comm_split(comm, rank / ranks_per_node, rank, &node),
+                  "tier: MPI_Comm_split(test nodes)");
+    } else {
+        check_mpi(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node),
+                  "tier: MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)");
+    }
+    NodeMap map;
+    map.node_comm = OwnedComm(node);
+    int mine[2] = {rank, 0};  // {lowest rank of my node, my node rank}
+    check_mpi(MPI_Allreduce(&rank, &mine[0], 1, MPI_INT, MPI_MIN, node),
+              "tier: MPI_Allreduce(node leader)");
+    check_mpi(MPI_Comm_rank(node, &mine[1]), "tier: MPI_Comm_rank(node)");
+    std::vector<int> all(2 * static_cast<std::size_t>(size));
+    check_mpi(MPI_Allgather(mine, 2, MPI_INT, all.data(), 2, MPI_INT, comm),
+              "tier: MPI_Allgather(node map)");
+    std::vector<int> leaders;
+    for (int r = 0; r < size; ++r) leaders.push_back(all[2 * static_cast<std::size_t>(r)]);
+    std::vector<int> distinct = leaders;
+    std::sort(distinct.begin(), distinct.end());
+    distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+    map.num_nodes = static_cast<int>(distinct.size());
+    for (int r = 0; r < size; ++r) {
+        const auto it = std::lower_bound(distinct.begin(), distinct.end(), leaders[r]);
+        map.node_of.push_back(static_cast<int>(it - distinct.begin()));
+        map.node_rank_of.push_back(all[2 * static_cast<std::size_t>(r) + 1]);
+    }
+    return map;
+}
+
+NodeSegment::NodeSegment(MPI_Comm comm, const NodeMap& nodes, std::uint64_t size_bytes)
+    : size_(size_bytes) {
+    const std::string what =
+        "tier: MPI_Win_allocate_shared(" + std::to_string(size_bytes) + " bytes)";
+    MPI_Info info = MPI_INFO_NULL;
+    check_mpi(MPI_Info_create(&info), "tier: MPI_Info_create");
+    // Each rank's segment on its own pages (first touch by its owner, NUMA-friendly).
+    MPI_Info_set(info, "alloc_shared_noncontig", "true");
+    void* base = nullptr;
+    const int rc = MPI_Win_allocate_shared(static_cast<MPI_Aint>(size_bytes), 1, info,
+                                           nodes.node_comm.get(), &base, &shm_win_);
+    MPI_Info_free(&info);
+    check_mpi(rc, what.c_str());
+    MPI_Win_set_errhandler(shm_win_, MPI_ERRORS_RETURN);
+    mine_ = static_cast<std::byte*>(base);
+    int node_size = 1;
+    check_mpi(MPI_Comm_size(nodes.node_comm.get(), &node_size), "tier: MPI_Comm_size(node)");
+    for (int r = 0; r < node_size; ++r) {
+        MPI_Aint bytes = 0;
+        int unit = 1;
+        void* p = nullptr;
+        check_mpi(MPI_Win_shared_query(shm_win_, r, &bytes, &unit, &p),
+                  "tier: MPI_Win_shared_query");
+        bases_.push_back(static_cast<const std::byte*>(p));
+    }
+    check_mpi(MPI_Win_lock_all(MPI_MODE_NOCHECK, shm_win_), "tier: MPI_Win_lock_all(node)");
+    if (nodes.num_nodes > 1) {
+        // The same bytes exposed to every rank for MPI_Get; one passive-target epoch for the
+        // loader's lifetime, so a get needs no lock round trip.
+        check_mpi(MPI_Win_create(mine_, static_cast<MPI_Aint>(size_bytes), 1, MPI_INFO_NULL, comm,
+                                 &remote_win_),
+                  "tier: MPI_Win_create(cross-node window)");
+        MPI_Win_set_errhandler(remote_win_, MPI_ERRORS_RETURN);
+        check_mpi(MPI_Win_lock_all(MPI_MODE_NOCHECK, remote_win_), "tier: MPI_Win_lock_all");
+    }
+}
+
+NodeSegment::NodeSegment(NodeSegment&& o) noexcept
+    : shm_win_(std::exchange(o.shm_win_, MPI_WIN_NULL)),
+      remote_win_(std::exchange(o.remote_win_, MPI_WIN_NULL)),
+      mine_(std::exchange(o.mine_, nullptr)),
+      size_(o.size_),
+      bases_(std::move(o.bases_)) {}
+
+NodeSegment& NodeSegment::operator=(NodeSegment&& o) noexcept {
+    if (this != &o) {
+        release();
+        shm_win_ = std::exchange(o.shm_win_, MPI_WIN_NULL);
+        remote_win_ = std::exchange(o.remote_win_, MPI_WIN_NULL);
+        mine_ = std::exchange(o.mine_, nullptr);
+        size_ = o.size_;
+        bases_ = std::move(o.bases_);
+    }
+    return *this;
+}
+
+NodeSegment::~NodeSegment() {
+    release();
+}
+
+void NodeSegment::release() noexcept {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized) return;
+    if (remote_win_ != MPI_WIN_NULL) {
+        MPI_Win_unlock_all(remote_win_);
+        MPI_Win_free(&remote_win_);
+    }
+    if (shm_win_ != MPI_WIN_NULL) {
+        MPI_Win_unlock_all(shm_win_);
+        MPI_Win_free(&shm_win_);
+    }
+    mine_ = nullptr;
+    bases_.clear();
+}
+
+void NodeSegment::publish(MPI_Comm comm) const {
+    check_mpi(MPI_Win_sync(shm_win_), "tier: MPI_Win_sync");
+    if (remote_win_ != MPI_WIN_NULL) check_mpi(MPI_Win_sync(remote_win_), "tier: MPI_Win_sync");
+    check_mpi(MPI_Barrier(comm), "tier: MPI_Barrier");
+    check_mpi(MPI_Win_sync(shm_win_), "tier: MPI_Win_sync");
+    if (remote_win_ != MPI_WIN_NULL) check_mpi(MPI_Win_sync(remote_win_), "tier: MPI_Win_sync");
+}
+
+void NodeSegment::get(std::byte* dst, std::uint64_t bytes, int rank,
+                      std::uint64_t offset_bytes) const {
+    if (remote_win_ == MPI_WIN_NULL) {
+        throw MpiError("tier: MPI_Get from rank " + std::to_string(rank) +
+                       " without a cross-node window (internal error)");
+    }
+    constexpr std::uint64_t kPiece = std::uint64_t{1} << 30;
+    const std::string where = "tier: MPI_Get of " + std::to_string(bytes) + " bytes at offset " +
+                              std::to_string(offset_bytes) + " of rank " + std::to_string(rank);
+    for (std::uint64_t done = 0; done < bytes;) {
+        const auto n = static_cast<int>(std::min(kPiece, bytes - done));
+        check_mpi(MPI_Get(dst + done, n, MPI_BYTE, rank, static_cast<MPI_Aint>(offset_bytes + done),
+                          n, MPI_BYTE, remote_win_),
+                  where.c_str());
+        done += static_cast<std::uint64_t>(n);
+    }
+    check_mpi(MPI_Win_flush_local(rank, remote_win_), where.c_str());
+}
+
+}  // namespace mpistage::detail

@@ -1,0 +1,87 @@
+#pragma once
+// Memory that every rank of a node can load from and every other rank can MPI_Get from: one
+// segment per rank in an MPI-3 shared-memory window of its node, plus (when the job spans more
+// than one node) a window over the whole communicator exposing the same bytes (internal).
+
+#include <mpi.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace mpistage::detail {
+
+/// Move-only owner of an MPI communicator made by the tier (freed with MPI_Comm_free).
+class OwnedComm {
+public:
+    OwnedComm() = default;
+    explicit OwnedComm(MPI_Comm c) noexcept : comm_(c) {}
+    OwnedComm(OwnedComm&& o) noexcept;
+    OwnedComm& operator=(OwnedComm&& o) noexcept;
+    OwnedComm(const OwnedComm&) = delete;
+    OwnedComm& operator=(const OwnedComm&) = delete;
+    ~OwnedComm();
+    MPI_Comm get() const noexcept { return comm_; }
+
+private:
+    MPI_Comm comm_ = MPI_COMM_NULL;
+};
+
+/// Which node each rank of a communicator is on, and this rank's node communicator.
+struct NodeMap {
+    OwnedComm node_comm;
+    /// Node number of every rank (nodes numbered by their lowest rank's order).
+    std::vector<int> node_of;
+    /// Rank of every rank inside its node communicator.
+    std::vector<int> node_rank_of;
+    int num_nodes = 1;
+};
+
+/// Collective over `comm`: splits it into nodes (`MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)`,
+/// or groups of `ranks_per_node` consecutive ranks when > 0, for tests) and allgathers the map.
+/// @throws MpiError.
+NodeMap make_node_map(MPI_Comm comm, int ranks_per_node);
+
+/// One rank's segment of `size_bytes` in a node-wide shared window; other ranks of the node
+/// read it with plain loads (`base(node_rank)`), ranks of other nodes with `get`.
+/// Construction and destruction are collective over the node communicator (and over `comm`
+/// when the job spans several nodes). Move-only.
+class NodeSegment {
+public:
+    NodeSegment() = default;
+    /// Collective. @throws MpiError naming the call and the bytes.
+    NodeSegment(MPI_Comm comm, const NodeMap& nodes, std::uint64_t size_bytes);
+    NodeSegment(NodeSegment&& o) noexcept;
+    NodeSegment& operator=(NodeSegment&& o) noexcept;
+    NodeSegment(const NodeSegment&) = delete;
+    NodeSegment& operator=(const NodeSegment&) = delete;
+    /// Collective (MPI_Win_free); call at the same point on every rank.
+    ~NodeSegment();
+
+    /// This rank's own segment (writable while staging).
+    std::byte* mine() const noexcept { return mine_; }
+    std::uint64_t size_bytes() const noexcept { return size_; }
+    /// The segment of the rank with node rank `node_rank` on this node (plain loads).
+    const std::byte* base(int node_rank) const noexcept {
+        return bases_[static_cast<std::size_t>(node_rank)];
+    }
+    /// Collective over `comm`: makes this rank's stores visible to the node's loads and to
+    /// other nodes' gets (MPI_Win_sync, barrier, MPI_Win_sync). @throws MpiError.
+    void publish(MPI_Comm comm) const;
+    /// Independent: copies `bytes` at `offset_bytes` of rank `rank`'s segment into `dst` with
+    /// MPI_Get (pieces below INT_MAX) and waits for them (MPI_Win_flush_local). Needs the
+    /// cross-node window (`remote()`). @throws MpiError naming the rank and offset.
+    void get(std::byte* dst, std::uint64_t bytes, int rank, std::uint64_t offset_bytes) const;
+    /// True when a cross-node window exists (the job spans several nodes).
+    bool remote() const noexcept { return remote_win_ != MPI_WIN_NULL; }
+
+private:
+    void release() noexcept;
+    MPI_Win shm_win_ = MPI_WIN_NULL;
+    MPI_Win remote_win_ = MPI_WIN_NULL;
+    std::byte* mine_ = nullptr;
+    std::uint64_t size_ = 0;
+    std::vector<const std::byte*> bases_;
+};
+
+}  // namespace mpistage::detail
