@@ -98,6 +98,7 @@ bool StreamLoader::Impl::step(HostBatch& out) {
     comm.set_context({"stream loader: agree on step", -1, static_cast<std::int64_t>(steps), "", -1});
     const std::size_t w = static_cast<std::size_t>(comm.size());
     std::uint64_t extra = 0;
+    std::uint64_t read_before = 0;
     std::vector<detail::RankStep> ranks;
     for (;;) {
         std::vector<std::string> outgoing(w);
@@ -107,14 +108,15 @@ bool StreamLoader::Impl::step(HostBatch& out) {
         }
         const detail::BatchChoice mine = detail::choose_batch(queue_costs(), options);
         detail::RankStep me{status.failed, queue.size(), exhausted(), mine.take.size(),
-                            mine.full, mine.budget_left, 0};
+                            mine.full, mine.budget_left, 0, stats.items_read};
         for (const auto& it : queue) me.cost_sum += options.batch_tokens ? it.tokens : it.size_bytes;
         ranks = detail::RankStep::unpack(comm.allgather(me.pack()), comm.size());
         const bool any_failed =
             std::any_of(ranks.begin(), ranks.end(), [](const auto& r) { return r.failed; });
         if (any_failed) agree_or_throw(comm, status);  // throws on every rank
-        std::uint64_t queued = 0, surplus = 0, open = 0;
+        std::uint64_t queued = 0, surplus = 0, open = 0, read = 0;
         for (const auto& r : ranks) {
+            read += r.read;
             queued += r.queued;
             surplus += r.full ? r.queued - r.take : 0;
             open += r.exhausted ? 0 : 1;
@@ -129,8 +131,14 @@ bool StreamLoader::Impl::step(HostBatch& out) {
         const bool moves = options.remainder == StreamRemainder::rebalance;
         const std::uint64_t uncovered = moves ? (deficit > surplus ? deficit - surplus : 0) : deficit;
         const bool route = options.sharding == StreamSharding::hash;
-        if (uncovered == 0 || open == 0 || (!moves && !route)) break;
-        extra = (uncovered + open - 1) / open;
+        // A round in which no rank read anything cannot be followed by a better one.
+        const bool stalled = extra > 0 && read == read_before;
+        read_before = read;
+        if (uncovered == 0 || open == 0 || (!moves && !route) || stalled) break;
+        // Open ranks read their share of what is still missing: hash routing counts items
+        // read; otherwise `fill` counts items queued beyond the own batch (the surplus).
+        const std::uint64_t share = (uncovered + open - 1) / open;
+        extra = share + (route || !me.full ? 0 : me.queued - me.take);
         ++stats.extra_rounds;
     }
     if (options.remainder == StreamRemainder::rebalance) rebalance(ranks);

@@ -121,14 +121,14 @@ BatchChoice choose_batch(const std::vector<SampleCost>& queue, const StreamOptio
 
 std::vector<std::uint64_t> RankStep::pack() const {
     return {failed ? 1u : 0u, queued, exhausted ? 1u : 0u, take, full ? 1u : 0u, budget_left,
-            cost_sum};
+            cost_sum, read};
 }
 
 std::vector<RankStep> RankStep::unpack(const std::vector<std::uint64_t>& all, int world_size) {
     std::vector<RankStep> out(static_cast<std::size_t>(world_size));
     for (std::size_t r = 0; r < out.size(); ++r) {
         const std::uint64_t* v = all.data() + r * kRankStepWords;
-        out[r] = RankStep{v[0] != 0, v[1], v[2] != 0, v[3], v[4] != 0, v[5], v[6]};
+        out[r] = RankStep{v[0] != 0, v[1], v[2] != 0, v[3], v[4] != 0, v[5], v[6], v[7]};
     }
     return out;
 }

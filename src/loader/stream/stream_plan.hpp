@@ -99,11 +99,13 @@ struct RankStep {
     std::uint64_t budget_left = 0;
     /// Sum of the queued samples' costs (tokens or bytes).
     std::uint64_t cost_sum = 0;
+    /// Items this rank has read from its streams so far (progress of extra rounds).
+    std::uint64_t read = 0;
 
     std::vector<std::uint64_t> pack() const;
     static std::vector<RankStep> unpack(const std::vector<std::uint64_t>& all, int world_size);
 };
-constexpr std::size_t kRankStepWords = 7;
+constexpr std::size_t kRankStepWords = 8;
 
 /// Items each rank still needs for a full batch (0 when full), estimated with the mean cost
 /// of all queued samples under a budget.

@@ -1,5 +1,7 @@
 // The reading side of the stream loader: which streams this rank opens, which positions it
 // keeps, and filling the queue (or the per-owner messages of `hash`) before each step.
+#include <algorithm>
+
 #include "loader/stream/stream_impl.hpp"
 #include "mpistage/hash.hpp"
 
@@ -96,11 +98,17 @@ void StreamLoader::Impl::fill(std::uint64_t extra, std::vector<std::string>& out
         fit[detail::bucket_of(c, options)].add(c);
     };
     for (const auto& it : queue) add(it);
+    // Enough once a bucket can fill a batch and `extra` items remain beyond the largest full
+    // bucket's batch (the batch `choose_batch` takes is never larger).
     auto enough = [&] {
+        std::uint64_t largest = 0;
+        bool any = false;
         for (const auto& f : fit) {
-            if (f.full() && queue.size() >= f.count() + extra) return true;
+            if (!f.full()) continue;
+            any = true;
+            largest = std::max(largest, f.count());
         }
-        return false;
+        return any && queue.size() >= largest + extra;
     };
     detail::StreamItem item;
     while (!enough() && read_one(item)) {
