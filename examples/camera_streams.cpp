@@ -94,8 +94,8 @@ std::vector<std::int64_t> gather_ids(const std::vector<std::int64_t>& mine, int 
         total += counts[static_cast<std::size_t>(r)];
     }
     std::vector<std::int64_t> all(rank == 0 ? static_cast<std::size_t>(total) : 0);
-    MPI_Gatherv(mine.data(), n, MPI_INT64_T, all.data(), counts.data(), displs.data(),
-                MPI_INT64_T, 0, MPI_COMM_WORLD);
+    MPI_Gatherv(mine.data(), n, MPI_INT64_T, all.data(), counts.data(), displs.data(), MPI_INT64_T,
+                0, MPI_COMM_WORLD);
     return all;
 }
 
@@ -105,13 +105,14 @@ int run(int argc, char** argv) {
     const std::uint64_t budget = argc > 2 ? std::stoull(argv[2]) : 16384;
     const auto cams = make_cameras(n);
     std::vector<double> weights;
-    for (const auto& c : cams) weights.push_back(static_cast<double>(std::max<std::uint64_t>(1, c.frames())));
+    for (const auto& c : cams)
+        weights.push_back(static_cast<double>(std::max<std::uint64_t>(1, c.frames())));
     CallableStreamSource source(
         camera_fields(), n, [cams](std::size_t c) { return camera_generator(c, cams[c]); },
         "synthetic cameras " + std::to_string(n), weights);
 
     StreamOptions o;
-    o.sharding = StreamSharding::source;      // one rank per camera, balanced by frames
+    o.sharding = StreamSharding::source;       // one rank per camera, balanced by frames
     o.remainder = StreamRemainder::rebalance;  // dry ranks get frames from the others
     o.batch_size = 64;
     o.batch_bytes = budget;
@@ -136,7 +137,8 @@ int run(int argc, char** argv) {
         std::vector<std::int64_t> expected;
         std::uint64_t frames = 0;
         for (std::size_t c = 0; c < n; ++c) {
-            for (std::uint64_t f = 0; f < cams[c].frames(); ++f) expected.push_back(stream_item_id(c, f));
+            for (std::uint64_t f = 0; f < cams[c].frames(); ++f)
+                expected.push_back(stream_item_id(c, f));
             frames += cams[c].frames();
         }
         std::sort(all.begin(), all.end());
@@ -146,8 +148,8 @@ int run(int argc, char** argv) {
         std::printf("camera_streams: %zu cameras, %llu frames, %d ranks, byte budget %llu\n", n,
                     static_cast<unsigned long long>(frames), comm.size(),
                     static_cast<unsigned long long>(budget));
-        std::printf("steps: %llu on every rank: %s\n", static_cast<unsigned long long>(all_steps[0]),
-                    equal ? "yes" : "NO");
+        std::printf("steps: %llu on every rank: %s\n",
+                    static_cast<unsigned long long>(all_steps[0]), equal ? "yes" : "NO");
         std::printf("each frame exactly once: %s (%zu delivered, %llu corrupt batches)\n",
                     once && bad == 0 ? "OK" : "FAILED", all.size(),
                     static_cast<unsigned long long>(bad));

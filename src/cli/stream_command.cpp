@@ -41,12 +41,11 @@ StreamPlan plan_of(const StreamStageArgs& s, const StageArgs& a) {
     if (s.on_dry != "rebalance" && s.on_dry != "mask") {
         throw ConfigError("stage: --on-dry must be rebalance or mask, not '" + s.on_dry + "'");
     }
-    p.options.remainder =
-        s.on_dry == "mask" ? StreamRemainder::mask : StreamRemainder::rebalance;
+    p.options.remainder = s.on_dry == "mask" ? StreamRemainder::mask : StreamRemainder::rebalance;
     p.options.chunk_size = s.chunk_rows;
     p.options.batch_bytes = s.batch_bytes;
-    p.options.batch_size = s.batch_bytes > 0 && s.max_batch_samples > 0 ? s.max_batch_samples
-                                                                        : a.batch_size;
+    p.options.batch_size =
+        s.batch_bytes > 0 && s.max_batch_samples > 0 ? s.max_batch_samples : a.batch_size;
     p.options.timeout = std::chrono::seconds(a.timeout_seconds);
     p.options.validate();
     const std::string stop = s.flag("--stop-after-steps");
@@ -61,12 +60,15 @@ StreamPlan plan_of(const StreamStageArgs& s, const StageArgs& a) {
 }
 
 std::vector<NamedValue> stream_argument_values(const StreamStageArgs& s, const StageArgs& a) {
-    return {{"--sqlite", s.sqlite},       {"--query", s.query},
-            {"--shard", s.shard},         {"--chunk-rows", std::to_string(s.chunk_rows)},
+    return {{"--sqlite", s.sqlite},
+            {"--query", s.query},
+            {"--shard", s.shard},
+            {"--chunk-rows", std::to_string(s.chunk_rows)},
             {"--batch-bytes", std::to_string(s.batch_bytes)},
             {"--max-batch-samples", std::to_string(s.max_batch_samples)},
             {"--batch-size", std::to_string(a.batch_size)},
-            {"--on-dry", s.on_dry},       {"--verify", a.verify ? "on" : "off"},
+            {"--on-dry", s.on_dry},
+            {"--verify", a.verify ? "on" : "off"},
             {"--timeout", std::to_string(a.timeout_seconds)},
             {"--ids-out", s.ids_out.empty() ? "(none)" : "(given)"},
             {"--stop-after-steps", s.flag("--stop-after-steps")},
@@ -106,8 +108,8 @@ void write_atomically(const std::string& path, const std::string& text) {
 
 int run_stream_stage(Communicator& comm, const StreamStageArgs& s, const StageArgs& a) {
     const StreamPlan p = run_agreed_value(comm, [&] { return plan_of(s, a); });
-    require_same(comm, stream_argument_values(s, a),
-                 "stage: ranks were given different arguments", kSameCommandAdvice);
+    require_same(comm, stream_argument_values(s, a), "stage: ranks were given different arguments",
+                 kSameCommandAdvice);
     comm.set_timeout(p.options.timeout);
     StreamState resumed;
     if (!p.resume.empty()) resumed = read_state(comm, p.resume);
@@ -115,11 +117,12 @@ int run_stream_stage(Communicator& comm, const StreamStageArgs& s, const StageAr
     StreamLoader loader(comm, source, p.options, p.resume.empty() ? nullptr : &resumed);
     const std::uint64_t rows = run_agreed_value(comm, [&] { return source.count_rows(); });
     if (comm.rank() == 0 && !a.quiet) {
-        std::printf("stage --sqlite %s: %llu rows, %d ranks, shard %s, %s\n", s.sqlite.c_str(),
-                    static_cast<ull>(rows), comm.size(), s.shard.c_str(),
-                    p.options.batch_bytes ? ("batch budget " + std::to_string(p.options.batch_bytes) +
-                                             " bytes").c_str()
-                                          : ("batch size " + std::to_string(p.options.batch_size)).c_str());
+        std::printf(
+            "stage --sqlite %s: %llu rows, %d ranks, shard %s, %s\n", s.sqlite.c_str(),
+            static_cast<ull>(rows), comm.size(), s.shard.c_str(),
+            p.options.batch_bytes
+                ? ("batch budget " + std::to_string(p.options.batch_bytes) + " bytes").c_str()
+                : ("batch size " + std::to_string(p.options.batch_size)).c_str());
     }
     StreamRun run;
     HostBatch b;

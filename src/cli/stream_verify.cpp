@@ -58,8 +58,8 @@ std::vector<std::int64_t> gather_on_root(const Communicator& comm,
 }  // namespace
 
 StreamReport report_stream_run(const Communicator& comm, const StreamLoader& loader,
-                               const StreamRun& run, std::uint64_t rows,
-                               const StreamState* resumed, const std::string& ids_out) {
+                               const StreamRun& run, std::uint64_t rows, const StreamState* resumed,
+                               const std::string& ids_out) {
     StreamReport r;
     r.rows = rows;
     r.finished = run.finished;
@@ -94,33 +94,33 @@ StreamReport report_stream_run(const Communicator& comm, const StreamLoader& loa
     r.out_of_range = verdict[2];
     r.redelivered = verdict[3];
     r.consumed_before = verdict[4];
-    const bool equal = std::all_of(r.batches.begin(), r.batches.end(),
-                                   [&](auto b) { return b == r.batches[0]; });
-    r.ok = equal && r.duplicates == 0 && r.missing == 0 && r.out_of_range == 0 &&
-           r.redelivered == 0;
+    const bool equal =
+        std::all_of(r.batches.begin(), r.batches.end(), [&](auto b) { return b == r.batches[0]; });
+    r.ok =
+        equal && r.duplicates == 0 && r.missing == 0 && r.out_of_range == 0 && r.redelivered == 0;
     return r;
 }
 
 void print_stream_report(const StreamReport& r, bool verify) {
     std::uint64_t valid = 0, slots = 0, padding = 0;
     for (std::size_t k = 0; k < r.batches.size(); ++k) {
-        std::printf("rank %zu: %llu batches, %llu rows, %llu padding slots, %llu bytes, "
-                    "%llu oversize batches, %llu rows sent to other ranks\n",
-                    k, static_cast<ull>(r.batches[k]), static_cast<ull>(r.valid[k]),
-                    static_cast<ull>(r.padding_slots[k]), static_cast<ull>(r.payload_bytes[k]),
-                    static_cast<ull>(r.oversize[k]), static_cast<ull>(r.sent[k]));
+        std::printf(
+            "rank %zu: %llu batches, %llu rows, %llu padding slots, %llu bytes, "
+            "%llu oversize batches, %llu rows sent to other ranks\n",
+            k, static_cast<ull>(r.batches[k]), static_cast<ull>(r.valid[k]),
+            static_cast<ull>(r.padding_slots[k]), static_cast<ull>(r.payload_bytes[k]),
+            static_cast<ull>(r.oversize[k]), static_cast<ull>(r.sent[k]));
         valid += r.valid[k];
         padding += r.padding_slots[k];
     }
     slots = valid + padding;
-    std::printf("steps: %llu batches per rank (%s), %llu rows delivered%s\n",
-                static_cast<ull>(r.batches.empty() ? 0 : r.batches[0]),
-                std::all_of(r.batches.begin(), r.batches.end(),
-                            [&](auto b) { return b == r.batches[0]; })
-                    ? "equal on every rank"
-                    : "UNEQUAL",
-                static_cast<ull>(valid),
-                r.finished ? "" : " (stopped early by --stop-after-steps)");
+    std::printf(
+        "steps: %llu batches per rank (%s), %llu rows delivered%s\n",
+        static_cast<ull>(r.batches.empty() ? 0 : r.batches[0]),
+        std::all_of(r.batches.begin(), r.batches.end(), [&](auto b) { return b == r.batches[0]; })
+            ? "equal on every rank"
+            : "UNEQUAL",
+        static_cast<ull>(valid), r.finished ? "" : " (stopped early by --stop-after-steps)");
     std::printf("padding waste: %llu of %llu slots (%.2f%%)\n", static_cast<ull>(padding),
                 static_cast<ull>(slots),
                 slots ? 100.0 * static_cast<double>(padding) / static_cast<double>(slots) : 0.0);
@@ -133,10 +133,11 @@ void print_stream_report(const StreamReport& r, bool verify) {
         std::printf("exactly-once: OK\n");
         return;
     }
-    std::printf("exactly-once: FAILED (duplicates %llu, missing %llu, out of range %llu, "
-                "delivered again after resume %llu)\n",
-                static_cast<ull>(r.duplicates), static_cast<ull>(r.missing),
-                static_cast<ull>(r.out_of_range), static_cast<ull>(r.redelivered));
+    std::printf(
+        "exactly-once: FAILED (duplicates %llu, missing %llu, out of range %llu, "
+        "delivered again after resume %llu)\n",
+        static_cast<ull>(r.duplicates), static_cast<ull>(r.missing),
+        static_cast<ull>(r.out_of_range), static_cast<ull>(r.redelivered));
 }
 
 }  // namespace mpistage::cli

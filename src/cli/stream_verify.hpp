@@ -36,8 +36,8 @@ struct StreamReport {
 /// broadcasts the verdict. `rows` comes from an independent COUNT(*).
 /// @throws IoError when `ids_out` cannot be written (agreed), MpiError.
 StreamReport report_stream_run(const Communicator& comm, const StreamLoader& loader,
-                               const StreamRun& run, std::uint64_t rows,
-                               const StreamState* resumed, const std::string& ids_out);
+                               const StreamRun& run, std::uint64_t rows, const StreamState* resumed,
+                               const std::string& ids_out);
 
 /// Local (rank 0): prints the per-rank table, padding waste and the verdict
 /// ("exactly-once: OK" or "exactly-once: FAILED (...)").

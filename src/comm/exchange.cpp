@@ -21,8 +21,8 @@ std::vector<std::string> Communicator::alltoallv(const std::vector<std::string>&
         largest = std::max(largest, send_sizes[r]);
     }
     watched("MPI_Ialltoall(sizes)", [&](MPI_Request* q) {
-        return MPI_Ialltoall(send_sizes.data(), 1, MPI_UINT64_T, recv_sizes.data(), 1,
-                             MPI_UINT64_T, comm_, q);
+        return MPI_Ialltoall(send_sizes.data(), 1, MPI_UINT64_T, recv_sizes.data(), 1, MPI_UINT64_T,
+                             comm_, q);
     });
     // Counts and displacements of MPI_Alltoallv are ints: agree before using them.
     const std::uint64_t limit = static_cast<std::uint64_t>(std::numeric_limits<int>::max());

@@ -49,14 +49,14 @@ StreamItem make_item(StreamSample&& sample, const std::vector<FieldInfo>& fields
     item.key = sample.key;
     for (std::size_t f = 0; f < fields.size(); ++f) {
         const std::uint64_t n = sample.fields[f].size();
-        const bool bad = fields[f].ragged ? n % dtype_size(fields[f].dtype) != 0
-                                          : n != fields[f].sample_bytes;
+        const bool bad =
+            fields[f].ragged ? n % dtype_size(fields[f].dtype) != 0 : n != fields[f].sample_bytes;
         if (bad) {
-            throw FormatError("stream: " + where(stream, position) + ": field '" +
-                              fields[f].name + "' has " + std::to_string(n) + " bytes; expected " +
-                              (fields[f].ragged ? "a multiple of " +
-                                                      std::to_string(dtype_size(fields[f].dtype))
-                                                : std::to_string(fields[f].sample_bytes)));
+            throw FormatError("stream: " + where(stream, position) + ": field '" + fields[f].name +
+                              "' has " + std::to_string(n) + " bytes; expected " +
+                              (fields[f].ragged
+                                   ? "a multiple of " + std::to_string(dtype_size(fields[f].dtype))
+                                   : std::to_string(fields[f].sample_bytes)));
         }
         item.size_bytes += n;
     }

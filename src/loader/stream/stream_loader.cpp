@@ -25,8 +25,8 @@ std::string StreamLoader::Impl::state_fingerprint() const {
     const std::string own = std::to_string(static_cast<int>(o.sharding)) + "/" +
                             std::to_string(o.chunk_size) + "/" +
                             std::to_string(static_cast<int>(o.hash_reading));
-    return std::to_string(fnv1a64(source.fingerprint() + "|" + fields_text(source.fields()) +
-                                  "|" + std::to_string(source.num_streams()) + "|" + own));
+    return std::to_string(fnv1a64(source.fingerprint() + "|" + fields_text(source.fields()) + "|" +
+                                  std::to_string(source.num_streams()) + "|" + own));
 }
 
 void StreamLoader::Impl::check_agreement(const StreamState* resume) {
@@ -45,8 +45,8 @@ void StreamLoader::Impl::check_agreement(const StreamState* resume) {
             if (resume->fingerprint != state_fingerprint()) {
                 throw ConfigError(
                     "stream: the saved state belongs to another source or sharding (state "
-                    "fingerprint " + resume->fingerprint + ", this loader " +
-                    state_fingerprint() + ")");
+                    "fingerprint " +
+                    resume->fingerprint + ", this loader " + state_fingerprint() + ")");
             }
             if (resume->streams.size() != source.num_streams()) {
                 throw ConfigError("stream: the saved state has " +
@@ -95,7 +95,8 @@ bool StreamLoader::next(HostBatch& out) {
 }
 
 bool StreamLoader::Impl::step(HostBatch& out) {
-    comm.set_context({"stream loader: agree on step", -1, static_cast<std::int64_t>(steps), "", -1});
+    comm.set_context(
+        {"stream loader: agree on step", -1, static_cast<std::int64_t>(steps), "", -1});
     const std::size_t w = static_cast<std::size_t>(comm.size());
     std::uint64_t extra = 0;
     std::uint64_t read_before = 0;
@@ -107,9 +108,10 @@ bool StreamLoader::Impl::step(HostBatch& out) {
             for (const auto& msg : comm.alltoallv(outgoing)) detail::decode_items(msg, queue);
         }
         const detail::BatchChoice mine = detail::choose_batch(queue_costs(), options);
-        detail::RankStep me{status.failed, queue.size(), exhausted(), mine.take.size(),
-                            mine.full, mine.budget_left, 0, stats.items_read};
-        for (const auto& it : queue) me.cost_sum += options.batch_tokens ? it.tokens : it.size_bytes;
+        detail::RankStep me{status.failed, queue.size(),     exhausted(), mine.take.size(),
+                            mine.full,     mine.budget_left, 0,           stats.items_read};
+        for (const auto& it : queue)
+            me.cost_sum += options.batch_tokens ? it.tokens : it.size_bytes;
         ranks = detail::RankStep::unpack(comm.allgather(me.pack()), comm.size());
         const bool any_failed =
             std::any_of(ranks.begin(), ranks.end(), [](const auto& r) { return r.failed; });
@@ -129,7 +131,8 @@ bool StreamLoader::Impl::step(HostBatch& out) {
         std::uint64_t deficit = 0;
         for (auto x : d) deficit += x;
         const bool moves = options.remainder == StreamRemainder::rebalance;
-        const std::uint64_t uncovered = moves ? (deficit > surplus ? deficit - surplus : 0) : deficit;
+        const std::uint64_t uncovered =
+            moves ? (deficit > surplus ? deficit - surplus : 0) : deficit;
         const bool route = options.sharding == StreamSharding::hash;
         // A round in which no rank read anything cannot be followed by a better one.
         const bool stalled = extra > 0 && read == read_before;

@@ -50,7 +50,8 @@ std::uint64_t PositionFilter::next_wanted(std::uint64_t p) const {
         if (chunk_size_ > 0 && chunk_owner(stream_, p, chunk_size_, world_size_) != rank_) {
             const std::uint64_t c = p / chunk_size_;
             const auto w = static_cast<std::uint64_t>(world_size_);
-            const std::uint64_t delta = (static_cast<std::uint64_t>(rank_) + w - (c + stream_) % w) % w;
+            const std::uint64_t delta =
+                (static_cast<std::uint64_t>(rank_) + w - (c + stream_) % w) % w;
             p = (c + delta) * chunk_size_;
         }
         if (consumed(p)) {
@@ -121,7 +122,7 @@ BatchChoice choose_batch(const std::vector<SampleCost>& queue, const StreamOptio
 
 std::vector<std::uint64_t> RankStep::pack() const {
     return {failed ? 1u : 0u, queued, exhausted ? 1u : 0u, take, full ? 1u : 0u, budget_left,
-            cost_sum, read};
+            cost_sum,         read};
 }
 
 std::vector<RankStep> RankStep::unpack(const std::vector<std::uint64_t>& all, int world_size) {

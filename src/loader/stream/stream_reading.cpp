@@ -29,9 +29,9 @@ void StreamLoader::Impl::open_cursors() {
         detail::StreamCursor c;
         c.stream = s;
         const std::uint64_t k = reads_by_chunks(options) ? options.chunk_size : 0;
-        c.filter = detail::PositionFilter(s, k, comm.rank(), comm.size(),
-                                          resumed.streams.empty() ? StreamPosition{}
-                                                                  : resumed.streams[s]);
+        c.filter =
+            detail::PositionFilter(s, k, comm.rank(), comm.size(),
+                                   resumed.streams.empty() ? StreamPosition{} : resumed.streams[s]);
         c.reader = source.open(s);
         cursors.push_back(std::move(c));
     }
@@ -63,8 +63,7 @@ bool StreamLoader::Impl::read_one(detail::StreamItem& out) {
             c.ended = true;
             continue;
         }
-        out = detail::make_item(std::move(scratch), source.fields(), c.stream, c.position,
-                                options);
+        out = detail::make_item(std::move(scratch), source.fields(), c.stream, c.position, options);
         ++c.position;
         ++stats.items_read;
         return true;

@@ -1,9 +1,8 @@
 // Stream state for resume: per-stream positions with the pending (not yet yielded) ranges,
 // assembled collectively so every rank holds the same state, and its JSON form.
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cstring>
+#include <nlohmann/json.hpp>
 
 #include "loader/stream/stream_impl.hpp"
 
@@ -54,7 +53,8 @@ StreamState StreamLoader::state() const {
     // 1. How far each stream was read: the furthest position of any rank.
     std::vector<std::uint64_t> read(n, 0);
     for (const auto& c : m.cursors) read[c.stream] = c.position;
-    for (std::size_t s = 0; s < n; ++s) read[s] = std::max(read[s], m.resumed.streams.empty() ? 0 : m.resumed.streams[s].next);
+    for (std::size_t s = 0; s < n; ++s)
+        read[s] = std::max(read[s], m.resumed.streams.empty() ? 0 : m.resumed.streams[s].next);
     const auto all = m.comm.allgather(read);
     std::vector<std::uint64_t> next(n, 0);
     for (std::size_t r = 0; r < static_cast<std::size_t>(m.comm.size()); ++r) {

@@ -23,14 +23,14 @@ using Db = std::unique_ptr<sqlite3, DbCloser>;
 using Stmt = std::unique_ptr<sqlite3_stmt, StmtFinalizer>;
 
 std::string db_error(sqlite3* db, const std::string& path, const std::string& what) {
-    return "sqlite: " + what + " of '" + path + "' failed: " +
-           (db ? sqlite3_errmsg(db) : "out of memory");
+    return "sqlite: " + what + " of '" + path +
+           "' failed: " + (db ? sqlite3_errmsg(db) : "out of memory");
 }
 
 Db open_db(const std::string& path) {
     sqlite3* raw = nullptr;
-    const int rc = sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX,
-                                   nullptr);
+    const int rc =
+        sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, nullptr);
     Db db(raw);
     if (rc != SQLITE_OK) throw IoError(db_error(raw, path, "open"));
     return db;
@@ -69,7 +69,10 @@ DType column_type(sqlite3_stmt* stmt, int c, bool& ragged, bool have_row) {
 class SqliteReader final : public StreamReader {
 public:
     SqliteReader(const SqliteOptions& o, const std::vector<FieldInfo>& fields, int key_column)
-        : o_(o), fields_(fields), key_column_(key_column), db_(open_db(o.path)),
+        : o_(o),
+          fields_(fields),
+          key_column_(key_column),
+          db_(open_db(o.path)),
           stmt_(prepare(db_.get(), o.query, o.path)) {}
 
     bool next(StreamSample& out) override {

@@ -24,8 +24,8 @@ int rank_of_world() {
 
 /// Rank 0 writes a database of `n` rows (id INTEGER, payload BLOB of 0..2000 random bytes).
 std::string make_db(std::uint64_t n) {
-    const std::string path = "stream_test_" + std::to_string(n) + "_" +
-                             std::to_string(getppid()) + ".db";
+    const std::string path =
+        "stream_test_" + std::to_string(n) + "_" + std::to_string(getppid()) + ".db";
     if (rank_of_world() == 0) {
         std::remove(path.c_str());
         sqlite3* db = nullptr;
@@ -101,9 +101,9 @@ std::vector<Row> consume_rows(StreamLoader& loader, std::uint64_t& steps) {
         const auto& pay = b.fields()[1];
         for (std::size_t j = 0; j < b.size(); ++j) {
             if (!b.valid()[j]) continue;
-            rows.emplace_back(ids[j], hash_bytes(pay.data + pay.offsets[j],
-                                                 static_cast<std::size_t>(pay.offsets[j + 1] -
-                                                                          pay.offsets[j])));
+            rows.emplace_back(
+                ids[j], hash_bytes(pay.data + pay.offsets[j],
+                                   static_cast<std::size_t>(pay.offsets[j + 1] - pay.offsets[j])));
         }
     }
     return rows;

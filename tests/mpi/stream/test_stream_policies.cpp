@@ -59,8 +59,8 @@ TEST(StreamPolicies, EveryItemExactlyOnceWithEqualSteps) {
                         const Seen seen = consume(loader);
                         const std::string what =
                             std::string(policy.name) + " " +
-                            (rem == StreamRemainder::mask ? "mask" : "rebalance") + " B=" +
-                            std::to_string(b) + " streams=" + std::to_string(streams) +
+                            (rem == StreamRemainder::mask ? "mask" : "rebalance") +
+                            " B=" + std::to_string(b) + " streams=" + std::to_string(streams) +
                             " N=" + std::to_string(expected.size());
                         expect_exactly_once(seen, expected, what);
                         const std::uint64_t per_step = b * static_cast<std::uint64_t>(w);

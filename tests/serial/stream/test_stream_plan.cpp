@@ -44,8 +44,10 @@ TEST(StreamPlan, AssignStreamsBalancesWeightWithinTheLargest) {
 TEST(StreamPlan, ChunkOwnerIsRoundRobinOffsetByStream) {
     for (int w = 1; w <= 5; ++w) {
         for (std::uint64_t p = 0; p < 100; ++p) {
-            EXPECT_EQ(chunk_owner(0, p, 7, w), static_cast<int>((p / 7) % static_cast<std::uint64_t>(w)));
-            EXPECT_EQ(chunk_owner(3, p, 7, w), static_cast<int>((p / 7 + 3) % static_cast<std::uint64_t>(w)));
+            EXPECT_EQ(chunk_owner(0, p, 7, w),
+                      static_cast<int>((p / 7) % static_cast<std::uint64_t>(w)));
+            EXPECT_EQ(chunk_owner(3, p, 7, w),
+                      static_cast<int>((p / 7 + 3) % static_cast<std::uint64_t>(w)));
         }
     }
 }
