@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "h5t_mpi.hpp"
 #include "mpistage/hash.hpp"
 #include "mpistage/stream.hpp"
 
@@ -120,20 +121,7 @@ inline Seen consume(StreamLoader& loader, std::uint64_t max_steps = 0) {
 
 /// Collective over MPI_COMM_WORLD: every rank's ids, concatenated.
 inline std::vector<std::int64_t> all_ids(const std::vector<std::int64_t>& mine) {
-    int w = 0;
-    MPI_Comm_size(MPI_COMM_WORLD, &w);
-    int n = static_cast<int>(mine.size());
-    std::vector<int> counts(static_cast<std::size_t>(w)), displs(static_cast<std::size_t>(w));
-    MPI_Allgather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, MPI_COMM_WORLD);
-    int total = 0;
-    for (int r = 0; r < w; ++r) {
-        displs[static_cast<std::size_t>(r)] = total;
-        total += counts[static_cast<std::size_t>(r)];
-    }
-    std::vector<std::int64_t> all(static_cast<std::size_t>(total));
-    MPI_Allgatherv(mine.data(), n, MPI_INT64_T, all.data(), counts.data(), displs.data(),
-                   MPI_INT64_T, MPI_COMM_WORLD);
-    return all;
+    return h5t::allgatherv(mine);
 }
 
 /// Every id of streams with `lengths`, ascending.
@@ -145,12 +133,15 @@ inline std::vector<std::int64_t> expected_ids(const std::vector<std::uint64_t>& 
     return ids;
 }
 
-/// Collective: the maximum and minimum of `v` over ranks.
+/// Collective: the minimum and maximum of `v` over ranks.
 inline std::pair<std::uint64_t, std::uint64_t> min_max(std::uint64_t v) {
-    std::uint64_t lo = 0, hi = 0;
-    MPI_Allreduce(&v, &lo, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
-    MPI_Allreduce(&v, &hi, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
-    return {lo, hi};
+    const std::uint64_t lo = h5t::min(v);
+    return {lo, h5t::max(v)};
+}
+
+/// Number of ranks of MPI_COMM_WORLD.
+inline int world_size() {
+    return h5t::size();
 }
 
 /// Collective: exactly once (sorted union equals `expected`), equal steps, and no bad batch.

@@ -9,12 +9,6 @@ namespace {
 
 using namespace stream_test;
 
-int world_size() {
-    int w = 0;
-    MPI_Comm_size(MPI_COMM_WORLD, &w);
-    return w;
-}
-
 TEST(StreamErrors, OneStreamThrowsEveryRankEndsWithTheSameError) {
     const int w = world_size();
     Communicator comm(MPI_COMM_WORLD);

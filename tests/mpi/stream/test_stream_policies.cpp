@@ -22,12 +22,6 @@ const Policy kPolicies[] = {
     {StreamSharding::source, HashReading::chunks, "source"},
 };
 
-int world_size() {
-    int w = 0;
-    MPI_Comm_size(MPI_COMM_WORLD, &w);
-    return w;
-}
-
 /// Length patterns over `n` streams (the same on every rank).
 std::vector<std::vector<std::uint64_t>> patterns(std::size_t n, std::uint64_t seed) {
     std::mt19937_64 rng(seed);
