@@ -52,10 +52,10 @@ void add_stage_stream_options(CLI::App& cmd, StreamStageArgs& a) {
     add_shared_flag(cmd, "--resume", "Continue from a state written by --save-state");
     cmd.parse_complete_callback([&a, files] {
         if (a.sqlite.empty() && files->count() == 0) {
-            throw CLI::RequiredError("stage needs FILE(s) or --sqlite DB");
+            throw CLI::RequiredError("FILE(s) or --sqlite DB");
         }
         if (!a.sqlite.empty() && a.query.empty()) {
-            throw CLI::RequiredError("--sqlite needs --query");
+            throw CLI::RequiredError("--query (with --sqlite)");
         }
     });
 }
