@@ -21,10 +21,11 @@ std::string fields_text(const std::vector<FieldInfo>& fields) {
 }  // namespace
 
 std::string StreamLoader::Impl::state_fingerprint() const {
-    StreamOptions o = options;  // batching and timeout do not decide who owns what
-    const std::string own = std::to_string(static_cast<int>(o.sharding)) + "/" +
-                            std::to_string(o.chunk_size) + "/" +
-                            std::to_string(static_cast<int>(o.hash_reading));
+    // Batching and the timeout do not decide who reads or owns what, so a state may be resumed
+    // with other batch sizes or budgets.
+    const std::string own = std::to_string(static_cast<int>(options.sharding)) + "/" +
+                            std::to_string(options.chunk_size) + "/" +
+                            std::to_string(static_cast<int>(options.hash_reading));
     return std::to_string(fnv1a64(source.fingerprint() + "|" + fields_text(source.fields()) + "|" +
                                   std::to_string(source.num_streams()) + "|" + own));
 }
@@ -161,8 +162,7 @@ void StreamLoader::Impl::rebalance(const std::vector<detail::RankStep>& ranks) {
     if (!any_need || !any_have) return;  // the same decision on every rank
     const auto plan = detail::transfer_plan(d, s);
     const auto me = static_cast<std::size_t>(comm.rank());
-    // Send from the back of the queue: never the samples of this rank's own batch, which the
-    // choice takes from the front of their bucket... unless buckets interleave, so mark them.
+    // Send from the back of the queue, never a sample of this rank's own batch.
     const detail::BatchChoice own = detail::choose_batch(queue_costs(), options);
     std::vector<bool> keep(queue.size(), false);
     for (auto i : own.take) keep[i] = true;
