@@ -113,6 +113,10 @@ public:
     std::vector<std::uint64_t> allgather(const std::vector<std::uint64_t>& values) const;
     /// Collective broadcast of a string from `root`. @throws MpiError.
     std::string broadcast(const std::string& value, int root) const;
+    /// Collective personalised exchange: sends `to_each[r]` (one entry per rank) to rank r and
+    /// returns what every rank sent here, indexed by source rank. Sizes travel first; a message
+    /// of 2 GiB or more to any rank is a ConfigError on every rank. @throws MpiError, ConfigError.
+    std::vector<std::string> alltoallv(const std::vector<std::string>& to_each) const;
 
 private:
     /// Starts a non-blocking collective with `start` and waits for it under the watchdog.

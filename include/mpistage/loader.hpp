@@ -152,6 +152,7 @@ public:
 private:
     friend class Loader;
     friend class EpochRange;
+    friend class StreamLoader;  // streams yield the same batches (mpistage/stream.hpp)
     std::uint64_t epoch_ = 0;
     std::uint64_t step_ = 0;
     std::size_t batch_size_ = 0;

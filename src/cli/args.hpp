@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/stream_args.hpp"
 #include "mpistage/comm.hpp"
 
 namespace mpistage::cli {
@@ -86,6 +87,8 @@ public:
     CommandLine& operator=(const CommandLine&) = delete;
 
     StageArgs stage;
+    /// `stage --sqlite ...` (streams); see cli/stream_args.hpp.
+    StreamStageArgs stream;
     ConvertArgs convert;
     IndexArgs index;
 

@@ -23,7 +23,8 @@ int run_command(cli::CommandLine& cl, int argc, char** argv) {
     int rc = 0;
     switch (cl.parse_agreed(comm, argc, argv)) {
         case cli::Command::stage:
-            rc = cli::run_stage(comm, cl.stage);
+            rc = cl.stream.active() ? cli::run_stream_stage(comm, cl.stream, cl.stage)
+                                    : cli::run_stage(comm, cl.stage);
             break;
         case cli::Command::convert_idx:
             cli::run_convert(comm, cl.convert);

@@ -1,0 +1,240 @@
+#pragma once
+/// @file
+/// Streams: samples of unknown count produced by the user's code (a database cursor, cameras, a
+/// generator), sharded across ranks by chunk, key hash or sub-stream, batched with equal steps on
+/// every rank. `StreamLoader` is the streaming counterpart of `Loader`; its batches are the same
+/// `HostBatch` type, so a trainer consumes both the same way.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mpistage/comm.hpp"
+#include "mpistage/loader.hpp"
+#include "mpistage/source.hpp"
+
+namespace mpistage {
+
+/// One sample a stream produced: the bytes of each field, in the source's field order.
+/// Fixed fields hold exactly `FieldInfo::sample_bytes` bytes; ragged fields any multiple of
+/// the element size (empty allowed). `key` is what `StreamSharding::hash` routes by.
+struct StreamSample {
+    std::vector<std::vector<std::byte>> fields;
+    std::uint64_t key = 0;
+};
+
+/// Reads one (sub-)stream in order. Used by one thread at a time; makes no MPI calls.
+class StreamReader {
+public:
+    virtual ~StreamReader() = default;
+    /// Local: the next sample into `out` (its buffers may be reused); false at the end of the
+    /// stream, after which it is not called again. @throws anything; the loader turns it into
+    /// the same exception on every rank.
+    virtual bool next(StreamSample& out) = 0;
+    /// Local: skips up to `count` samples without delivering them (the chunks of other ranks,
+    /// or samples a resumed state has consumed). Returns how many were skipped (fewer only at
+    /// the end of the stream). The default reads and discards; a cursor can step cheaper.
+    virtual std::uint64_t skip(std::uint64_t count);
+};
+
+/// A set of sub-streams of samples with the same fields, e.g. one database query (one stream),
+/// one stream per camera, or one per rank. Any rank may open any stream (policies `chunk` and
+/// `hash` with `HashReading::chunks` open every stream on every rank and skip other ranks'
+/// chunks; `source` and `HashReading::sources` open a stream on one rank only).
+class StreamSource {
+public:
+    virtual ~StreamSource() = default;
+    /// The fields of every sample (fixed or ragged), in a fixed order; equal on every rank.
+    virtual const std::vector<FieldInfo>& fields() const = 0;
+    /// Number of sub-streams, equal on every rank (checked collectively).
+    virtual std::size_t num_streams() const = 0;
+    /// Declared relative cost of stream `s` (e.g. frames per second × seconds) used by
+    /// `StreamSharding::source` to balance ranks; 1 for every stream by default (by count).
+    virtual double weight(std::size_t s) const;
+    /// Local: opens stream `s` at its first sample. @throws anything (agreed by the loader).
+    virtual std::unique_ptr<StreamReader> open(std::size_t s) const = 0;
+    /// Text identifying the data (query, paths, generator parameters); ranks compare hashes,
+    /// and a resumed state must carry the same text.
+    virtual std::string fingerprint() const = 0;
+};
+
+/// A `StreamSource` made of the user's callables: `make(s)` returns the generator of stream
+/// `s`, a callable filling a `StreamSample` and returning false at the end.
+class CallableStreamSource : public StreamSource {
+public:
+    using Generator = std::function<bool(StreamSample&)>;
+    using Factory = std::function<Generator(std::size_t stream)>;
+    /// Local. `weights` empty (all 1) or one per stream. @throws ConfigError for a weight
+    /// count that differs from `num_streams`, a non-positive weight, or an invalid field.
+    CallableStreamSource(std::vector<FieldInfo> fields, std::size_t num_streams, Factory make,
+                         std::string fingerprint, std::vector<double> weights = {});
+    const std::vector<FieldInfo>& fields() const override { return fields_; }
+    std::size_t num_streams() const override { return num_streams_; }
+    double weight(std::size_t s) const override;
+    std::unique_ptr<StreamReader> open(std::size_t s) const override;
+    std::string fingerprint() const override { return fingerprint_; }
+
+private:
+    std::vector<FieldInfo> fields_;
+    std::size_t num_streams_ = 0;
+    Factory make_;
+    std::string fingerprint_;
+    std::vector<double> weights_;
+};
+
+/// Which rank yields an item.
+enum class StreamSharding {
+    /// Each stream is cut into chunks of `chunk_size` items; chunk c of stream s belongs to
+    /// rank (c + s) mod W. Every rank walks every stream and skips others' chunks (a cursor
+    /// read with fetchmany).
+    chunk,
+    /// Rank mix64(key) mod W owns the item; the rank that read it forwards it with MPI.
+    hash,
+    /// Whole streams are assigned to ranks, balanced by `StreamSource::weight`.
+    source,
+};
+
+/// How `hash` reads before it forwards: who reads which item of a stream.
+enum class HashReading {
+    chunks,   ///< as `chunk` (every rank walks every stream, reads its own chunks)
+    sources,  ///< as `source` (one rank reads a whole stream)
+};
+
+/// What happens once some ranks run dry while others still hold items.
+enum class StreamRemainder {
+    /// Ranks with items left send some to the dry ranks, so batches stay full while possible.
+    rebalance,
+    /// Dry ranks yield batches whose slots are padding (`valid = 0`, index −1).
+    mask,
+};
+
+/// Options of a stream loader; every field must be equal on every rank (checked).
+struct StreamOptions {
+    StreamSharding sharding = StreamSharding::chunk;
+    /// Items per chunk (K) of `chunk` sharding and of `HashReading::chunks`.
+    std::uint64_t chunk_size = 64;
+    HashReading hash_reading = HashReading::chunks;
+    StreamRemainder remainder = StreamRemainder::rebalance;
+    /// Largest number of samples in a batch; with no budget below, every batch has exactly
+    /// this many slots (padding slots masked).
+    std::uint64_t batch_size = 32;
+    /// Byte budget of a batch (payload bytes of all fields); 0 = off. A batch holds as many
+    /// samples as fit; a single sample larger than the budget forms a batch of its own, flagged
+    /// `StreamLoader::last_oversize()`.
+    std::uint64_t batch_bytes = 0;
+    /// Token budget of a batch: samples × longest sample of ragged field `token_field`, in
+    /// elements (what a trainer padding to the longest sample computes on); 0 = off.
+    std::uint64_t batch_tokens = 0;
+    /// Index (in `fields()`) of the ragged field whose length counts as tokens.
+    std::size_t token_field = 0;
+    /// Optional length buckets: ascending upper bounds of a sample's length (tokens with a
+    /// token budget, else bytes); a batch takes samples from one bucket only (the fullest), so
+    /// similar lengths are batched together and padding shrinks.
+    std::vector<std::uint64_t> length_buckets;
+    /// Watchdog deadline of the loader's collectives (see `Communicator`); 0 disables.
+    std::chrono::seconds timeout{300};
+
+    /// Local. @throws ConfigError for a zero batch or chunk size, a negative timeout, or
+    ///         unsorted buckets.
+    void validate() const;
+    /// Local: the options as text (for `require_same` and state fingerprints).
+    std::string describe() const;
+};
+
+/// Position of one sub-stream in a saved state: positions below `next` were consumed, except
+/// those inside `pending` ranges ([begin, end) pairs, ascending), which are still to come.
+struct StreamPosition {
+    std::uint64_t next = 0;
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> pending;
+};
+
+/// Where a stream loader stands, identical on every rank (see `StreamLoader::state`).
+struct StreamState {
+    static constexpr int kVersion = 1;
+    int version = kVersion;
+    /// Hash of the source's fingerprint and the options that decide who owns what.
+    std::string fingerprint;
+    /// Steps every rank has yielded.
+    std::uint64_t steps = 0;
+    /// Valid samples yielded by all ranks together.
+    std::uint64_t delivered = 0;
+    /// One entry per sub-stream.
+    std::vector<StreamPosition> streams;
+
+    /// Local: the state as a JSON document.
+    std::string to_json() const;
+    /// Local: parses `to_json`'s output. @throws FormatError naming what is wrong.
+    static StreamState from_json(const std::string& text);
+};
+
+/// This rank's counters.
+struct StreamStats {
+    std::uint64_t batches = 0;
+    std::uint64_t valid_samples = 0;
+    /// Slots flagged padding (valid = 0) in this rank's batches.
+    std::uint64_t padding_slots = 0;
+    /// Payload bytes of the valid samples.
+    std::uint64_t payload_bytes = 0;
+    /// With a token budget: tokens of the valid samples, and the padding a trainer padding each
+    /// batch to its longest sample would add (padding waste = padding / (tokens + padding)).
+    std::uint64_t tokens = 0;
+    std::uint64_t padding_tokens = 0;
+    /// Batches made of one sample larger than the budget.
+    std::uint64_t oversize_batches = 0;
+    /// Items this rank read from its streams (including items forwarded to others).
+    std::uint64_t items_read = 0;
+    /// Items this rank sent to another rank (`hash` routing and `rebalance`).
+    std::uint64_t items_sent = 0;
+    /// Rounds of agreement beyond one per step (reading more for dry ranks or for routing).
+    std::uint64_t extra_rounds = 0;
+};
+
+/// Stages a `StreamSource` across the ranks of a communicator. Every `next()` is collective:
+/// ranks agree (one small allgather) whether anyone still holds items, whether anyone failed and
+/// who is short, so all ranks yield the same number of steps, nothing hangs when one stream runs
+/// dry first, every item is yielded by exactly one rank, and an error in any rank's stream is
+/// thrown on every rank. Item ids (`HostBatch::index`) are `(stream << 40) | position`.
+/// Not thread-safe: one thread drives a loader. The source must outlive the loader.
+class StreamLoader {
+public:
+    /// Collective over `comm` (borrowed; the loader keeps its own duplicate). Checks options,
+    /// fields and stream count across ranks, opens this rank's streams, and with `resume`
+    /// continues where that state stopped (its fingerprint must match). @throws ConfigError,
+    /// any error of the source's `open`, MpiError; identical on every rank.
+    StreamLoader(const Communicator& comm, const StreamSource& source, StreamOptions options,
+                 const StreamState* resume = nullptr);
+    ~StreamLoader();
+    StreamLoader(const StreamLoader&) = delete;
+    StreamLoader& operator=(const StreamLoader&) = delete;
+
+    /// Collective: the next batch, or false on every rank once no rank holds items. Batches
+    /// hold `batch_size` slots without a budget, else 1..batch_size. @throws the same Error on
+    /// every rank when any rank's stream threw (again on later calls).
+    bool next(HostBatch& out);
+    /// True when the last batch is a single sample over the byte or token budget.
+    bool last_oversize() const noexcept;
+    /// Steps yielded so far (equal on every rank; starts at the resumed state's steps).
+    std::uint64_t steps() const noexcept;
+    /// Collective: where the loader stands (between steps), identical on every rank. A loader
+    /// made with this state (same source, options, any world size) yields exactly the items not
+    /// yet yielded. @throws MpiError.
+    StreamState state() const;
+    const StreamStats& stats() const noexcept;
+    const StreamOptions& options() const noexcept;
+    const Communicator& comm() const noexcept;
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+/// Item id of position `position` of stream `stream` (as in `HostBatch::index`).
+constexpr std::int64_t stream_item_id(std::uint64_t stream, std::uint64_t position) noexcept {
+    return static_cast<std::int64_t>((stream << 40) | position);
+}
+
+}  // namespace mpistage

@@ -1,0 +1,76 @@
+#pragma once
+// The private state of StreamLoader, shared by the stream_*.cpp files of this folder.
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "loader/stream/stream_item.hpp"
+#include "loader/stream/stream_plan.hpp"
+#include "mpistage/stream.hpp"
+
+namespace mpistage::detail {
+
+/// One stream this rank reads: its reader, its position, and which positions are its own.
+struct StreamCursor {
+    std::uint64_t stream = 0;
+    std::unique_ptr<StreamReader> reader;
+    PositionFilter filter;
+    /// Positions below this were read, skipped or discarded.
+    std::uint64_t position = 0;
+    bool ended = false;
+};
+
+}  // namespace mpistage::detail
+
+namespace mpistage {
+
+struct StreamLoader::Impl {
+    Communicator comm;
+    const StreamSource& source;
+    StreamOptions options;
+    /// The state this loader resumed from (empty streams when it started fresh).
+    StreamState resumed;
+    std::vector<detail::StreamCursor> cursors;
+    std::size_t next_cursor = 0;  ///< round-robin over cursors
+    std::deque<detail::StreamItem> queue;
+    StreamSample scratch;
+    StreamStats stats;
+    std::uint64_t steps = 0;
+    std::uint64_t delivered_before = 0;  ///< valid samples of all ranks before this loader
+    std::uint64_t delivered_here = 0;    ///< valid samples this rank yielded
+    bool finished = false;
+    bool last_oversize = false;
+    /// The agreed error once a step failed: later calls throw it again without collectives.
+    std::optional<LocalStatus> failure;
+
+    Impl(const Communicator& c, const StreamSource& s, StreamOptions o)
+        : comm(c.get()), source(s), options(std::move(o)) {}
+
+    /// Collective: options, fields, stream count and the resumed state agree across ranks.
+    void check_agreement(const StreamState* resume);
+    /// Local: opens the streams this rank reads. @throws what the source throws.
+    void open_cursors();
+    /// Local: true when every cursor ended.
+    bool exhausted() const;
+    /// Local: reads one item of this rank's streams (round-robin); false when all ended.
+    bool read_one(detail::StreamItem& out);
+    /// Local: reads until the queue fills a batch with `extra` items to spare, or the
+    /// streams end (hash: reads `extra` items, or a batch's worth when the queue is short,
+    /// into `outgoing` per owner rank).
+    void fill(std::uint64_t extra, std::vector<std::string>& outgoing);
+    /// Collective: one step; false when every rank is dry.
+    bool step(HostBatch& out);
+    /// Collective: moves items from ranks with surplus to those with a deficit.
+    void rebalance(const std::vector<detail::RankStep>& ranks);
+    /// Local: removes the chosen samples from the queue and builds the batch.
+    HostBatch make_batch(const detail::BatchChoice& choice);
+    std::vector<detail::SampleCost> queue_costs() const;
+    /// Fingerprint of the source and of the options that decide ownership.
+    std::string state_fingerprint() const;
+};
+
+}  // namespace mpistage

@@ -1,0 +1,206 @@
+// StreamLoader: construction and the collective step (agree, read more, rebalance, batch).
+#include <algorithm>
+
+#include "loader/stream/stream_impl.hpp"
+#include "mpistage/hash.hpp"
+
+namespace mpistage {
+
+namespace {
+
+std::string fields_text(const std::vector<FieldInfo>& fields) {
+    std::string t;
+    for (const auto& f : fields) {
+        t += f.name + ":" + dtype_name(f.dtype) + (f.ragged ? ":ragged" : "") + ":";
+        for (auto d : f.sample_shape) t += std::to_string(d) + "x";
+        t += ";";
+    }
+    return t;
+}
+
+}  // namespace
+
+std::string StreamLoader::Impl::state_fingerprint() const {
+    // Batching and the timeout do not decide who reads or owns what, so a state may be resumed
+    // with other batch sizes or budgets.
+    const std::string own = std::to_string(static_cast<int>(options.sharding)) + "/" +
+                            std::to_string(options.chunk_size) + "/" +
+                            std::to_string(static_cast<int>(options.hash_reading));
+    return std::to_string(fnv1a64(source.fingerprint() + "|" + fields_text(source.fields()) + "|" +
+                                  std::to_string(source.num_streams()) + "|" + own));
+}
+
+void StreamLoader::Impl::check_agreement(const StreamState* resume) {
+    run_agreed(comm, [&] {
+        options.validate();
+        const auto& f = source.fields();
+        if (f.empty()) throw ConfigError("stream: the source declares no fields");
+        if (options.batch_tokens > 0 &&
+            (options.token_field >= f.size() || !f[options.token_field].ragged)) {
+            throw ConfigError("stream: token_field must name a ragged field");
+        }
+        if (source.num_streams() >= (std::uint64_t{1} << 23)) {
+            throw ConfigError("stream: at most 2^23 sub-streams (item ids are stream << 40)");
+        }
+        if (resume) {
+            if (resume->fingerprint != state_fingerprint()) {
+                throw ConfigError(
+                    "stream: the saved state belongs to another source or sharding (state "
+                    "fingerprint " +
+                    resume->fingerprint + ", this loader " + state_fingerprint() + ")");
+            }
+            if (resume->streams.size() != source.num_streams()) {
+                throw ConfigError("stream: the saved state has " +
+                                  std::to_string(resume->streams.size()) + " streams, the source " +
+                                  std::to_string(source.num_streams()));
+            }
+        }
+    });
+    require_same(comm,
+                 {{"stream options", options.describe()},
+                  {"fields", fields_text(source.fields())},
+                  {"number of streams", std::to_string(source.num_streams())},
+                  {"source fingerprint", source.fingerprint()},
+                  {"resumed state", resume ? resume->to_json() : "(none)"}},
+                 "stream loader: ranks disagree",
+                 "every rank must build the same source and options");
+}
+
+StreamLoader::StreamLoader(const Communicator& comm, const StreamSource& source,
+                           StreamOptions options, const StreamState* resume)
+    : impl_(std::make_unique<Impl>(comm, source, std::move(options))) {
+    Impl& m = *impl_;
+    m.comm.set_timeout(m.options.timeout.count() >= 0 ? m.options.timeout
+                                                      : std::chrono::seconds(0));
+    m.check_agreement(resume);
+    if (resume) {
+        m.resumed = *resume;
+        m.steps = resume->steps;
+        m.delivered_before = resume->delivered;
+    }
+    run_agreed(m.comm, [&] { m.open_cursors(); });
+}
+
+StreamLoader::~StreamLoader() = default;
+
+bool StreamLoader::next(HostBatch& out) {
+    Impl& m = *impl_;
+    if (m.failure) throw_error(m.failure->kind, m.failure->message);
+    if (m.finished) return false;
+    try {
+        return m.step(out);
+    } catch (...) {
+        m.failure = LocalStatus::from_current_exception();
+        throw;
+    }
+}
+
+bool StreamLoader::Impl::step(HostBatch& out) {
+    comm.set_context(
+        {"stream loader: agree on step", -1, static_cast<std::int64_t>(steps), "", -1});
+    const std::size_t w = static_cast<std::size_t>(comm.size());
+    std::uint64_t extra = 0;
+    std::uint64_t read_before = 0;
+    std::vector<detail::RankStep> ranks;
+    for (;;) {
+        std::vector<std::string> outgoing(w);
+        const LocalStatus status = capture([&] { fill(extra, outgoing); });
+        if (options.sharding == StreamSharding::hash) {
+            for (const auto& msg : comm.alltoallv(outgoing)) detail::decode_items(msg, queue);
+        }
+        const detail::BatchChoice mine = detail::choose_batch(queue_costs(), options);
+        detail::RankStep me{status.failed, queue.size(),     exhausted(), mine.take.size(),
+                            mine.full,     mine.budget_left, 0,           stats.items_read};
+        for (const auto& it : queue)
+            me.cost_sum += options.batch_tokens ? it.tokens : it.size_bytes;
+        ranks = detail::RankStep::unpack(comm.allgather(me.pack()), comm.size());
+        const bool any_failed =
+            std::any_of(ranks.begin(), ranks.end(), [](const auto& r) { return r.failed; });
+        if (any_failed) agree_or_throw(comm, status);  // throws on every rank
+        std::uint64_t queued = 0, surplus = 0, open = 0, read = 0;
+        for (const auto& r : ranks) {
+            read += r.read;
+            queued += r.queued;
+            surplus += r.full ? r.queued - r.take : 0;
+            open += r.exhausted ? 0 : 1;
+        }
+        if (queued == 0 && open == 0) {
+            finished = true;
+            return false;
+        }
+        const auto d = detail::deficits(ranks, options);
+        std::uint64_t deficit = 0;
+        for (auto x : d) deficit += x;
+        const bool moves = options.remainder == StreamRemainder::rebalance;
+        const std::uint64_t uncovered =
+            moves ? (deficit > surplus ? deficit - surplus : 0) : deficit;
+        const bool route = options.sharding == StreamSharding::hash;
+        // A round in which no rank read anything cannot be followed by a better one.
+        const bool stalled = extra > 0 && read == read_before;
+        read_before = read;
+        if (uncovered == 0 || open == 0 || (!moves && !route) || stalled) break;
+        // Open ranks read their share of what is still missing: hash routing counts items
+        // read; otherwise `fill` counts items queued beyond the own batch (the surplus).
+        const std::uint64_t share = (uncovered + open - 1) / open;
+        extra = share + (route || !me.full ? 0 : me.queued - me.take);
+        ++stats.extra_rounds;
+    }
+    if (options.remainder == StreamRemainder::rebalance) rebalance(ranks);
+    out = make_batch(detail::choose_batch(queue_costs(), options));
+    return true;
+}
+
+void StreamLoader::Impl::rebalance(const std::vector<detail::RankStep>& ranks) {
+    const auto d = detail::deficits(ranks, options);
+    std::vector<std::uint64_t> s(ranks.size(), 0);
+    bool any_need = false, any_have = false;
+    for (std::size_t r = 0; r < ranks.size(); ++r) {
+        s[r] = ranks[r].full ? ranks[r].queued - ranks[r].take : 0;
+        any_need = any_need || d[r] > 0;
+        any_have = any_have || s[r] > 0;
+    }
+    if (!any_need || !any_have) return;  // the same decision on every rank
+    const auto plan = detail::transfer_plan(d, s);
+    const auto me = static_cast<std::size_t>(comm.rank());
+    // Send from the back of the queue, never a sample of this rank's own batch.
+    const detail::BatchChoice own = detail::choose_batch(queue_costs(), options);
+    std::vector<bool> keep(queue.size(), false);
+    for (auto i : own.take) keep[i] = true;
+    std::vector<std::string> outgoing(ranks.size());
+    std::deque<detail::StreamItem> stay;
+    std::size_t to = 0;
+    std::uint64_t sent_to = 0;
+    for (std::size_t i = queue.size(); i-- > 0;) {
+        while (to < ranks.size() && sent_to >= plan[me][to]) {
+            ++to;
+            sent_to = 0;
+        }
+        if (keep[i] || to == ranks.size()) {
+            stay.push_front(std::move(queue[i]));
+            continue;
+        }
+        detail::encode_item(queue[i], outgoing[to]);
+        ++sent_to;
+        ++stats.items_sent;
+    }
+    queue = std::move(stay);
+    for (const auto& msg : comm.alltoallv(outgoing)) detail::decode_items(msg, queue);
+}
+
+bool StreamLoader::last_oversize() const noexcept {
+    return impl_->last_oversize;
+}
+std::uint64_t StreamLoader::steps() const noexcept {
+    return impl_->steps;
+}
+const StreamStats& StreamLoader::stats() const noexcept {
+    return impl_->stats;
+}
+const StreamOptions& StreamLoader::options() const noexcept {
+    return impl_->options;
+}
+const Communicator& StreamLoader::comm() const noexcept {
+    return impl_->comm;
+}
+
+}  // namespace mpistage

@@ -1,0 +1,126 @@
+// The reading side of the stream loader: which streams this rank opens, which positions it
+// keeps, and filling the queue (or the per-owner messages of `hash`) before each step.
+#include <algorithm>
+
+#include "loader/stream/stream_impl.hpp"
+#include "mpistage/hash.hpp"
+
+namespace mpistage {
+
+namespace {
+
+bool reads_by_chunks(const StreamOptions& o) {
+    return o.sharding == StreamSharding::chunk ||
+           (o.sharding == StreamSharding::hash && o.hash_reading == HashReading::chunks);
+}
+
+}  // namespace
+
+void StreamLoader::Impl::open_cursors() {
+    const std::size_t n = source.num_streams();
+    std::vector<int> owner;
+    if (!reads_by_chunks(options)) {
+        std::vector<double> w(n);
+        for (std::size_t s = 0; s < n; ++s) w[s] = source.weight(s);
+        owner = detail::assign_streams(w, comm.size());
+    }
+    for (std::size_t s = 0; s < n; ++s) {
+        if (!owner.empty() && owner[s] != comm.rank()) continue;
+        detail::StreamCursor c;
+        c.stream = s;
+        const std::uint64_t k = reads_by_chunks(options) ? options.chunk_size : 0;
+        c.filter =
+            detail::PositionFilter(s, k, comm.rank(), comm.size(),
+                                   resumed.streams.empty() ? StreamPosition{} : resumed.streams[s]);
+        c.reader = source.open(s);
+        cursors.push_back(std::move(c));
+    }
+    scratch.fields.assign(source.fields().size(), {});
+}
+
+bool StreamLoader::Impl::exhausted() const {
+    for (const auto& c : cursors) {
+        if (!c.ended) return false;
+    }
+    return true;
+}
+
+bool StreamLoader::Impl::read_one(detail::StreamItem& out) {
+    while (!exhausted()) {
+        auto& c = cursors[next_cursor];
+        next_cursor = (next_cursor + 1) % cursors.size();
+        if (c.ended) continue;
+        const std::uint64_t want = c.filter.next_wanted(c.position);
+        if (want > c.position) {
+            const std::uint64_t skipped = c.reader->skip(want - c.position);
+            c.position += skipped;
+            if (c.position < want) {
+                c.ended = true;
+                continue;
+            }
+        }
+        if (!c.reader->next(scratch)) {
+            c.ended = true;
+            continue;
+        }
+        out = detail::make_item(std::move(scratch), source.fields(), c.stream, c.position, options);
+        ++c.position;
+        ++stats.items_read;
+        return true;
+    }
+    return false;
+}
+
+void StreamLoader::Impl::fill(std::uint64_t extra, std::vector<std::string>& outgoing) {
+    if (options.sharding == StreamSharding::hash) {
+        const bool short_now = !detail::choose_batch(queue_costs(), options).full;
+        std::uint64_t goal = (short_now ? options.batch_size : 0) + extra;
+        const auto w = static_cast<std::uint64_t>(comm.size());
+        detail::StreamItem item;
+        while (goal > 0 && read_one(item)) {
+            --goal;
+            const auto owner = static_cast<std::size_t>(mix64(item.key) % w);
+            if (owner == static_cast<std::size_t>(comm.rank())) {
+                queue.push_back(std::move(item));
+            } else {
+                detail::encode_item(item, outgoing[owner]);
+                ++stats.items_sent;
+            }
+        }
+        return;
+    }
+    // Per-bucket fitters over the queue, extended as items arrive: O(1) per item.
+    const std::size_t nb = options.length_buckets.size() + 1;
+    std::vector<detail::BatchFitter> fit(nb, detail::BatchFitter(options));
+    auto add = [&](const detail::StreamItem& it) {
+        const detail::SampleCost c{it.size_bytes, it.tokens};
+        fit[detail::bucket_of(c, options)].add(c);
+    };
+    for (const auto& it : queue) add(it);
+    // Enough once a bucket can fill a batch and `extra` items remain beyond the largest full
+    // bucket's batch (the batch `choose_batch` takes is never larger).
+    auto enough = [&] {
+        std::uint64_t largest = 0;
+        bool any = false;
+        for (const auto& f : fit) {
+            if (!f.full()) continue;
+            any = true;
+            largest = std::max(largest, f.count());
+        }
+        return any && queue.size() >= largest + extra;
+    };
+    detail::StreamItem item;
+    while (!enough() && read_one(item)) {
+        add(item);
+        queue.push_back(std::move(item));
+    }
+}
+
+std::vector<detail::SampleCost> StreamLoader::Impl::queue_costs() const {
+    std::vector<detail::SampleCost> costs;
+    costs.reserve(queue.size());
+    for (const auto& it : queue) costs.push_back({it.size_bytes, it.tokens});
+    return costs;
+}
+
+}  // namespace mpistage
