@@ -59,6 +59,9 @@ struct LoaderOptions {
     /// required) or "cuda:N". May differ between ranks. The loader never changes the
     /// caller's current CUDA device.
     std::string device = "auto";
+    /// Print the one line saying that `auto` found no usable CUDA device and stages on the CPU
+    /// (stderr, node-local rank 0, once per process). False silences it (CLI `--quiet`).
+    bool log_device_fallback = true;
     /// Allocate the ring with `cudaHostAlloc` (pinned, once) when the device is a CUDA device.
     bool pin_memory = true;
     /// Host → device copies of a stager made for this loader (`TorchStager`) return before

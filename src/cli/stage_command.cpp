@@ -38,6 +38,7 @@ LoaderOptions loader_options(const StageArgs& a) {
     o.timeout = std::chrono::seconds(a.timeout_seconds);
     o.verify_files = a.verify_files;
     o.device = a.device;
+    o.log_device_fallback = !a.quiet;
     o.stage = parse_stage(a.stage);
     o.stage_budget_bytes = a.stage_budget;
     o.stage_ranks_per_node =

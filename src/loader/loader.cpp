@@ -84,7 +84,8 @@ void Loader::Impl::allocate_ring() {
     // One line per node when `auto` falls back to the CPU; pinned blocks are allocated with
     // the chosen device current (no context on another device), the caller's device restored.
     const detail::LoaderDevice dev = detail::choose_loader_device(
-        options.device, options.pin_memory, comm.node_rank(), comm.node_rank() == 0);
+        options.device, options.pin_memory, comm.node_rank(),
+        options.log_device_fallback && comm.node_rank() == 0);
     {
         detail::DeviceGuard guard(dev.pinned ? dev.device.index : -1);
         ring = detail::make_ring(fields, b, slots, dev.pinned);
