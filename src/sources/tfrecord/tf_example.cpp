@@ -132,7 +132,7 @@ void find_features(Span example, const std::vector<FeatureSpec>& specs, std::vec
                     malformed(where, "bad field in a Features map entry");
                 }
             }
-            if (keys) *keys += (keys->empty() ? "" : ", ") + std::string(key.data, key.data + key.size);
+            if (keys) keys->append(keys->empty() ? "" : ", ").append(key.data, key.data + key.size);
             for (std::size_t i = 0; i < specs.size(); ++i) {
                 const auto& name = specs[i].name;
                 if (name.size() == key.size &&
