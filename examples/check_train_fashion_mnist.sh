@@ -25,7 +25,7 @@ last=$(echo "$line" | sed -n 's/.*last steps \([0-9.]*\)).*/\1/p')
 steps=$(echo "$line" | sed -n 's/.* \([0-9]*\) steps,.*/\1/p')
 [ -n "$first" ] && [ -n "$last" ] || { echo "FAIL: no losses in '$line'"; exit 1; }
 [ "$steps" = 120 ] || { echo "FAIL: expected 120 steps, got '$steps'"; exit 1; }
-echo "$line" | grep -q '(10000 images)' || { echo "FAIL: test set not evaluated whole"; exit 1; }
+grep -q '(10000 images)' <<<"$line" || { echo "FAIL: test set not evaluated whole"; exit 1; }
 python3 -c "import sys; f, l = float(sys.argv[1]), float(sys.argv[2]); sys.exit(0 if l < 0.8 * f else 1)" \
     "$first" "$last" || { echo "FAIL: the loss did not fall: first steps $first, last steps $last"; exit 1; }
 echo "example train_fashion_mnist: OK (loss $first -> $last)"

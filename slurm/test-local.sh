@@ -39,7 +39,7 @@ build_dir="$(realpath "$build_dir")"
 [ -x "$build_dir/mpistage" ] || fail "no mpistage CLI in '$build_dir' (build it first)"
 [ -s "$fmnist/train-images-idx3-ubyte.gz" ] || skip "Fashion-MNIST not found in '$fmnist'"
 
-slurm_up() { command -v sbatch >/dev/null && sinfo -h -o %T 2>/dev/null | grep -q -E 'idle|mix'; }
+slurm_up() { command -v sbatch >/dev/null && sinfo -h -o %T 2>/dev/null | grep -E 'idle|mix' >/dev/null; }
 if ! slurm_up; then
     [ -n "$starter" ] || skip "no Slurm node is idle and no starter was given (--starter SCRIPT or MPISTAGE_SLURM_STARTER)"
     [ -f "$starter" ] || fail "Slurm starter '$starter' does not exist"
@@ -47,7 +47,7 @@ if ! slurm_up; then
     slurm_up || fail "no idle Slurm node after running '$starter'"
 fi
 gpus=0
-sinfo -h -o %G | grep -q 'gpu' && gpus=1
+sinfo -h -o %G | grep 'gpu' >/dev/null && gpus=1
 
 [ -n "$work" ] || work="$(mktemp -d)"
 mkdir -p "$work/data"
@@ -95,7 +95,7 @@ first=$(echo "$line" | sed -n 's/.*first steps \([0-9.]*\),.*/\1/p')
 last=$(echo "$line" | sed -n 's/.*last steps \([0-9.]*\)).*/\1/p')
 python3 -c "import sys; sys.exit(0 if float(sys.argv[2]) < float(sys.argv[1]) else 1)" \
     "$first" "$last" || fail "train job: the loss did not fall ($first -> $last)"
-echo "$line" | grep -q '(10000 images)' || fail "train job: the test set was not evaluated whole"
+grep -q '(10000 images)' <<<"$line" || fail "train job: the test set was not evaluated whole"
 if [ "$gpus" = 1 ]; then
     bound=$(grep -c '^binding: task' "$job_out" || true)
     distinct=$(grep '^binding: task' "$job_out" | sed 's/.*CUDA_VISIBLE_DEVICES=//' | sort -u | grep -v none | wc -l)

@@ -45,7 +45,7 @@ expect_error() {
     lines=$(grep -c '^mpistage: ' "$work/err" || true)
     [ "$lines" -eq 1 ] || { cat "$work/err"; fail "$name (np $np): $lines error lines, want 1"; }
     for p in "${patterns[@]}"; do
-        grep '^mpistage: ' "$work/err" | grep -q -F -e "$p" \
+        grep "^mpistage: " "$work/err" | grep -F -e "$p" >/dev/null \
             || { cat "$work/err"; fail "$name (np $np): no '$p'"; }
     done
     echo "PASS $name (np $np): $(grep '^mpistage: ' "$work/err" | cut -c1-160)"
@@ -116,9 +116,9 @@ echo "== 5. choices"
 help=$("$cli" stage --help)
 for choices in "{auto,hdf5,idx,tfrecord}" "{none,local,global}" "{byte_range,global}" \
                "{drop,pad,mask}" "{error,skip}"; do
-    echo "$help" | grep -q -F -e "$choices" || { echo "$help"; fail "stage --help lacks $choices"; }
+    grep -q -F -e "$choices" <<<"$help" || { echo "$help"; fail "stage --help lacks $choices"; }
 done
-"$cli" convert idx --help | grep -q -F "{hdf5,tfrecord}" || fail "convert idx --help lacks its formats"
+"$cli" convert idx --help | grep -F "{hdf5,tfrecord}" >/dev/null || fail "convert idx --help lacks its formats"
 expect_error "bad choice" 2 "--remainder: 'mak' is not one of drop, pad, mask" \
     "did you mean 'mask'?" -- stage "$h5" --remainder mak
 
@@ -127,9 +127,9 @@ version=$("$cli" --version)
 echo "$version"
 mpi_version=$("$mpiexec" --version | sed -n 's/.*(Open MPI) \([0-9.]*\).*/\1/p' | head -1)
 hdf5_version=$(h5dump --version | sed -n 's/.*Version \([0-9.]*\).*/\1/p')
-echo "$version" | grep -q "^mpistage [0-9]" || fail "--version: no 'mpistage X.Y.Z'"
-echo "$version" | grep -q "MPI: .*$mpi_version" || fail "--version: no MPI $mpi_version"
-echo "$version" | grep -q "HDF5: *$hdf5_version, parallel" || fail "--version: no HDF5 $hdf5_version"
+grep -q "^mpistage [0-9]" <<<"$version" || fail "--version: no 'mpistage X.Y.Z'"
+grep -q "MPI: .*$mpi_version" <<<"$version" || fail "--version: no MPI $mpi_version"
+grep -q "HDF5: *$hdf5_version, parallel" <<<"$version" || fail "--version: no HDF5 $hdf5_version"
 echo "$version" | grep -E -q "torch: +(no|yes, [0-9])" || fail "--version: no torch line"
 echo "$version" | grep -E -q "CUDA: +(no|yes, [0-9])" || fail "--version: no CUDA line"
 

@@ -31,7 +31,7 @@ trap cleanup EXIT
 rank_pid() {  # rank_pid RANK: the pid of that rank of the running job (Open MPI's environment)
     local p
     for p in $(pgrep -f -- "$cli stage $h5" 2>/dev/null); do
-        if tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1"; then
+        if tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -x "OMPI_COMM_WORLD_RANK=$1" >/dev/null; then
             echo "$p"; return 0
         fi
     done
