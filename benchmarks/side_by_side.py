@@ -67,6 +67,20 @@ def run_torch(np_, w, mode, epochs):
             "load_seconds": j["load_seconds"], "steps": j["steps_per_epoch"]}
 
 
+def run_sleep(np_, w, epochs):
+    """The AU ceiling: the steps of one rank with nothing but the emulated compute (the sleep's
+    own overshoot is the only loss)."""
+    steps = -(-w["samples"] // (np_ * w["batch"]))
+    times = []
+    for _ in range(epochs):
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            time.sleep(w["compute_us"] / 1e6)
+        times.append(time.perf_counter() - t0)
+    return {"samples": w["samples"], "epoch_seconds": times, "load_seconds": 0.0,
+            "steps": steps}
+
+
 def run_cat(w):
     path = w["files"][0]
     t0 = time.perf_counter()
@@ -111,6 +125,7 @@ def methods(w):
             m.append((f"mpistage stage={stage} shuffle=global",
                       lambda b, n, wk, s=stage: run_mpistage(b, n, wk, w, "global", s, e)))
         m.append(("torch in memory (expert)", lambda b, n, wk: run_torch(n, w, "memory", e)))
+        m.append(("sleep only (AU ceiling)", lambda b, n, wk: run_sleep(n, w, e)))
         return m
     shuffles = w["shuffles"]
     for stage in ("none", "memory"):
