@@ -160,7 +160,7 @@ def workloads(work):
 
 
 def compute_workloads(work):
-    """DLIO-like emulated compute per step (benchmarks/README.md, "Emulated compute")."""
+    """DLIO-like emulated compute per step (benchmarks/README.md, "DLIO-like emulated compute")."""
     fm = os.path.join(work, "fmnist.h5")
     rn = os.path.join(work, "resnet50.h5")
     fields = ["--field", "images", "--field", "labels"]
