@@ -97,7 +97,6 @@ void generate(u64 id, std::size_t f, u64 bytes, std::uint8_t* dst) {
     }
 }
 
-/// RAII owner of an MPI window and its passive-target epoch (MPI_Win_lock_all for its lifetime).
 Shards make_shards(const Options& o, int rank, int world) {
     Shards s;
     s.rank = rank;
@@ -115,7 +114,6 @@ Shards make_shards(const Options& o, int rank, int world) {
     return s;
 }
 
-/// One step's destination: a batch buffer per field (like the loader's batch sink).
 /// The epoch's global order (the same on every rank).
 std::vector<u64> epoch_order(u64 n, u64 epoch) {
     std::vector<u64> order(n);

@@ -19,6 +19,8 @@ namespace bench_exchange {
 using mpistage::check_mpi;
 using u64 = std::uint64_t;
 
+/// RAII owner of an MPI window and its passive-target epoch (MPI_Win_lock_all for its
+/// lifetime). Construction and destruction are collective over MPI_COMM_WORLD.
 class Window {
 public:
     Window(u64 bytes, bool create) {
@@ -28,9 +30,10 @@ public:
                 MPI_Alloc_mem(static_cast<MPI_Aint>(std::max<u64>(bytes, 1)), MPI_INFO_NULL, &base),
                 "MPI_Alloc_mem");
             alloc_ = base;
-            check_mpi(MPI_Win_create(base, static_cast<MPI_Aint>(bytes), 1, MPI_INFO_NULL,
-                                     MPI_COMM_WORLD, &win_),
-                      "MPI_Win_create");
+            const int rc = MPI_Win_create(base, static_cast<MPI_Aint>(bytes), 1, MPI_INFO_NULL,
+                                          MPI_COMM_WORLD, &win_);
+            if (rc != MPI_SUCCESS) MPI_Free_mem(base);
+            check_mpi(rc, "MPI_Win_create");
         } else {
             check_mpi(MPI_Win_allocate(static_cast<MPI_Aint>(bytes), 1, MPI_INFO_NULL,
                                        MPI_COMM_WORLD, &base, &win_),
@@ -92,6 +95,7 @@ struct Shards {
     u64 shard_bytes(int r) const { return (begins[r + 1] - begins[r]) * sample_bytes; }
 };
 
+/// One step's destination: a batch buffer per field (like the loader's batch sink).
 struct Batch {
     std::vector<std::vector<std::uint8_t>> field;
     Batch(const Shards& s, u64 batch) {
@@ -102,6 +106,7 @@ struct Batch {
     }
 };
 
+/// Independent: copies sample id of this rank's own shard into position k.
 inline void copy_local(const Shards& s, const Window& w, u64 id, std::size_t k, Batch& out) {
     for (std::size_t f = 0; f < s.sb.size(); ++f) {
         std::memcpy(out.at(s, f, k), w.base() + s.offset(id, f), s.sb[f]);
@@ -109,6 +114,7 @@ inline void copy_local(const Shards& s, const Window& w, u64 id, std::size_t k, 
 }
 
 enum class Method { get_sample, get_step, get_indexed, alltoallv };
+/// The table's name of a method.
 inline const char* name(Method m) {
     switch (m) {
         case Method::get_sample:
@@ -123,6 +129,8 @@ inline const char* name(Method m) {
     return "?";
 }
 
+/// Independent (one-sided): one MPI_Get per remote sample field, each flushed at once when
+/// `each` (the tier), else one MPI_Win_flush_local_all for the step. Own samples are copied.
 inline void fetch_gets(const Shards& s, const Window& w, const u64* ids, u64 n, Batch& out,
                        bool each) {
     for (u64 k = 0; k < n; ++k) {
@@ -150,6 +158,8 @@ inline std::vector<std::vector<u64>> by_owner(const Shards& s, const u64* ids, u
     return g;
 }
 
+/// Independent (one-sided): one MPI_Get per owner with an hindexed target datatype (adjacent
+/// ids coalesced), one flush for the step, then unpacked from `buf` into the batch.
 inline void fetch_indexed(const Shards& s, const Window& w, const u64* ids, u64 n, Batch& out,
                           std::vector<std::uint8_t>& buf) {
     const auto groups = by_owner(s, ids, n);
@@ -209,6 +219,7 @@ struct Exchange {
     std::vector<std::uint8_t> sbytes, rbytes;
 };
 
+/// Exclusive prefix sums of `counts`; throws when one reaches INT_MAX.
 inline std::vector<int> displs(const std::vector<int>& counts) {
     std::vector<int> d(counts.size(), 0);
     for (std::size_t i = 1; i < counts.size(); ++i) {
@@ -220,6 +231,8 @@ inline std::vector<int> displs(const std::vector<int>& counts) {
     return d;
 }
 
+/// Collective over MPI_COMM_WORLD: counts (MPI_Alltoall), ids and packed samples
+/// (MPI_Alltoallv, `sample` = S contiguous bytes), then unpacked into the batch.
 inline void fetch_alltoallv(const Shards& s, const Window& w, const u64* ids, u64 n, Batch& out,
                             Exchange& x, MPI_Datatype sample) {
     const auto groups = by_owner(s, ids, n);
