@@ -48,6 +48,8 @@ struct StageArgs {
     bool balance_steps = false;
     /// Emulated compute per step in milliseconds (paces a run like a trainer would).
     std::uint64_t compute_ms = 0;
+    /// Emulated compute per step in microseconds, added to compute_ms (sub-millisecond steps).
+    std::uint64_t compute_us = 0;
     /// --stage none|memory|auto (LoaderOptions::stage).
     std::string stage = "none";
     /// --stage-budget bytes per rank (0 = default; LoaderOptions::stage_budget_bytes).
