@@ -48,8 +48,8 @@ void pack_in_order(const std::uint64_t* ids, const DynamicSampleCost* costs, std
 }
 
 /// Samples that `window` batches packed in order from `costs[0..count)` hold.
-std::size_t window_samples(const DynamicSampleCost* costs, std::size_t count,
-                           std::uint64_t window, const StreamOptions& so) {
+std::size_t window_samples(const DynamicSampleCost* costs, std::size_t count, std::uint64_t window,
+                           const StreamOptions& so) {
     std::size_t i = 0;
     for (std::uint64_t k = 0; k < window && i < count; ++k) {
         detail::BatchFitter fit(so);
@@ -62,8 +62,9 @@ std::size_t window_samples(const DynamicSampleCost* costs, std::size_t count,
 
 void DynamicBatchOptions::validate() const {
     if (batch_bytes == 0 && batch_tokens == 0) {
-        throw ConfigError("dynamic batching: set a byte budget (batch_bytes, --batch-bytes) or a "
-                          "token budget (batch_tokens, --batch-tokens)");
+        throw ConfigError(
+            "dynamic batching: set a byte budget (batch_bytes, --batch-bytes) or a "
+            "token budget (batch_tokens, --batch-tokens)");
     }
     if (max_batch_samples == 0) {
         throw ConfigError("dynamic batching: max_batch_samples (--max-batch-samples) must be ≥ 1");
@@ -98,8 +99,8 @@ std::vector<DynamicBatch> pack_dynamic_batches(const std::vector<std::uint64_t>&
     std::vector<std::uint64_t> ids;
     std::vector<DynamicSampleCost> sorted;
     for (std::size_t begin = 0; begin < order.size();) {
-        const std::size_t m = window_samples(costs.data() + begin, order.size() - begin,
-                                             options.bucket_window, so);
+        const std::size_t m =
+            window_samples(costs.data() + begin, order.size() - begin, options.bucket_window, so);
         pos.resize(m);
         std::iota(pos.begin(), pos.end(), begin);
         std::stable_sort(pos.begin(), pos.end(), [&](std::size_t a, std::size_t b) {
@@ -143,8 +144,8 @@ std::vector<std::uint64_t> shard_order(const std::vector<std::uint64_t>& begins,
     const std::uint64_t count = begins[static_cast<std::size_t>(r) + 1] - first;
     std::vector<std::uint64_t> order(count);
     if (plan.shuffle == Shuffle::local && count > 0) {
-        const Permutation perm(count, epoch_permutation_key(plan, epoch,
-                                                            static_cast<std::uint64_t>(r) + 1));
+        const Permutation perm(
+            count, epoch_permutation_key(plan, epoch, static_cast<std::uint64_t>(r) + 1));
         for (std::uint64_t i = 0; i < count; ++i) order[i] = first + perm(i);
     } else {
         std::iota(order.begin(), order.end(), first);
@@ -168,8 +169,8 @@ void add_totals(DynamicEpochPlan& p, const std::vector<DynamicBatch>& batches,
 }
 
 /// Unbucketed padding waste of `order` (for the report's comparison).
-PaddingWaste unbucketed(const std::vector<std::uint64_t>& order,
-                        const DynamicBatchOptions& options, const DynamicCostFn& cost) {
+PaddingWaste unbucketed(const std::vector<std::uint64_t>& order, const DynamicBatchOptions& options,
+                        const DynamicCostFn& cost) {
     DynamicBatchOptions plain = options;
     plain.bucket_window = 0;
     return padding_waste(pack_dynamic_batches(order, plain, cost), plain, cost);
@@ -210,8 +211,8 @@ DynamicEpochPlan plan_dynamic_epoch(std::uint64_t num_samples, int world_size, i
             const std::vector<std::uint64_t> order = shard_order(begins, r, plan, epoch);
             std::vector<DynamicBatch> mine = pack_dynamic_batches(order, options, cost);
             add_totals(p, mine, options, cost);
-            const PaddingWaste u = bucketed ? unbucketed(order, options, cost)
-                                            : padding_waste(mine, options, cost);
+            const PaddingWaste u =
+                bucketed ? unbucketed(order, options, cost) : padding_waste(mine, options, cost);
             p.unbucketed_waste.padded_units += u.padded_units;
             p.unbucketed_waste.slot_units += u.slot_units;
             counts[static_cast<std::size_t>(r)] = mine.size();

@@ -74,7 +74,8 @@ std::vector<DynamicEpochPlan> check_world(std::uint64_t n, int w, const PlanOpti
         }
     }
     std::uint64_t longest_rank = 0;
-    for (const auto& p : plans) longest_rank = std::max<std::uint64_t>(longest_rank, p.batches.size());
+    for (const auto& p : plans)
+        longest_rank = std::max<std::uint64_t>(longest_rank, p.batches.size());
     EXPECT_EQ(plans.front().steps, longest_rank) << "no step is padding on every rank";
     EXPECT_EQ(plans.front().total_batches, real_batches);
     EXPECT_EQ(plans.front().total_oversize, oversize);
@@ -128,7 +129,8 @@ TEST(DynamicPlan, DeterministicInSeedAndEpoch) {
     plan.seed = 11;
     auto ids_of = [&](std::uint64_t epoch, int rank) {
         std::vector<std::uint64_t> ids;
-        for (const auto& b : plan_dynamic_epoch(900, 3, rank, plan, o, epoch, heavy_tailed).batches) {
+        for (const auto& b :
+             plan_dynamic_epoch(900, 3, rank, plan, o, epoch, heavy_tailed).batches) {
             ids.insert(ids.end(), b.ids.begin(), b.ids.end());
         }
         return ids;
