@@ -201,7 +201,8 @@ CommandLine::CommandLine()
     add_stage_resume_options(*stage_cmd_, stage);
     add_stage_device_options(*stage_cmd_, stage);
     add_stage_tier_options(*stage_cmd_, stage);
-    add_stage_stream_options(*stage_cmd_, stream);  // last: it may reuse flags added above
+    add_stage_stream_options(*stage_cmd_, stream);    // it may reuse flags added above
+    add_stage_dynamic_options(*stage_cmd_, dynamic);  // after --sqlite, which it excludes
 
     auto* convert_cmd = app_.add_subcommand("convert", "Convert data to a format mpistage stages");
     convert_cmd->require_subcommand(1);

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/dynamic_args.hpp"
 #include "cli/stream_args.hpp"
 #include "mpistage/comm.hpp"
 
@@ -91,6 +92,8 @@ public:
     StageArgs stage;
     /// `stage --sqlite ...` (streams); see cli/stream_args.hpp.
     StreamStageArgs stream;
+    /// `stage FILE --batch-bytes N` (dynamic batching of files); see cli/dynamic_args.hpp.
+    DynamicStageArgs dynamic;
     ConvertArgs convert;
     IndexArgs index;
 
