@@ -220,8 +220,11 @@ public:
     const EpochPlan& plan() const noexcept;
     /// Totals over all ranks of this range (of a resumed epoch: its remaining part only).
     const EpochTotals& totals() const noexcept;
-    /// Collective (one allreduce): the next batch, or false after the last one. An error on
-    /// any rank (I/O, format, all ring slots held by the caller) is thrown on every rank.
+    /// Collective: the next batch, or false after the last one. An error on any rank (I/O,
+    /// format, all ring slots held by the caller) is thrown on every rank at the same step.
+    /// One allreduce covers a window of batches every rank holds ready (at most `prefetch`;
+    /// docs/architecture.md, "Batch agreement in windows"), so most calls make no MPI call,
+    /// but every rank must call it the same number of times.
     /// @throws Error subclasses, identical on every rank.
     bool next(HostBatch& out);
 

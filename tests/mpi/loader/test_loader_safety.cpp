@@ -89,6 +89,8 @@ TEST(LoaderSafety, ReadErrorOnOneRankBecomesSameIoErrorEverywhere) {
     const std::vector<Case> cases = {
         {w - 1, 2, 1, 0, false}, {w - 1, 2, 3, 1, false}, {w - 1, 2, 2, 2, false},
         {0, 0, 2, 1, false},     {w - 1, 2, 3, 2, true},  {w / 2, 1, 1, 1, true},
+        // Windows of up to 4 ready batches per agreement: the error still surfaces at its step.
+        {w - 1, 3, 4, 1, false}, {0, 3, 4, 0, true},      {w / 2, 2, 4, 2, false},
     };
     for (const auto& cs : cases) {
         const Source& base = cs.chunked ? static_cast<const Source&>(inner_chunked) : inner;
