@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <numeric>
 
 #include "pipeline/fill.hpp"
@@ -110,15 +111,14 @@ private:
 
 std::vector<std::uint64_t> two_phase_slabs(const Communicator& comm, const Source& source,
                                            std::uint64_t num_samples) {
-    const std::uint64_t cut = run_agreed_value(
-        comm, [&] { return source.records_in_cut(comm.rank(), comm.size()); });
+    const std::uint64_t cut =
+        run_agreed_value(comm, [&] { return source.records_in_cut(comm.rank(), comm.size()); });
     const std::vector<std::uint64_t> cuts = comm.allgather(cut);
     std::vector<std::uint64_t> begins(cuts.size() + 1, 0);
     std::partial_sum(cuts.begin(), cuts.end(), begins.begin() + 1);
     if (begins.back() != num_samples) {  // the same on every rank (allgather)
         throw FormatError("two-phase: the byte-range cuts hold " + std::to_string(begins.back()) +
-                          " records in all but the source reports " +
-                          std::to_string(num_samples));
+                          " records in all but the source reports " + std::to_string(num_samples));
     }
     return begins;
 }
@@ -190,8 +190,8 @@ void TwoPhaseReader::deliver(Slot& slot, std::uint64_t step,
     const auto from_peers = [&](const std::uint64_t* ids, std::size_t count, BatchSink& sink) {
         for (std::size_t k = 0; k < count; ++k) {
             const int r = slab_of(ids[k]);
-            MessageReader in(incoming[static_cast<std::size_t>(r)],
-                             at[static_cast<std::size_t>(r)], r, step);
+            MessageReader in(incoming[static_cast<std::size_t>(r)], at[static_cast<std::size_t>(r)],
+                             r, step);
             const std::uint64_t id = in.u64();
             if (id != ids[k]) {
                 throw FormatError("two-phase: rank " + std::to_string(r) + " sent sample " +
@@ -254,6 +254,17 @@ LocalStatus TwoPhaseReader::read_step(Slot* slot, std::uint64_t step, LocalStatu
         if (m.empty() || m[0] != kFine) return {};
     }
     return capture([&] { deliver(*slot, step, incoming); });
+}
+
+StepReader two_phase_step_reader(const Communicator& comm, const Source& source,
+                                 std::uint64_t num_samples, const PlanOptions& options,
+                                 std::uint64_t epoch, const EpochStart& start,
+                                 const EpochPlan& plan) {
+    auto reader = std::make_shared<TwoPhaseReader>(
+        comm, source, two_phase_slabs(comm, source, num_samples), options, epoch, start, plan);
+    return [reader](Slot* slot, std::uint64_t step, LocalStatus status) {
+        return reader->read_step(slot, step, std::move(status));
+    };
 }
 
 }  // namespace mpistage::detail

@@ -12,6 +12,7 @@
 #include "mpistage/comm.hpp"
 #include "mpistage/plan.hpp"
 #include "mpistage/source.hpp"
+#include "pipeline/prefetch.hpp"
 #include "pipeline/ring.hpp"
 
 namespace mpistage::detail {
@@ -49,9 +50,9 @@ public:
     /// Not collective. `slabs` from `two_phase_slabs`; `options`, `epoch` and `start` are those
     /// `plan` (this rank's plan) was made from, with global sharding.
     /// @throws ConfigError for byte_range sharding or slabs that do not fit the world.
-    TwoPhaseReader(const Communicator& comm, const Source& source,
-                   std::vector<std::uint64_t> slabs, const PlanOptions& options,
-                   std::uint64_t epoch, const EpochStart& start, const EpochPlan& plan);
+    TwoPhaseReader(const Communicator& comm, const Source& source, std::vector<std::uint64_t> slabs,
+                   const PlanOptions& options, std::uint64_t epoch, const EpochStart& start,
+                   const EpochPlan& plan);
 
     /// Collective (one `Communicator::alltoallv`): reads this rank's part of step `step` (0 =
     /// the plan's first) and fills `slot` with the rank's batch of that step, as `fill_slot`
@@ -81,5 +82,13 @@ private:
     SampleBytesFn sample_bytes_;
     TwoPhaseCounters counters_;
 };
+
+/// Collective (`two_phase_slabs`: one allgather): the Prefetcher's step reader for the
+/// two-phase reads of epoch `epoch` from `start`, whose plan on this rank is `plan`. Borrows
+/// `comm`, `source` and `plan`, which must outlive it. @throws as `two_phase_slabs`.
+StepReader two_phase_step_reader(const Communicator& comm, const Source& source,
+                                 std::uint64_t num_samples, const PlanOptions& options,
+                                 std::uint64_t epoch, const EpochStart& start,
+                                 const EpochPlan& plan);
 
 }  // namespace mpistage::detail

@@ -29,8 +29,8 @@ struct Case {
 };
 
 const std::vector<Case> kCases = {
-    {5, Remainder::drop, Shuffle::global, false},  {16, Remainder::mask, Shuffle::global, false},
-    {7, Remainder::pad, Shuffle::global, false},   {9, Remainder::mask, Shuffle::none, false},
+    {5, Remainder::drop, Shuffle::global, false}, {16, Remainder::mask, Shuffle::global, false},
+    {7, Remainder::pad, Shuffle::global, false},  {9, Remainder::mask, Shuffle::none, false},
     {6, Remainder::pad, Shuffle::global, true},
 };
 
@@ -59,8 +59,7 @@ void sweep(const Source& src, const SlotTruth& truth) {
         const PlanOptions o = options_of(c);
         for (std::uint64_t e = 0; e < 2; ++e) {
             const EpochYield y = two_phase_epoch(comm, rec, src, o, e, truth);
-            expect_clean_epoch(y, plan_totals(src.num_samples(), comm.size(), o),
-                               describe(c, e));
+            expect_clean_epoch(y, plan_totals(src.num_samples(), comm.size(), o), describe(c, e));
         }
     }
     comm.free();
@@ -136,10 +135,7 @@ TEST(TwoPhase, DecodedExampleFieldsEqualDirectReadsAndGenerator) {
     h5t::TempDir dir;
     tier_test::write_records(dir.file("ex.tfrecord"), 171, tier_test::example);
     Communicator comm(MPI_COMM_WORLD);
-    TfRecordOptions o;
-    o.features = {parse_feature_spec("image:bytes/uint8:4"), parse_feature_spec("label:int64"),
-                  parse_feature_spec("text:bytes")};
-    TfRecordSource src(comm, {dir.file("ex.tfrecord")}, o);
+    TfRecordSource src(comm, {dir.file("ex.tfrecord")}, two_phase_test::example_features());
     ASSERT_EQ(src.fields().size(), 3u);
     sweep(src, [](const detail::Slot& slot, std::size_t j, std::uint64_t id) {
         std::int64_t label = 0;

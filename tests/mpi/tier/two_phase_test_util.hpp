@@ -16,6 +16,7 @@
 #include "mpistage/comm.hpp"
 #include "mpistage/plan.hpp"
 #include "mpistage/source.hpp"
+#include "mpistage/tfrecord_source.hpp"
 #include "pipeline/fill.hpp"
 #include "pipeline/ring.hpp"
 #include "tier/two_phase.hpp"
@@ -53,6 +54,14 @@ private:
     const Source& inner_;
 };
 
+/// The features of `tier_test::example` records: "image" 4 bytes, "label" int64, "text" ragged.
+inline TfRecordOptions example_features() {
+    TfRecordOptions o;
+    o.features = {parse_feature_spec("image:bytes/uint8:4"), parse_feature_spec("label:int64"),
+                  parse_feature_spec("text:bytes")};
+    return o;
+}
+
 /// True when sample `id` in batch position `j` of `slot` holds the generator's bytes.
 using SlotTruth = std::function<bool(const detail::Slot& slot, std::size_t j, std::uint64_t id)>;
 
@@ -80,8 +89,8 @@ inline bool same_slot(const detail::Slot& a, const detail::Slot& b,
             if (a.ragged_offsets[f] != b.ragged_offsets[f] ||
                 a.ragged_values[f] != b.ragged_values[f])
                 return false;
-        } else if (std::memcmp(a.field_data[f], b.field_data[f],
-                               batch * fields[f].sample_bytes) != 0) {
+        } else if (std::memcmp(a.field_data[f], b.field_data[f], batch * fields[f].sample_bytes) !=
+                   0) {
             return false;
         }
     }

@@ -31,8 +31,8 @@ struct StepCase {
 };
 
 std::string describe(const StepCase& c) {
-    return "N=" + std::to_string(c.n) + " W=" + std::to_string(c.w) + " B=" +
-           std::to_string(c.b) + " " + to_string(c.remainder) + " " + to_string(c.shuffle) +
+    return "N=" + std::to_string(c.n) + " W=" + std::to_string(c.w) + " B=" + std::to_string(c.b) +
+           " " + to_string(c.remainder) + " " + to_string(c.shuffle) +
            (c.balance ? " balanced" : "") + " from position " + std::to_string(c.position);
 }
 
