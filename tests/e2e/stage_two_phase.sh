@@ -25,7 +25,7 @@ run() {  # run NP EXPECTED_VALID ARGS...: exit 0, exactly-once OK, equal batches
     local np="$1" expected="$2"; shift 2
     local json="$work/report-$np.json" out
     out=$(timeout 300 "$mpiexec" -np "$np" --oversubscribe "$cli" stage "$@" --sharding global \
-        --shuffle global --two-phase --verify -q --json "$json") \
+        --shuffle global --two-phase --verify --json "$json") \
         || { echo "$out"; fail "-np $np $* exited non-zero"; }
     grep -q '^exactly-once: OK$' <<<"$out" || { echo "$out"; fail "-np $np $*: not exactly once"; }
     python3 - "$json" "$expected" <<'PY' || fail "JSON check failed: -np $np $*"
