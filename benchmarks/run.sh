@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # One command for the side-by-side staging benchmark (benchmarks/README.md): prepares the
-# workloads, runs benchmarks/side_by_side.py, and plots the steady-state rates with gnuplot.
+# workloads, runs benchmarks/side_by_side.py and bench_exchange (MPI_Get vs MPI_Alltoallv), and
+# plots the steady-state rates with gnuplot. Results: OUT.md/.json/.dat/.png (OUT defaults to
+# benchmarks/results).
 #
 #   benchmarks/run.sh [BUILD_DIR] [NP] [RUNS]      (defaults: build, 2, 5)
 set -euo pipefail
@@ -31,6 +33,21 @@ fm=/usr/share/datasets/fashion-mnist
 
 echo "np=$np, $runs runs after a warm-up, $(nproc) cores, $(date -u '+%Y-%m-%d %H:%M UTC')"
 "$py" "$here/side_by_side.py" "$build" "$work" "$np" "$runs" "$out"
+
+# The memory tier's cross-node path: MPI_Get vs MPI_Alltoallv per step, every rank its own
+# node (README "MPI_Get vs MPI_Alltoallv"); osc/sm excluded so that one-sided access goes
+# through osc/rdma as it would between nodes. Its tables are appended to $out.md.
+[ -x "$build/benchmarks/bench_exchange" ] || cmake --build "$build" --target bench_exchange
+exchange() {
+    mpirun -np "$np" --bind-to none --mca osc ^sm "$build/benchmarks/bench_exchange" \
+        --reps "$runs" "$@"
+}
+{
+    echo
+    exchange
+    echo
+    exchange --samples 2000 --fields 150528,8 --batch 16
+} | tee -a "$out.md"
 
 if command -v gnuplot > /dev/null; then
     gnuplot <<GP

@@ -3,7 +3,15 @@
 shuffle, PyTorch DataLoader + h5py (naive), PyTorch in memory (expert), and the raw limits (cat
 of the file, memcpy), on the same files in one run. Steady-state throughput is
 (T(E epochs) - T(1 epoch)) / (E - 1) per epoch, with T the cumulative epoch time inside one run,
-so start-up and the first (cold or staging) epoch cancel. Medians of RUNS runs after a warm-up.
+so start-up and the first (cold or staging) epoch cancel. Medians of RUNS runs after a warm-up;
+the naive DataLoader + h5py baseline (about a minute per Fashion-MNIST epoch) runs
+min(RUNS, NAIVE_RUNS = 3) times without a warm-up run (its first epoch is discarded by the
+steady-state formula anyway).
+
+DLIO-like emulated compute: the workloads with "compute_us" sleep that long after every step
+(mpistage `--compute-us`, torch_baselines.py `--compute-us=`), as DLIO's `computation_time`
+does, and report the accelerator utilisation AU = steps per rank x compute per step / steady
+epoch seconds (DLIO: total compute time / total time of the epoch), in a table of their own.
 
 Usage: side_by_side.py BUILD_DIR WORK_DIR NP RUNS OUT_PREFIX
 Writes OUT_PREFIX.json (every run), OUT_PREFIX.md (the table), OUT_PREFIX.dat (plot data).
@@ -26,6 +34,9 @@ def mpirun(np_, args):
     return ["mpirun", "-np", str(np_), "--bind-to", "none", *env] + args
 
 
+NAIVE_RUNS = 3
+
+
 def run_mpistage(build, np_, work, w, shuffle, stage, epochs):
     sharding = "global" if shuffle == "global" else "byte_range"
     out = os.path.join(work, "m.json")
@@ -33,6 +44,8 @@ def run_mpistage(build, np_, work, w, shuffle, stage, epochs):
            "--batch-size", str(w["batch"]), "--epochs", str(epochs), "--shuffle", shuffle,
            "--sharding", sharding, "--stage", stage, "--remainder", "pad", "--threads", "1",
            "--prefetch", "4", "--quiet", "--json", out]
+    if w.get("compute_us"):
+        cmd += ["--compute-us", str(w["compute_us"])]
     subprocess.run(mpirun(np_, cmd), check=True)
     with open(out) as f:
         j = json.load(f)
@@ -40,16 +53,32 @@ def run_mpistage(build, np_, work, w, shuffle, stage, epochs):
     if any(e["tier"] != ("memory" if stage == "memory" else "file") for e in j["epochs"]):
         raise SystemExit("unexpected tier in " + json.dumps(j["epochs"]))
     return {"samples": j["num_samples"], "epoch_seconds": ep,
-            "load_seconds": j["stage"]["stage_seconds"]}
+            "load_seconds": j["stage"]["stage_seconds"],
+            "steps": max(j["epochs"][0]["batches_per_rank"])}
 
 
 def run_torch(np_, w, mode, epochs):
-    cmd = [PY, os.path.join(HERE, "torch_baselines.py"), mode, w["files"][0], str(w["batch"]),
-           str(epochs), *w["h5_fields"]]
+    compute = [f"--compute-us={w['compute_us']}"] if w.get("compute_us") else []
+    cmd = [PY, os.path.join(HERE, "torch_baselines.py"), *compute, mode, w["files"][0],
+           str(w["batch"]), str(epochs), *w["h5_fields"]]
     r = subprocess.run(mpirun(np_, cmd), check=True, capture_output=True, text=True)
     j = json.loads(r.stdout.strip().splitlines()[-1])
     return {"samples": j["samples_per_epoch"], "epoch_seconds": j["epoch_seconds"],
-            "load_seconds": j["load_seconds"]}
+            "load_seconds": j["load_seconds"], "steps": j["steps_per_epoch"]}
+
+
+def run_sleep(np_, w, epochs):
+    """The AU ceiling: the steps of one rank with nothing but the emulated compute (the sleep's
+    own overshoot is the only loss)."""
+    steps = -(-w["samples"] // (np_ * w["batch"]))
+    times = []
+    for _ in range(epochs):
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            time.sleep(w["compute_us"] / 1e6)
+        times.append(time.perf_counter() - t0)
+    return {"samples": w["samples"], "epoch_seconds": times, "load_seconds": 0.0,
+            "steps": steps}
 
 
 def run_cat(w):
@@ -71,16 +100,33 @@ def run_memcpy(w):
     return {"samples": w["samples"], "epoch_seconds": [seconds, seconds], "load_seconds": 0.0}
 
 
-def steady(r):
+def steady_epoch_seconds(r):
+    """(T(E) - T(1)) / (E - 1): the steady-state seconds of one epoch."""
     ep = r["epoch_seconds"]
     t_e, t_1 = sum(ep), ep[0]
-    return r["samples"] / ((t_e - t_1) / (len(ep) - 1))
+    return (t_e - t_1) / (len(ep) - 1)
+
+
+def steady(r):
+    return r["samples"] / steady_epoch_seconds(r)
+
+
+def accelerator_utilisation(r, w):
+    """DLIO's AU: compute time of the steady epoch's steps over its wall time."""
+    return r["steps"] * w["compute_us"] / 1e6 / steady_epoch_seconds(r)
 
 
 def methods(w):
     """(name, runner) pairs for workload w."""
     m = []
     e = w["epochs"]
+    if w.get("compute_us"):
+        for stage in ("none", "memory"):
+            m.append((f"mpistage stage={stage} shuffle=global",
+                      lambda b, n, wk, s=stage: run_mpistage(b, n, wk, w, "global", s, e)))
+        m.append(("torch in memory (expert)", lambda b, n, wk: run_torch(n, w, "memory", e)))
+        m.append(("sleep only (AU ceiling)", lambda b, n, wk: run_sleep(n, w, e)))
+        return m
     shuffles = w["shuffles"]
     for stage in ("none", "memory"):
         for sh in shuffles:
@@ -110,6 +156,21 @@ def workloads(work):
          "flags": ["--field", "images", "--field", "labels"], "h5_fields": ["images", "labels"],
          "batch": 16, "epochs": 6, "naive_epochs": 2, "samples": 2000,
          "sample_bytes": 224 * 224 * 3 + 8, "shuffles": ["none", "global"]},
+    ] + compute_workloads(work)
+
+
+def compute_workloads(work):
+    """DLIO-like emulated compute per step (benchmarks/README.md, "DLIO-like emulated compute")."""
+    fm = os.path.join(work, "fmnist.h5")
+    rn = os.path.join(work, "resnet50.h5")
+    fields = ["--field", "images", "--field", "labels"]
+    return [
+        {"name": "fmnist+compute", "files": [fm], "flags": fields,
+         "h5_fields": ["images", "labels"], "batch": 64, "epochs": 6, "samples": 60000,
+         "sample_bytes": 785, "compute_us": 1000},
+        {"name": "resnet50+compute", "files": [rn], "flags": fields,
+         "h5_fields": ["images", "labels"], "batch": 16, "epochs": 3, "samples": 2000,
+         "sample_bytes": 224 * 224 * 3 + 8, "compute_us": 25750},
     ]
 
 
@@ -121,12 +182,17 @@ def main():
         for name, fn in methods(w):
             key = w["name"] + " | " + name
             results[key] = []
-            for i in range(runs + 1):  # run 0 is the warm-up
+            naive = "naive" in name
+            first = 0 if naive else 1  # run 0 is the warm-up (none for the naive baseline)
+            t0 = time.perf_counter()
+            for i in range(min(runs, NAIVE_RUNS) if naive else runs + 1):
                 r = fn(build, np_, work)
-                if i > 0:
+                if i >= first:
                     results[key].append(r)
+            spent = time.perf_counter() - t0
             sps = statistics.median(steady(r) for r in results[key])
-            print(f"{key:70s} {sps / 1e6:10.3f} M samples/s", flush=True)
+            print(f"{key:70s} {sps / 1e6:10.3f} M samples/s  ({spent:.0f} s, warm-up included)",
+                  flush=True)
     with open(out + ".json", "w") as f:
         json.dump(results, f, indent=1)
     report(results, workloads(work), out)
@@ -139,7 +205,7 @@ def report(results, wls, out):
     lines = ["| workload | method | steady samples/s | MB/s | epoch 1 s (incl. load/stage) |",
              "|---|---|---:|---:|---:|"]
     dat = []
-    for w in wls:
+    for w in [w for w in wls if not w.get("compute_us")]:
         for k in [k for k in med if k.startswith(w["name"] + " | ")]:
             method = k.split(" | ", 1)[1]
             lines.append(f"| {w['name']} | {method} | {med[k]:,.0f} | "
@@ -171,11 +237,29 @@ def report(results, wls, out):
     lines.append(f"- fmnist staging read {st:.4f} s / unstaged shuffle-none first epoch {e1:.4f} s = "
                  f"{st / e1:.2f} (target <= 1.2); staging read + first staged epoch: "
                  f"{first[f + g] / e1:.2f}")
+    lines += compute_table(results, wls)
     with open(out + ".md", "w") as fh:
         fh.write("\n".join(lines) + "\n")
     with open(out + ".dat", "w") as fh:
         fh.write("\n".join(dat) + "\n")
     print("\n".join(lines))
+
+
+def compute_table(results, wls):
+    """AU table of the DLIO-like workloads (medians over runs)."""
+    lines = ["", "DLIO-like emulated compute (a sleep per step; AU = steps x compute / steady "
+             "epoch seconds):", "",
+             "| workload | compute per step | method | steady samples/s | steady epoch s | AU % |",
+             "|---|---:|---|---:|---:|---:|"]
+    for w in [w for w in wls if w.get("compute_us")]:
+        for k in [k for k in results if k.startswith(w["name"] + " | ")]:
+            rs = results[k]
+            sps = statistics.median(steady(r) for r in rs)
+            ep = statistics.median(steady_epoch_seconds(r) for r in rs)
+            au = statistics.median(accelerator_utilisation(r, w) for r in rs)
+            lines.append(f"| {w['name']} | {w['compute_us'] / 1000:g} ms | {k.split(' | ', 1)[1]} "
+                         f"| {sps:,.0f} | {ep:.3f} | {100 * au:.1f} |")
+    return lines
 
 
 if __name__ == "__main__":

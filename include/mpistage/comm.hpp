@@ -149,6 +149,13 @@ struct LocalStatus {
 /// @throws the agreed `Error` subclass; MpiError when the agreement itself fails.
 void agree_or_throw(const Communicator& comm, const LocalStatus& status);
 
+/// Collective: like `agree_or_throw`, and when no rank failed returns the minimum of `value`
+/// over all ranks, in the same single allreduce (used by the loader to agree on how many
+/// prefetched batches every rank holds ready). Values above 2^64 − world size are clamped.
+/// @throws the agreed `Error` subclass; MpiError when the agreement itself fails.
+std::uint64_t agree_min_or_throw(const Communicator& comm, const LocalStatus& status,
+                                 std::uint64_t value);
+
 /// Collective: runs `fn` on every rank, then agrees on the outcome (see `agree_or_throw`).
 /// `fn` must not itself make collective calls that other ranks might skip.
 void run_agreed(const Communicator& comm, const std::function<void()>& fn);

@@ -165,6 +165,7 @@ private:
     friend class Loader;
     friend class EpochRange;
     friend class StreamLoader;  // streams yield the same batches (mpistage/stream.hpp)
+    friend class DynamicLoader;  // budget-sized batches (mpistage/dynamic_loader.hpp)
     std::uint64_t epoch_ = 0;
     std::uint64_t step_ = 0;
     std::size_t batch_size_ = 0;

@@ -109,6 +109,9 @@ void add_stage_resume_options(CLI::App& cmd, StageArgs& a) {
     add_count(cmd, "--compute-ms", a.compute_ms,
               "Emulated compute per step in milliseconds (sleeps after each batch, like a "
               "training step)");
+    add_count(cmd, "--compute-us", a.compute_us,
+              "Emulated compute per step in microseconds, added to --compute-ms (for "
+              "sub-millisecond steps)");
 }
 
 void add_stage_device_options(CLI::App& cmd, StageArgs& a) {
@@ -202,7 +205,8 @@ CommandLine::CommandLine()
     add_stage_resume_options(*stage_cmd_, stage);
     add_stage_device_options(*stage_cmd_, stage);
     add_stage_tier_options(*stage_cmd_, stage);
-    add_stage_stream_options(*stage_cmd_, stream);  // last: it may reuse flags added above
+    add_stage_stream_options(*stage_cmd_, stream);    // it may reuse flags added above
+    add_stage_dynamic_options(*stage_cmd_, dynamic);  // after --sqlite, which it excludes
 
     auto* convert_cmd = app_.add_subcommand("convert", "Convert data to a format mpistage stages");
     convert_cmd->require_subcommand(1);
@@ -275,6 +279,7 @@ std::vector<NamedValue> stage_argument_values(const StageArgs& a) {
         {"--resume", a.resume},
         {"--balance-steps", a.balance_steps ? "on" : "off"},
         {"--compute-ms", std::to_string(a.compute_ms)},
+        {"--compute-us", std::to_string(a.compute_us)},
         {"--stage", a.stage},
         {"--stage-budget", std::to_string(a.stage_budget)},
         {"--stage-ranks-per-node", std::to_string(a.stage_ranks_per_node)},

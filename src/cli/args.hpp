@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/dynamic_args.hpp"
 #include "cli/stream_args.hpp"
 #include "mpistage/comm.hpp"
 
@@ -48,6 +49,8 @@ struct StageArgs {
     bool balance_steps = false;
     /// Emulated compute per step in milliseconds (paces a run like a trainer would).
     std::uint64_t compute_ms = 0;
+    /// Emulated compute per step in microseconds, added to compute_ms (sub-millisecond steps).
+    std::uint64_t compute_us = 0;
     /// --stage none|memory|auto (LoaderOptions::stage).
     std::string stage = "none";
     /// --stage-budget bytes per rank (0 = default; LoaderOptions::stage_budget_bytes).
@@ -91,6 +94,8 @@ public:
     StageArgs stage;
     /// `stage --sqlite ...` (streams); see cli/stream_args.hpp.
     StreamStageArgs stream;
+    /// `stage FILE --batch-bytes N` (dynamic batching of files); see cli/dynamic_args.hpp.
+    DynamicStageArgs dynamic;
     ConvertArgs convert;
     IndexArgs index;
 

@@ -147,7 +147,8 @@ private:
                 if (batch.valid()[j]) valid_ids.push_back(batch.index()[j]);
             }
         }
-        if (a_.compute_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(a_.compute_ms));
+        const auto compute = std::chrono::microseconds(a_.compute_ms * 1000 + a_.compute_us);
+        if (compute.count() > 0) std::this_thread::sleep_for(compute);
     }
 
     EpochReport report(std::uint64_t e, const EpochRange& range, std::uint64_t batches,

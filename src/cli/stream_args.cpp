@@ -34,11 +34,12 @@ void add_stage_stream_options(CLI::App& cmd, StreamStageArgs& a) {
     cmd.add_option("--chunk-rows", a.chunk_rows, "--sqlite: rows per cursor chunk")
         ->capture_default_str();
     cmd.add_option("--batch-bytes", a.batch_bytes,
-                   "--sqlite: byte budget of a batch (as many rows as fit; a larger single row "
-                   "is a batch of its own, reported as oversize); 0 = --batch-size rows")
+                   "Byte budget of a batch (--sqlite rows, or FILE samples: as many as fit; a "
+                   "larger single one is a batch of its own, reported as oversize); 0 = "
+                   "--batch-size samples")
         ->capture_default_str();
     cmd.add_option("--max-batch-samples", a.max_batch_samples,
-                   "--sqlite with --batch-bytes: most rows in one batch")
+                   "With --batch-bytes (or --batch-tokens): most rows/samples in one batch")
         ->capture_default_str();
     cmd.add_option("--on-dry", a.on_dry,
                    "--sqlite: rebalance (ranks with rows left share them with dry ranks) or "

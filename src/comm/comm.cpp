@@ -213,12 +213,12 @@ LocalStatus LocalStatus::from_current_exception() noexcept {
     return from_exception(std::current_exception());
 }
 
-void agree_or_throw(const Communicator& comm, const LocalStatus& status) {
-    // One allreduce decides whether anyone failed and who is first; only then a broadcast.
-    const std::uint64_t size = static_cast<std::uint64_t>(comm.size());
-    const std::uint64_t mine = status.failed ? static_cast<std::uint64_t>(comm.rank()) : size;
-    const std::uint64_t first = comm.allreduce_min(mine);
-    if (first == size) return;
+namespace {
+
+/// Every rank's part after an allreduce found that rank `first` is the lowest failing one:
+/// counts the failing ranks, broadcasts the first one's error and throws it.
+[[noreturn]] void throw_agreed(const Communicator& comm, const LocalStatus& status,
+                               std::uint64_t first) {
     const std::uint64_t failing = comm.allreduce_sum(status.failed ? 1 : 0);
     const int root = static_cast<int>(first);
     std::string payload;
@@ -232,6 +232,29 @@ void agree_or_throw(const Communicator& comm, const LocalStatus& status) {
     if (failing > 1) prefix += " and " + std::to_string(failing - 1) + " other rank(s)";
     prefix += "] ";
     throw_error(kind, prefix + message);
+}
+
+}  // namespace
+
+void agree_or_throw(const Communicator& comm, const LocalStatus& status) {
+    // One allreduce decides whether anyone failed and who is first; only then a broadcast.
+    const std::uint64_t size = static_cast<std::uint64_t>(comm.size());
+    const std::uint64_t mine = status.failed ? static_cast<std::uint64_t>(comm.rank()) : size;
+    const std::uint64_t first = comm.allreduce_min(mine);
+    if (first == size) return;
+    throw_agreed(comm, status, first);
+}
+
+std::uint64_t agree_min_or_throw(const Communicator& comm, const LocalStatus& status,
+                                 std::uint64_t value) {
+    // One allreduce of one word: a failing rank sends its rank (< size), the others
+    // size + value, so the minimum names the lowest failing rank or else carries min(value).
+    const std::uint64_t size = static_cast<std::uint64_t>(comm.size());
+    const std::uint64_t mine = status.failed ? static_cast<std::uint64_t>(comm.rank())
+                                             : size + std::min<std::uint64_t>(value, ~std::uint64_t{0} - size);
+    const std::uint64_t first = comm.allreduce_min(mine);
+    if (first >= size) return first - size;
+    throw_agreed(comm, status, first);
 }
 
 void run_agreed(const Communicator& comm, const std::function<void()>& fn) {

@@ -55,6 +55,30 @@ HostBatch EpochRange::Impl::make_batch(const detail::Slot& slot,
     return b;
 }
 
+void EpochRange::Impl::agree_window() {
+    Loader::Impl& l = *loader;
+    if (taken.empty()) {
+        LocalStatus status;
+        detail::Slot* slot = prefetch->take(next_consume, status);
+        taken.emplace_back(slot, std::move(status));
+    }
+    // Later steps already read join the window without waiting; a failed read ends it.
+    while (!taken.back().second.failed && next_consume + taken.size() < plan.steps) {
+        LocalStatus status;
+        detail::Slot* slot = prefetch->take_if_ready(next_consume + taken.size(), status);
+        if (!slot) break;
+        taken.emplace_back(slot, std::move(status));
+    }
+    std::size_t good = 0;
+    while (good < taken.size() && !taken[good].second.failed) ++good;
+    // Errors are agreed at their own step: a window ends before the first failed read, and
+    // the failure is agreed when its step opens the next window.
+    const LocalStatus& first = taken.front().second;
+    l.comm.set_context({"loader: agree on batch", static_cast<std::int64_t>(epoch),
+                        static_cast<std::int64_t>(next_consume), "", -1});
+    agreed = static_cast<std::size_t>(agree_min_or_throw(l.comm, first, good));
+}
+
 bool EpochRange::next(HostBatch& out) {
     Impl& d = *impl_;
     Loader::Impl& l = *d.loader;
@@ -72,31 +96,29 @@ bool EpochRange::next(HostBatch& out) {
     }
     const auto t0 = Clock::now();
     if (d.next_consume == 0) d.started = t0;
-    LocalStatus status;
-    detail::Slot* slot = d.prefetch->take(d.next_consume, status);
-    const auto t_io = Clock::now();
-    // The lease returns the slot to the ring when the last batch copy or tensor is gone, also
-    // when the agreement below throws.
+    // One agreement per window of batches every rank holds ready (at least one batch): the
+    // per-step allreduce of a small, fast batch costs more than its read.
+    if (d.agreed == 0) {
+        const auto peers_before = l.comm.collective_wait();
+        try {
+            d.agree_window();
+        } catch (...) {
+            d.shutdown();
+            d.next_consume = d.plan.steps;
+            d.finished = true;
+            throw;
+        }
+        const auto peers = l.comm.collective_wait() - peers_before;
+        l.stats.wait_peers_time += peers;
+        l.stats.wait_io_time += (Clock::now() - t0) - peers;
+    }
+    detail::Slot* slot = d.taken.front().first;
+    d.taken.pop_front();
+    --d.agreed;
+    // The lease returns the slot to the ring when the last batch copy or tensor is gone.
     std::shared_ptr<detail::Ring> ring = d.prefetch->ring();
-    std::shared_ptr<void> lease;
-    if (slot) {
-        lease = std::shared_ptr<void>(
-            slot, [ring](void* s) { ring->release(static_cast<detail::Slot*>(s)); });
-    }
-    const auto peers_before = l.comm.collective_wait();
-    l.comm.set_context({"loader: agree on batch", static_cast<std::int64_t>(d.epoch),
-                        static_cast<std::int64_t>(d.next_consume), "", -1});
-    try {
-        agree_or_throw(l.comm, status);
-    } catch (...) {
-        lease.reset();
-        d.shutdown();
-        d.next_consume = d.plan.steps;
-        d.finished = true;
-        throw;
-    }
-    l.stats.wait_io_time += t_io - t0;
-    l.stats.wait_peers_time += l.comm.collective_wait() - peers_before;
+    std::shared_ptr<void> lease(slot,
+                                [ring](void* s) { ring->release(static_cast<detail::Slot*>(s)); });
     l.stats.wait_time += Clock::now() - t0;
     l.stats.batches += 1;
     l.stats.valid_samples += slot->num_valid;

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
@@ -76,6 +77,11 @@ struct EpochRange::Impl {
     std::unique_ptr<detail::Prefetcher> prefetch;
     // Consumer only:
     std::uint64_t next_consume = 0;
+    /// Slots taken from the prefetcher for steps next_consume, next_consume + 1, ... in order,
+    /// each with its read's outcome; the first `agreed` of them every rank holds ready and
+    /// error-free (one agreement covers them all: see `next`).
+    std::deque<std::pair<detail::Slot*, LocalStatus>> taken;
+    std::size_t agreed = 0;
     Clock::time_point started{};
     bool finished = false;
 
@@ -85,11 +91,22 @@ struct EpochRange::Impl {
             loader->stats.epoch_time += Clock::now() - started;
             finished = true;
         }
-        if (prefetch) prefetch->shutdown();
+        if (prefetch) {
+            for (auto& t : taken) {
+                if (t.first) prefetch->ring()->release(t.first);
+            }
+            taken.clear();
+            agreed = 0;
+            prefetch->shutdown();
+        }
         if (loader) loader->epoch_active = false;
     }
     /// The batch of `slot` (owning `lease`).
     HostBatch make_batch(const detail::Slot& slot, std::shared_ptr<void> lease) const;
+    /// Collective: takes the slot of step `next_consume` (waiting for it) and every later one
+    /// already read, then agrees once on how many of them every rank holds error-free.
+    /// @throws the agreed error of the earliest failed step, on every rank.
+    void agree_window();
 };
 
 }  // namespace mpistage

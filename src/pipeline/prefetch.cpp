@@ -112,4 +112,20 @@ Slot* Prefetcher::take(std::uint64_t step, LocalStatus& status) {
     return entry.first;
 }
 
+Slot* Prefetcher::take_if_ready(std::uint64_t step, LocalStatus& status) {
+    if (step_reader_) return nullptr;  // collective steps are read by take() only, in order
+    if (threads_.empty()) {
+        Slot* slot = ring_->try_take();
+        if (slot) status = capture([&] { fill_slot(*slot, source_, plan_, step); });
+        return slot;
+    }
+    std::lock_guard<std::mutex> lk(ring_->m);
+    const auto it = ready_.find(step);
+    if (it == ready_.end()) return nullptr;
+    const auto entry = it->second;
+    ready_.erase(it);
+    if (entry.second) status = LocalStatus::from_exception(entry.second);
+    return entry.first;
+}
+
 }  // namespace mpistage::detail

@@ -45,6 +45,10 @@ public:
     /// `status` when every slot is held by the caller. A failed read yields its slot with the
     /// read's error in `status`.
     Slot* take(std::uint64_t step, LocalStatus& status);
+    /// Like `take`, but never waits: the slot of `step` when it is already read (with I/O
+    /// threads) or when a free slot exists to read it into now (without), else nullptr with
+    /// `status` untouched.
+    Slot* take_if_ready(std::uint64_t step, LocalStatus& status);
     /// Stops and joins the threads; slots read but not taken return to the ring. Idempotent.
     void shutdown() noexcept;
     const std::shared_ptr<Ring>& ring() const noexcept { return ring_; }

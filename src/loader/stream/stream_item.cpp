@@ -90,7 +90,7 @@ StreamItem decode_one(const std::string& in, std::size_t& at) {
         const std::uint64_t n = get_u64(in, at);
         if (in.size() - at < n) throw FormatError("stream: truncated item between ranks");
         f.resize(n);
-        std::memcpy(f.data(), in.data() + at, n);
+        if (n > 0) std::memcpy(f.data(), in.data() + at, n);  // an empty field has no data()
         at += n;
         item.size_bytes += n;
     }

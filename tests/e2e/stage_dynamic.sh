@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# End to end for dynamic batching of files (issue 10): a TFRecord file with heavy-tailed record
+# sizes written by Python (its own CRC32C), staged with `--batch-bytes` at 1-3 ranks with
+# --verify: exactly once, equal steps, the oversize count equal to the records over the budget
+# (counted by Python), every JSON key documented in the README; flags that do not combine are a
+# ConfigError.
+# Usage: stage_dynamic.sh MPISTAGE_CLI WORK_DIR [TEST_DATA_DIR FASHION_MNIST_DIR (unused)]
+set -euo pipefail
+cli="$1"; work="$2"
+mpiexec="${MPIEXEC:-mpirun}"
+readme="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/README.md"
+mkdir -p "$work"
+fail() { echo "FAIL: $*" >&2; exit 1; }
+tfr="$work/variable.tfrecord"
+budget=8192
+
+python3 - "$tfr" "$budget" >"$work/expected.txt" <<'PY'
+import random, struct, sys
+def crc32c(data, table=[]):
+    if not table:
+        for i in range(256):
+            c = i
+            for _ in range(8):
+                c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+            table.append(c)
+    c = 0xFFFFFFFF
+    for b in data:
+        c = table[(c ^ b) & 0xFF] ^ (c >> 8)
+    return c ^ 0xFFFFFFFF
+def masked(data):
+    c = crc32c(data)
+    return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+rng = random.Random(4)
+n, over, budget = 1200, 0, int(sys.argv[2])
+with open(sys.argv[1], "wb") as f:
+    for i in range(n):
+        size = min(40000, int(30 / (1 - rng.random()) ** (1 / 1.1)))
+        over += size > budget
+        payload = bytes((i * 31 + k) & 0xFF for k in range(size))
+        length = struct.pack("<Q", size)
+        f.write(length + struct.pack("<I", masked(length)) + payload +
+                struct.pack("<I", masked(payload)))
+print(n, over)
+PY
+read -r records oversize <"$work/expected.txt"
+
+for np in 1 2 3; do
+    for mode in "--sharding byte_range --shuffle local --seed 3" \
+                "--sharding global --shuffle global --bucket-window 8"; do
+        # shellcheck disable=SC2086
+        timeout 300 "$mpiexec" -np "$np" --oversubscribe "$cli" stage "$tfr" \
+            --batch-bytes "$budget" --max-batch-samples 512 $mode --epochs 2 --verify \
+            --json "$work/report.json" >"$work/out.txt" 2>&1 \
+            || { cat "$work/out.txt"; fail "-np $np $mode exited non-zero"; }
+        grep '^exactly-once: OK$' "$work/out.txt" >/dev/null \
+            || { cat "$work/out.txt"; fail "-np $np $mode: not exactly once"; }
+        python3 - "$work/report.json" "$readme" "$np" "$records" "$oversize" <<'PY' \
+            || fail "-np $np $mode: JSON report"
+import json, sys
+r = json.load(open(sys.argv[1]))
+readme = open(sys.argv[2]).read()
+np_, records, oversize = (int(x) for x in sys.argv[3:6])
+assert r["status"] == "ok" and r["world_size"] == np_, r
+assert r["num_samples"] == records, r["num_samples"]
+for e in r["epochs"]:
+    assert len(set(e["batches_per_rank"])) == 1, e["batches_per_rank"]
+    assert e["batches_per_rank"][0] == e["steps"], e
+    assert sum(e["valid_samples_per_rank"]) == records, e
+    assert e["exactly_once"] and e["duplicates"] == 0 and e["missing"] == 0, e
+    assert e["oversize_batches"] == oversize, (e["oversize_batches"], oversize)
+    assert 1 <= e["min_batch_samples"] <= e["max_batch_samples"] <= 512, e
+    assert e["real_batches"] + e["padding_steps"] == e["steps"] * np_, e
+    assert 0 <= e["padding_waste"] < 1, e
+assert sum(k["samples"] for k in r["ranks"]) == 2 * records, r["ranks"]
+def keys(node):
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield k
+            yield from keys(v)
+    elif isinstance(node, list):
+        for v in node:
+            yield from keys(v)
+missing = sorted({k for k in keys(r) if f"`{k}`" not in readme})
+assert not missing, f"JSON keys not documented in README.md: {missing}"
+PY
+    done
+done
+
+# Flags of fixed batches are refused, the same way on every rank.
+for extra in "--balance-steps --sharding global" "--stage memory" "--batch-size 8" \
+             "--remainder mask"; do
+    # shellcheck disable=SC2086
+    if timeout 120 "$mpiexec" -np 2 --oversubscribe "$cli" stage "$tfr" --batch-bytes "$budget" \
+        $extra >"$work/out.txt" 2>&1; then
+        cat "$work/out.txt"; fail "--batch-bytes with $extra was accepted"
+    fi
+    grep 'ConfigError: .*does not combine with --batch-bytes' "$work/out.txt" >/dev/null \
+        || { cat "$work/out.txt"; fail "--batch-bytes with $extra: no clear ConfigError"; }
+done
+echo "e2e stage_dynamic: OK"
