@@ -96,9 +96,18 @@ struct LoaderOptions {
     /// (`MPI_Get`) path of the memory tier runs on one machine. 0 = the real nodes
     /// (`MPI_Comm_split_type`). Must be equal on every rank.
     int stage_ranks_per_node = 0;
+    /// Two-phase reads (docs/architecture.md, "Two-phase reads"), for global shuffles of data
+    /// that is not staged: rank r reads only the samples of each step that lie in its
+    /// contiguous, byte-balanced slab of the dataset (sorted by id, so the reads are
+    /// coalesced), and one `MPI_Alltoallv` per step delivers every sample to the rank whose
+    /// batch holds it. The reads and the exchange run on the consumer thread inside `next()`
+    /// (`io_threads` is not used), as the exchange is collective. Needs `global` sharding and
+    /// `stage == none` (otherwise a ConfigError). Must be equal on every rank.
+    bool two_phase = false;
 
     /// @throws ConfigError for a prefetch depth or thread count out of range, a negative
-    ///         timeout, a device that is not auto/cpu/cuda[:N], or invalid plan options.
+    ///         timeout, a device that is not auto/cpu/cuda[:N], invalid plan options, or
+    ///         `two_phase` without global sharding or with staging.
     void validate() const;
 };
 

@@ -158,6 +158,19 @@ EpochPlan plan_epoch(std::uint64_t num_samples, int world_size, int rank,
                      const PlanOptions& options, std::uint64_t epoch, const EpochStart& start,
                      const SampleBytesFn& sample_bytes = {});
 
+/// Every rank's sample ids of step `step` (0 = the first step of the plan from `start`) of
+/// `epoch` with `global` sharding: W·B entries, rank r's batch at [r·B, (r+1)·B) in its yield
+/// order, so entry r·B + j equals `plan_epoch(N, W, r, options, epoch, start, sample_bytes)
+/// .ids[step·B + j]` (kPaddingId for masked slots). Used by the two-phase reads, where every
+/// rank must know who consumes each sample of a step. Memory O(W·B) (8 bytes a slot, plus
+/// 24 bytes a slot with `balance_steps`); time O(W·B), O(W·B log(W·B)) with `balance_steps`.
+/// Pure. @throws ConfigError as `plan_epoch`, for `byte_range` sharding, and for a step ≥ the
+/// steps of the plan.
+std::vector<std::int64_t> global_step_ids(std::uint64_t num_samples, int world_size,
+                                          const PlanOptions& options, std::uint64_t epoch,
+                                          const EpochStart& start, std::uint64_t step,
+                                          const SampleBytesFn& sample_bytes = {});
+
 /// A bijection of [0, n) computable per position in O(1) memory (cycle-walking Feistel network
 /// over the next even power of two, 4 rounds of a splitmix64-based round function).
 class Permutation {

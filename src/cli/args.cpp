@@ -144,6 +144,10 @@ void add_stage_tier_options(CLI::App& cmd, StageArgs& a) {
     add_count(cmd, "--stage-ranks-per-node", a.stage_ranks_per_node,
               "Testing: treat groups of this many ranks as nodes, so the memory tier's "
               "cross-node MPI_Get path runs on one machine (0 = real nodes)");
+    cmd.add_flag("--two-phase", a.two_phase,
+                 "Global sharding without staging: each rank reads only its contiguous slab's "
+                 "samples of a step (sorted, coalesced) and one exchange per step routes them "
+                 "to the ranks that consume them");
 }
 
 void add_convert_options(CLI::App& cmd, ConvertArgs& a) {
@@ -279,6 +283,7 @@ std::vector<NamedValue> stage_argument_values(const StageArgs& a) {
         {"--stage", a.stage},
         {"--stage-budget", std::to_string(a.stage_budget)},
         {"--stage-ranks-per-node", std::to_string(a.stage_ranks_per_node)},
+        {"--two-phase", a.two_phase ? "on" : "off"},
     };
 }
 

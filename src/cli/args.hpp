@@ -57,6 +57,8 @@ struct StageArgs {
     std::uint64_t stage_budget = 0;
     /// --stage-ranks-per-node (testing; LoaderOptions::stage_ranks_per_node).
     std::uint64_t stage_ranks_per_node = 0;
+    /// --two-phase (LoaderOptions::two_phase).
+    bool two_phase = false;
 };
 
 /// `mpistage convert idx IMAGES LABELS -o OUT [options]`.

@@ -43,6 +43,7 @@ LoaderOptions loader_options(const StageArgs& a) {
     o.stage_budget_bytes = a.stage_budget;
     o.stage_ranks_per_node =
         static_cast<int>(std::min<std::uint64_t>(a.stage_ranks_per_node, 1 << 30));
+    o.two_phase = a.two_phase;
     return o;
 }
 
@@ -233,6 +234,7 @@ int run_stage(Communicator& comm, const StageArgs& a) {
     o.saved = loader.state();
     o.ranks = gather_rank_totals(comm, loader.stats(), staging.stats());
     o.tier = gather_tier(comm, a.stage, loader.stats());
+    o.tier.two_phase = a.two_phase;
     if (comm.rank() == 0 && !a.quiet) print_summary(a, o);
     run_agreed(comm, [&] {
         if (!a.json.empty() && comm.rank() == 0) write_stage_json(a, o);

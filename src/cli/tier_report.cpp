@@ -41,6 +41,7 @@ void print_tier(const TierSummary& t, const std::vector<EpochReport>& epochs) {
             static_cast<unsigned long long>(t.staged_bytes),
             static_cast<unsigned long long>(t.staged_bytes_max), t.stage_seconds);
     }
+    if (t.two_phase) std::printf(" (two-phase reads: slab reads + one exchange per step)");
     std::printf("\n");
     if (!t.note.empty()) std::printf("  %s\n", t.note.c_str());
     for (const auto& r : epochs) {
@@ -55,7 +56,8 @@ nlohmann::json tier_json(const TierSummary& t) {
             {"note", t.note},
             {"staged_bytes", t.staged_bytes},
             {"staged_bytes_max_rank", t.staged_bytes_max},
-            {"stage_seconds", t.stage_seconds}};
+            {"stage_seconds", t.stage_seconds},
+            {"two_phase", t.two_phase}};
 }
 
 }  // namespace mpistage::cli

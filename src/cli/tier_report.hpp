@@ -21,6 +21,7 @@ struct TierSummary {
     std::uint64_t staged_bytes = 0;      ///< sum over ranks
     std::uint64_t staged_bytes_max = 0;  ///< largest rank
     double stage_seconds = 0;            ///< slowest rank's staging read
+    bool two_phase = false;              ///< --two-phase (file reads routed by one exchange)
 };
 
 /// Collective (two allreduces): the tier summary of `stats` on every rank.

@@ -10,6 +10,7 @@
 #include "stage/cuda_api.hpp"
 #include "stage/device_choice.hpp"
 #include "stage/host_memory.hpp"
+#include "tier/two_phase.hpp"
 
 namespace mpistage {
 
@@ -29,6 +30,11 @@ void LoaderOptions::validate() const {
         throw ConfigError("loader: timeout " + std::to_string(timeout.count()) +
                           " s is negative (0 turns the watchdog off)");
     }
+    if (two_phase && (plan.sharding != Sharding::global || stage != Stage::none)) {
+        throw ConfigError("loader: two-phase reads need global sharding and stage none; got "
+                          "sharding " + to_string(plan.sharding) + " and stage " +
+                          to_string(stage));
+    }
 }
 
 void Loader::Impl::require_same_options() const {
@@ -44,6 +50,7 @@ void Loader::Impl::require_same_options() const {
                   {"dataset fingerprint", "hash " + std::to_string(dataset)},
                   {"timeout", std::to_string(options.timeout.count()) + " s"},
                   {"verify_files", options.verify_files ? "true" : "false"},
+                  {"two_phase", options.two_phase ? "true" : "false"},
                   {"plan fingerprint", plan_fingerprint(num_samples, comm.size(), p)}},
                  "loader: options differ across ranks",
                  "every rank must pass the same plan options and the same files");
@@ -175,7 +182,13 @@ EpochRange Loader::epoch(std::uint64_t e) {
                                 start, sizes);
     });
     d.progress = {true, e, start, 0, impl->plan.steps};
-    impl->prefetch = std::make_unique<detail::Prefetcher>(d.ring, d.reader(), impl->plan, e);
+    detail::StepReader step_reader;
+    if (d.options.two_phase) {  // collective: every rank has the same options
+        step_reader = detail::two_phase_step_reader(d.comm, d.source, d.num_samples,
+                                                    d.options.plan, e, start, impl->plan);
+    }
+    impl->prefetch = std::make_unique<detail::Prefetcher>(d.ring, d.reader(), impl->plan, e,
+                                                          std::move(step_reader));
     d.epoch_active = true;
     EpochRange range(std::move(impl));
     // No more threads than batches; a failure to start one is agreed like any other error (the

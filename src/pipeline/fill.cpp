@@ -43,14 +43,21 @@ void prepare(Slot& slot, const std::vector<FieldInfo>& fields, const EpochPlan& 
 }  // namespace
 
 void fill_slot(Slot& slot, const Source& source, const EpochPlan& plan, std::uint64_t step) {
-    const auto& fields = source.fields();
+    fill_slot_with(slot, source.fields(), plan, step,
+                   [&source](const std::uint64_t* ids, std::size_t count, BatchSink& sink) {
+                       source.read(ids, count, sink);
+                   });
+}
+
+void fill_slot_with(Slot& slot, const std::vector<FieldInfo>& fields, const EpochPlan& plan,
+                    std::uint64_t step, const SampleReader& read) {
     const std::size_t b = plan.batch_size;
     prepare(slot, fields, plan, step);
     bool any_ragged = false;
     for (const auto& f : fields) any_ragged = any_ragged || f.ragged;
     std::vector<std::uint64_t> lengths(any_ragged ? fields.size() * b : 0, 0);
     SlotSink sink(slot, fields, lengths, b);
-    source.read(slot.read_ids.data(), slot.read_ids.size(), sink);
+    read(slot.read_ids.data(), slot.read_ids.size(), sink);
     for (std::size_t f = 0; f < fields.size(); ++f) {
         if (fields[f].ragged) {
             auto& off = slot.ragged_offsets[f];

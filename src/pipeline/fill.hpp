@@ -1,7 +1,9 @@
 #pragma once
 // Reading one step of an epoch plan into a ring slot.
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 
 #include "mpistage/plan.hpp"
 #include "mpistage/source.hpp"
@@ -14,5 +16,16 @@ namespace mpistage::detail {
 /// offsets. Thread-safe for distinct slots when the source's `read` is.
 /// @throws what the source's `read` throws.
 void fill_slot(Slot& slot, const Source& source, const EpochPlan& plan, std::uint64_t step);
+
+/// Reads `count` samples `ids` (the step's non-padding ids in batch order) into `sink`, as
+/// `Source::read` does.
+using SampleReader =
+    std::function<void(const std::uint64_t* ids, std::size_t count, BatchSink& sink)>;
+
+/// `fill_slot` with the samples delivered by `read` instead of `Source::read` (the two-phase
+/// reads deliver samples read by other ranks). Not collective unless `read` is.
+/// @throws what `read` throws.
+void fill_slot_with(Slot& slot, const std::vector<FieldInfo>& fields, const EpochPlan& plan,
+                    std::uint64_t step, const SampleReader& read);
 
 }  // namespace mpistage::detail

@@ -7,10 +7,12 @@
 namespace mpistage::detail {
 
 Prefetcher::Prefetcher(std::shared_ptr<Ring> ring, const Source& source, const EpochPlan& plan,
-                       std::uint64_t epoch)
-    : ring_(std::move(ring)), source_(source), plan_(plan), epoch_(epoch) {}
+                       std::uint64_t epoch, StepReader step_reader)
+    : ring_(std::move(ring)), source_(source), plan_(plan), epoch_(epoch),
+      step_reader_(std::move(step_reader)) {}
 
 void Prefetcher::start(std::size_t count) {
+    if (step_reader_) return;  // the step reader reads inside take()
     try {
         for (std::size_t t = 0; t < count; ++t) threads_.emplace_back([this] { worker(); });
     } catch (const std::system_error& e) {
@@ -81,7 +83,16 @@ Slot* Prefetcher::take_inline(std::uint64_t step, LocalStatus& status) {
     return slot;
 }
 
+Slot* Prefetcher::take_stepped(std::uint64_t step, LocalStatus& status) {
+    Slot* slot = ring_->try_take();
+    LocalStatus before;
+    if (!slot) before = capture([&] { throw ConfigError(slots_held_message(step)); });
+    status = step_reader_(slot, step, std::move(before));
+    return slot;
+}
+
 Slot* Prefetcher::take(std::uint64_t step, LocalStatus& status) {
+    if (step_reader_) return take_stepped(step, status);
     if (threads_.empty()) return take_inline(step, status);
     std::unique_lock<std::mutex> lk(ring_->m);
     bool stuck = false;
@@ -102,6 +113,7 @@ Slot* Prefetcher::take(std::uint64_t step, LocalStatus& status) {
 }
 
 Slot* Prefetcher::take_if_ready(std::uint64_t step, LocalStatus& status) {
+    if (step_reader_) return nullptr;  // collective steps are read by take() only, in order
     if (threads_.empty()) {
         Slot* slot = ring_->try_take();
         if (slot) status = capture([&] { fill_slot(*slot, source_, plan_, step); });

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -18,12 +19,20 @@
 
 namespace mpistage::detail {
 
+/// A collective reader of whole steps (two-phase reads, src/tier/two_phase.hpp): fills `slot`
+/// (nullptr when none is free; `status` then says why) with step `step`, taking part in the
+/// step's exchange whatever happened, and returns this rank's outcome.
+using StepReader = std::function<LocalStatus(Slot* slot, std::uint64_t step, LocalStatus status)>;
+
 /// Not thread-safe for the consumer side (one consumer); the I/O threads are internal.
 class Prefetcher {
 public:
     /// `plan` and `source` must outlive the prefetcher; `epoch` only names the epoch in errors.
+    /// With a `step_reader`, every step is read by it on the consumer thread inside `take`
+    /// (collective: each rank takes every step once, in order); no I/O thread is started and
+    /// `take_if_ready` returns nothing.
     Prefetcher(std::shared_ptr<Ring> ring, const Source& source, const EpochPlan& plan,
-               std::uint64_t epoch);
+               std::uint64_t epoch, StepReader step_reader = {});
     Prefetcher(const Prefetcher&) = delete;
     Prefetcher& operator=(const Prefetcher&) = delete;
     ~Prefetcher() { shutdown(); }
@@ -47,12 +56,14 @@ public:
 private:
     void worker();
     Slot* take_inline(std::uint64_t step, LocalStatus& status);
+    Slot* take_stepped(std::uint64_t step, LocalStatus& status);
     std::string slots_held_message(std::uint64_t step) const;
 
     std::shared_ptr<Ring> ring_;
     const Source& source_;
     const EpochPlan& plan_;
     std::uint64_t epoch_ = 0;
+    StepReader step_reader_;
     std::vector<std::thread> threads_;
     // Guarded by ring_->m:
     std::map<std::uint64_t, std::pair<Slot*, std::exception_ptr>> ready_;

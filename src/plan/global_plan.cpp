@@ -161,3 +161,43 @@ void plan_global(std::uint64_t num_samples, int world_size, int rank, const Plan
 }
 
 }  // namespace mpistage::detail
+
+namespace mpistage {
+
+std::vector<std::int64_t> global_step_ids(std::uint64_t num_samples, int world_size,
+                                          const PlanOptions& options, std::uint64_t epoch,
+                                          const EpochStart& start, std::uint64_t step,
+                                          const SampleBytesFn& sample_bytes) {
+    if (options.sharding != Sharding::global) {
+        throw ConfigError("plan: the ids of a whole step exist only with global sharding");
+    }
+    if (options.balance_steps && !sample_bytes) {
+        throw ConfigError("plan: balance_steps needs the size of every sample");
+    }
+    const EpochTotals totals = plan_totals(num_samples, world_size, options, start);
+    if (step >= totals.steps) {
+        throw ConfigError("plan: step " + std::to_string(step) + " of a plan of " +
+                          std::to_string(totals.steps) + " steps");
+    }
+    const std::uint64_t b = options.batch_size;
+    const std::uint64_t width = static_cast<std::uint64_t>(world_size) * b;
+    const detail::GlobalOrder order(num_samples, options, epoch);
+    std::vector<std::int64_t> ids(width);
+    if (!options.balance_steps) {
+        // Rank r's batch is slice r of the global batch (as plan_global without a balance).
+        for (std::uint64_t i = 0; i < width; ++i) {
+            ids[i] = order.id_at(start.position + step * width + i);
+        }
+        return ids;
+    }
+    const auto slots = detail::global_batch(order, start.position, step, width, sample_bytes);
+    const auto owner = detail::balance_global_batch(slots, world_size, b);
+    std::vector<std::uint64_t> filled(static_cast<std::size_t>(world_size), 0);
+    for (std::size_t i = 0; i < slots.size(); ++i) {  // position order within each rank
+        const auto q = static_cast<std::size_t>(owner[i]);
+        ids[q * b + filled[q]++] = slots[i].id;
+    }
+    return ids;
+}
+
+}  // namespace mpistage
