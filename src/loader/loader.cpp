@@ -158,7 +158,9 @@ const Source& Loader::source() const noexcept {
 
 EpochRange Loader::epoch(std::uint64_t e) {
     Impl& d = *impl_;
-    d.comm.set_context({"loader: epoch start", static_cast<std::int64_t>(e), -1, "", -1});
+    // The step an epoch starts at (0, or the resumed step) names where a stuck rank waits.
+    d.comm.set_context({"loader: epoch start", static_cast<std::int64_t>(e),
+                        static_cast<std::int64_t>(d.start_of(e).step), "", -1});
     run_agreed(d.comm, [&] {
         if (d.epoch_active) {
             throw ConfigError("loader: epoch " + std::to_string(e) +

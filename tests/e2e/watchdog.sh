@@ -80,7 +80,9 @@ grep -q "mpistage watchdog: collective #[0-9]* (.*) did not complete within $tim
 grep -q "Rank(s) that did not arrive: $victim " "$out" || { cat "$out"; fail "the stopped rank is not named"; }
 grep -q "rank $victim: no answer" "$out" || { cat "$out"; fail "the stopped rank's state is missing"; }
 for r in 0 1 3; do
-    grep -Eq "rank $r: waiting at collective #[0-9]+ .*loader: agree on batch, epoch [0-9]+, step [0-9]+" "$out" ||
+    # Waiting inside an epoch (agree on batch) or at the start of the next one; both name the
+    # epoch and the step, and which one depends on where the signal landed.
+    grep -Eq "rank $r: waiting at collective #[0-9]+ .*loader: (agree on batch|epoch start), epoch [0-9]+, step [0-9]+" "$out" ||
         { cat "$out"; fail "rank $r's state (epoch, step) is missing"; }
 done
 sed -n '/mpistage watchdog/,/Aborting/p' "$out"
