@@ -52,7 +52,9 @@ struct LoaderOptions {
     /// Background I/O threads filling the ring (at most kMaxIoThreads; no more are started than
     /// an epoch has batches). 0 reads on the consumer thread inside `next()`.
     /// Sources whose reads call MPI (`Source::reads_use_mpi`) run with 0 threads unless MPI
-    /// provides MPI_THREAD_MULTIPLE.
+    /// provides MPI_THREAD_MULTIPLE. A memory tier (`stage`) within one node copies batches
+    /// on the consumer thread whatever this says (plain loads: a thread hand-over costs more
+    /// than the copy); across nodes the threads fetch remote samples ahead.
     std::size_t io_threads = 1;
     /// Where batches are staged (docs/gpu.md): "auto" (node-local rank mod visible CUDA
     /// devices, else the CPU with one log line per node), "cpu", "cuda" (a device is

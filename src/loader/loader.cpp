@@ -129,8 +129,13 @@ Loader::Loader(const Communicator& comm, const Source& source, LoaderOptions opt
         detail::build_memory_tier(d.comm, source, d.options, detail::ring_bytes(*d.ring), d.stats);
     int level = MPI_THREAD_SINGLE;
     MPI_Query_thread(&level);
-    d.use_threads =
-        d.options.io_threads > 0 && (!d.reader().reads_use_mpi() || level == MPI_THREAD_MULTIPLE);
+    // A tier within one node serves a batch with plain loads (a few µs of memcpy): copying on
+    // the caller's thread is faster than handing the batch over from an I/O thread
+    // (benchmarks/README.md, "Where the time went"), so there the I/O threads are not started.
+    // Across nodes they fetch remote samples steps ahead with MPI_Get.
+    const bool plain_loads = d.tier && d.tier->num_nodes() == 1;
+    d.use_threads = d.options.io_threads > 0 && !plain_loads &&
+                    (!d.reader().reads_use_mpi() || level == MPI_THREAD_MULTIPLE);
 }
 
 Loader::~Loader() = default;

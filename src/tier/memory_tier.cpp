@@ -30,8 +30,23 @@ Stage parse_stage(const std::string& s) {
 
 namespace detail {
 
+namespace {
+
+/// The node map, after a watched barrier. The communicator splits and window allocations are
+/// blocking MPI collectives the watchdog cannot see into, so each group of them is entered
+/// right after a watched collective (this barrier; the allgather of ragged sizes), and the
+/// staging read ends in a watched barrier (`NodeSegment::publish`): a rank stopped or gone
+/// before them is reported, not waited for. A rank that stops inside one of the blocking
+/// calls (or inside a collective HDF5 read) is not covered.
+NodeMap arrive_and_map(const Communicator& comm, int ranks_per_node) {
+    comm.barrier();
+    return make_node_map(comm.get(), ranks_per_node);
+}
+
+}  // namespace
+
 MemoryTier::MemoryTier(const Communicator& comm, const Source& source, int ranks_per_node)
-    : source_(source), nodes_(make_node_map(comm.get(), ranks_per_node)), rank_(comm.rank()) {
+    : source_(source), nodes_(arrive_and_map(comm, ranks_per_node)), rank_(comm.rank()) {
     node_ = nodes_.node_of[static_cast<std::size_t>(rank_)];
     const auto& fields = source.fields();
     for (const auto& f : fields) has_ragged_ = has_ragged_ || f.ragged;
@@ -42,8 +57,8 @@ MemoryTier::MemoryTier(const Communicator& comm, const Source& source, int ranks
     RaggedStaging ragged(fields, has_ragged_ ? mine.count : 0);
     read_shard(comm, source, mine, fixed_.mine(), ragged);
     if (has_ragged_) stage_ragged(comm, ragged);
-    fixed_.publish(comm.get());
-    if (has_ragged_) ragged_.publish(comm.get());
+    fixed_.publish(comm);
+    if (has_ragged_) ragged_.publish(comm);
 }
 
 MemoryTier::~MemoryTier() = default;

@@ -136,10 +136,10 @@ void NodeSegment::release() noexcept {
     bases_.clear();
 }
 
-void NodeSegment::publish(MPI_Comm comm) const {
+void NodeSegment::publish(const Communicator& comm) const {
     check_mpi(MPI_Win_sync(shm_win_), "tier: MPI_Win_sync");
     if (remote_win_ != MPI_WIN_NULL) check_mpi(MPI_Win_sync(remote_win_), "tier: MPI_Win_sync");
-    check_mpi(MPI_Barrier(comm), "tier: MPI_Barrier");
+    comm.barrier();
     check_mpi(MPI_Win_sync(shm_win_), "tier: MPI_Win_sync");
     if (remote_win_ != MPI_WIN_NULL) check_mpi(MPI_Win_sync(remote_win_), "tier: MPI_Win_sync");
 }

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "mpistage/comm.hpp"
+
 namespace mpistage::detail {
 
 /// Move-only owner of an MPI communicator made by the tier (freed with MPI_Comm_free).
@@ -66,8 +68,10 @@ public:
         return bases_[static_cast<std::size_t>(node_rank)];
     }
     /// Collective over `comm`: makes this rank's stores visible to the node's loads and to
-    /// other nodes' gets (MPI_Win_sync, barrier, MPI_Win_sync). @throws MpiError.
-    void publish(MPI_Comm comm) const;
+    /// other nodes' gets (MPI_Win_sync, barrier, MPI_Win_sync). The barrier is the watched
+    /// `Communicator::barrier`, so a rank that never finishes staging is reported by the
+    /// watchdog instead of hanging the others. @throws MpiError.
+    void publish(const Communicator& comm) const;
     /// Independent: copies `bytes` at `offset_bytes` of rank `rank`'s segment into `dst` with
     /// MPI_Get (pieces below INT_MAX) and waits for them (MPI_Win_flush_local). Needs the
     /// cross-node window (`remote()`). @throws MpiError naming the rank and offset.
