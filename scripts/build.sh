@@ -6,5 +6,13 @@ build_dir="${1:-$here/build}"
 build_type="${2:-Release}"
 shift $(( $# > 2 ? 2 : $# ))
 jobs="${MPISTAGE_JOBS:-$(nproc)}"
-cmake -S "$here" -B "$build_dir" -DCMAKE_BUILD_TYPE="$build_type" "$@"
+# ccache when present (installed by scripts/install-deps.sh): a second build of the same
+# sources, in this or another checkout, compiles only what changed.
+launcher=()
+if command -v ccache >/dev/null 2>&1; then
+    launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache
+              -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+    export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$here}" CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"
+fi
+cmake -S "$here" -B "$build_dir" -DCMAKE_BUILD_TYPE="$build_type" "${launcher[@]}" "$@"
 cmake --build "$build_dir" -j"$jobs"
