@@ -8,14 +8,14 @@
 #include <string_view>
 #include <vector>
 
-#include "index/dali_index.hpp"
 #include "mpistage/error.hpp"
+#include "sources/tfrecord/dali_index.hpp"
 
 using namespace mpistage;
 
 namespace {
 
-bool same(const index::DaliEntry& a, const index::DaliEntry& b) {
+bool same(const tfrecord::DaliEntry& a, const tfrecord::DaliEntry& b) {
     return a.offset == b.offset && a.size == b.size && a.malformed == b.malformed &&
            a.file == b.file;
 }
@@ -30,13 +30,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const std::uint8_t* bytes = data + 3 + text_len;
     const std::size_t nbytes = size - 3 - text_len;
 
-    std::vector<index::DaliEntry> whole;
-    const std::uint64_t lines = index::parse_dali_lines(text, 0, text.size(), true, 0, whole);
+    std::vector<tfrecord::DaliEntry> whole;
+    const std::uint64_t lines = tfrecord::parse_dali_lines(text, 0, text.size(), true, 0, whole);
     const std::size_t cut = text.empty() ? 0 : (knobs * 131u) % (text.size() + 1);
-    std::vector<index::DaliEntry> halves;
-    const std::uint64_t first = index::parse_dali_lines(text, 0, cut, true, 0, halves);
+    std::vector<tfrecord::DaliEntry> halves;
+    const std::uint64_t first = tfrecord::parse_dali_lines(text, 0, cut, true, 0, halves);
     const std::size_t n_first = halves.size();
-    const std::uint64_t second = index::parse_dali_lines(text, cut, text.size(), true, 0, halves);
+    const std::uint64_t second =
+        tfrecord::parse_dali_lines(text, cut, text.size(), true, 0, halves);
     if (first + second != lines || halves.size() != whole.size()) __builtin_trap();
     for (std::size_t i = 0; i < whole.size(); ++i) {
         if (!same(whole[i], halves[i])) __builtin_trap();
@@ -50,11 +51,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     o.on_corrupt = (knobs & 1) != 0 ? OnCorrupt::skip : OnCorrupt::error;
     o.verify_payloads = (knobs & 2) != 0;
     try {
-        const auto kept = index::validate_dali_entries(whole, files, {"index"}, o);
+        const auto kept = tfrecord::validate_dali_entries(whole, files, {"index"}, o);
         for (const auto& r : kept.records) {
             if (r.offset + tfrecord::kFramingBytes + r.length > nbytes) __builtin_trap();
         }
-        index::check_dali_tiling(kept.records, {nbytes}, {"index"}, {"data"}, o.on_corrupt);
+        tfrecord::check_dali_tiling(kept.records, {nbytes}, {"index"}, {"data"}, o.on_corrupt);
     } catch (const FormatError&) {
     }
     return 0;

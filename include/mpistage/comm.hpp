@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "mpistage/error.hpp"
@@ -111,8 +112,40 @@ public:
     /// Collective gather of `values` (the same count on every rank), rank-major, on every rank.
     /// @throws MpiError.
     std::vector<std::uint64_t> allgather(const std::vector<std::uint64_t>& values) const;
+    /// Collective element-wise exclusive prefix sums of `values` (the same count on every
+    /// rank; rank 0 gets zeros). @throws MpiError.
+    std::vector<std::uint64_t> exscan_sum(const std::vector<std::uint64_t>& values) const;
+    /// Collective gather of a different number of elements from every rank, concatenated in
+    /// rank order, on every rank. `T` is trivially copyable; elements travel as raw bytes (same
+    /// layout on every rank). More than 2^31 − 1 elements in all is a ConfigError on every rank.
+    /// @throws MpiError, ConfigError.
+    template <class T>
+    std::vector<T> allgatherv(const std::vector<T>& values) const {
+        static_assert(std::is_trivially_copyable_v<T>, "allgatherv moves raw bytes");
+        std::vector<T> out;
+        gatherv_bytes(values.data(), values.size(), sizeof(T), -1, [&](std::uint64_t total) {
+            out.resize(total);
+            return static_cast<void*>(out.data());
+        });
+        return out;
+    }
+    /// Collective gather like `allgatherv`, but only `root` receives the concatenation (the
+    /// other ranks get an empty vector). @throws MpiError, ConfigError.
+    template <class T>
+    std::vector<T> gatherv(const std::vector<T>& values, int root) const {
+        static_assert(std::is_trivially_copyable_v<T>, "gatherv moves raw bytes");
+        std::vector<T> out;
+        gatherv_bytes(values.data(), values.size(), sizeof(T), root, [&](std::uint64_t total) {
+            out.resize(total);
+            return static_cast<void*>(out.data());
+        });
+        return out;
+    }
     /// Collective broadcast of a string from `root`. @throws MpiError.
     std::string broadcast(const std::string& value, int root) const;
+    /// Collective broadcast of `root`'s `values`; the count must be the same on every rank.
+    /// @throws MpiError.
+    std::vector<std::uint64_t> broadcast(const std::vector<std::uint64_t>& values, int root) const;
     /// Collective personalised exchange: sends `to_each[r]` (one entry per rank) to rank r and
     /// returns what every rank sent here, indexed by source rank. Sizes travel first; a message
     /// of 2 GiB or more to any rank is a ConfigError on every rank. @throws MpiError, ConfigError.
@@ -122,6 +155,11 @@ private:
     /// Starts a non-blocking collective with `start` and waits for it under the watchdog.
     void watched(const char* call, const std::function<int(MPI_Request*)>& start) const;
     void wait_watched(MPI_Request& request, const char* call) const;
+    /// `allgatherv` (root < 0) or `gatherv` of `count` elements of `element_bytes` each:
+    /// allgathers the counts, checks the total, calls `receive(total)` for the receive buffer
+    /// (on the ranks that receive), then gathers under the watchdog.
+    void gatherv_bytes(const void* send, std::uint64_t count, std::size_t element_bytes, int root,
+                       const std::function<void*(std::uint64_t total)>& receive) const;
 
     std::unique_ptr<detail::WatchState> watch_;
     MPI_Comm comm_ = MPI_COMM_NULL;

@@ -14,10 +14,6 @@
 
 namespace mpistage {
 
-namespace detail {
-struct Hdf5Access;
-}
-
 /// Options of an HDF5 source.
 struct Hdf5Options {
     /// Dataset paths that form the fields (e.g. {"images", "labels"}). Empty: every dataset of
@@ -64,6 +60,8 @@ public:
     void read(const std::uint64_t* ids, std::size_t count, BatchSink& sink) const override;
     /// True when some field is read through H5Dread (MPI-IO independent reads).
     bool reads_use_mpi() const override;
+    /// Collective row reads over the source's own communicator (for the memory tier).
+    const detail::CollectiveRows* collective_rows() const noexcept override;
 
     /// Collective: closes datasets and the file. Safe to call twice.
     void close() noexcept;
@@ -72,7 +70,6 @@ public:
     const std::string& path() const noexcept;
 
 private:
-    friend struct detail::Hdf5Access;
     struct Impl;
     std::unique_ptr<Impl> impl_;
 };

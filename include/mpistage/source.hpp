@@ -12,6 +12,10 @@
 
 namespace mpistage {
 
+namespace detail {
+class CollectiveRows;
+}
+
 /// One field of a sample (e.g. `images` with shape {28, 28} and dtype uint8).
 struct FieldInfo {
     /// Name of the field (HDF5 dataset path, or feature name).
@@ -57,7 +61,8 @@ public:
     /// Total number of samples N, identical on every rank.
     virtual std::uint64_t num_samples() const = 0;
     /// Number of records whose first byte lies in `[rank*T/world_size, (rank+1)*T/world_size)`,
-    /// i.e. the byte-range cut snapped to record boundaries (docs/architecture.md, plan: `byte_range`).
+    /// i.e. the byte-range cut snapped to record boundaries (docs/architecture.md, plan:
+    /// `byte_range`).
     virtual std::uint64_t records_in_cut(int rank, int world_size) const = 0;
     /// A string that identifies the dataset (paths, sizes, shapes, types); ranks compare hashes.
     virtual std::string fingerprint() const = 0;
@@ -79,6 +84,11 @@ public:
         for (const FieldInfo& f : fields()) bytes += f.sample_bytes;
         return bytes;
     }
+    /// Internal capability (the type is not installed): non-null when the source can read
+    /// whole row ranges of its fixed fields with collective transfers (HDF5 with MPI-IO); the
+    /// memory tier then stages shards with it instead of `read`. Not collective; the pointer is
+    /// owned by the source and valid while it lives. Default: none.
+    virtual const detail::CollectiveRows* collective_rows() const noexcept { return nullptr; }
 };
 
 }  // namespace mpistage

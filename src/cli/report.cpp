@@ -1,8 +1,6 @@
 // The text report of `mpistage stage` (rank 0) and the per-rank totals behind it.
 #include "cli/report.hpp"
 
-#include <mpi.h>
-
 #include <algorithm>
 #include <cstdio>
 
@@ -111,21 +109,19 @@ std::vector<RankTotals> gather_rank_totals(const Communicator& comm, const Loade
     };
     constexpr int kColumns = 11;
     const auto device = static_cast<std::uint64_t>(s.device.index + 1);  // 0 = the CPU
-    const std::uint64_t mine[kColumns] = {s.valid_samples,
-                                          s.batches,
-                                          s.bytes_read,
-                                          us(s.epoch_time),
-                                          us(s.wait_time),
-                                          us(s.wait_io_time),
-                                          us(s.wait_peers_time),
-                                          s.records_moved,
-                                          device,
-                                          staging.bytes_copied,
-                                          us(std::chrono::duration<double>(staging.copy_seconds))};
-    std::vector<std::uint64_t> all(static_cast<std::size_t>(comm.size()) * kColumns);
-    check_mpi(
-        MPI_Allgather(mine, kColumns, MPI_UINT64_T, all.data(), kColumns, MPI_UINT64_T, comm.get()),
-        "MPI_Allgather(rank totals)");
+    const std::vector<std::uint64_t> mine = {
+        s.valid_samples,
+        s.batches,
+        s.bytes_read,
+        us(s.epoch_time),
+        us(s.wait_time),
+        us(s.wait_io_time),
+        us(s.wait_peers_time),
+        s.records_moved,
+        device,
+        staging.bytes_copied,
+        us(std::chrono::duration<double>(staging.copy_seconds))};
+    const std::vector<std::uint64_t> all = comm.allgather(mine);
     std::vector<RankTotals> out(static_cast<std::size_t>(comm.size()));
     for (std::size_t r = 0; r < out.size(); ++r) {
         const std::uint64_t* v = all.data() + r * kColumns;

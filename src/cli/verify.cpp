@@ -1,8 +1,6 @@
 // The exactly-once check of `mpistage stage --verify`: rank 0 counts every gathered id.
 #include "cli/verify.hpp"
 
-#include <mpi.h>
-
 #include <algorithm>
 #include <limits>
 
@@ -45,14 +43,8 @@ Verdict count_ids(const std::vector<std::int64_t>& all, const std::vector<std::i
 std::vector<std::int64_t> gather_ids(const Communicator& comm, const std::vector<std::int64_t>& ids,
                                      const std::vector<std::uint64_t>& valid) {
     // `valid` is every rank's ids.size() (allgathered).
-    std::vector<int> counts(valid.size());
-    std::vector<int> displs(valid.size());
     std::uint64_t total = 0;
-    for (std::size_t i = 0; i < counts.size(); ++i) {
-        counts[i] = static_cast<int>(valid[i]);  // used only when total fits in an int
-        displs[i] = static_cast<int>(total);
-        total += valid[i];
-    }
+    for (std::uint64_t n : valid) total += n;
     // `valid` is allgathered, so every rank takes this branch or none.
     if (total > static_cast<std::uint64_t>(std::numeric_limits<int>::max())) {
         throw ConfigError(
@@ -60,11 +52,7 @@ std::vector<std::int64_t> gather_ids(const Communicator& comm, const std::vector
             "at most 2^31-1 of them; this epoch has " +
             std::to_string(total));
     }
-    std::vector<std::int64_t> all(comm.rank() == 0 ? total : 0);
-    check_mpi(MPI_Gatherv(ids.data(), static_cast<int>(ids.size()), MPI_INT64_T, all.data(),
-                          counts.data(), displs.data(), MPI_INT64_T, 0, comm.get()),
-              "MPI_Gatherv(valid ids)");
-    return all;
+    return comm.gatherv(ids, 0);
 }
 
 }  // namespace
@@ -90,8 +78,8 @@ EpochReport verify_epoch(const Communicator& comm, std::uint64_t epoch,
     const std::vector<std::int64_t> all = gather_ids(comm, ids, r.valid);
     Verdict v;
     if (comm.rank() == 0) v = count_ids(all, expect.prior, expect.num_samples, r.expected);
-    std::uint64_t verdict[4] = {v.duplicates, v.missing, v.out_of_range, v.unique};
-    check_mpi(MPI_Bcast(verdict, 4, MPI_UINT64_T, 0, comm.get()), "MPI_Bcast(verdict)");
+    const std::vector<std::uint64_t> verdict = comm.broadcast(
+        std::vector<std::uint64_t>{v.duplicates, v.missing, v.out_of_range, v.unique}, 0);
     r.duplicates = verdict[0];
     r.missing = verdict[1];
     r.out_of_range = verdict[2];

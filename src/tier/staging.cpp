@@ -4,8 +4,7 @@
 #include <cstring>
 #include <numeric>
 
-#include "mpistage/hdf5_source.hpp"
-#include "sources/hdf5/hdf5_collective.hpp"
+#include "sources/collective_rows.hpp"
 
 namespace mpistage::detail {
 
@@ -40,15 +39,13 @@ private:
     std::uint64_t first_;
 };
 
-/// True on every rank when `source` is an HDF5 source opened on the same ranks, in the same
-/// order, as `comm` (its collective reads then match the loader's ranks).
-const Hdf5Source* collective_hdf5(const Communicator& comm, const Source& source) {
-    const auto* h5 = dynamic_cast<const Hdf5Source*>(&source);
-    int result = MPI_UNEQUAL;
-    const MPI_Comm theirs = h5 ? Hdf5Access::communicator(*h5) : MPI_COMM_NULL;
-    if (theirs != MPI_COMM_NULL) MPI_Comm_compare(theirs, comm.get(), &result);
-    const bool same = result == MPI_IDENT || result == MPI_CONGRUENT;
-    return comm.allreduce_min(same ? 1 : 0) == 1 ? h5 : nullptr;
+/// The source's collective row reads when every rank has them and they run on the same ranks,
+/// in the same order, as `comm` (so they can be entered where `comm`'s collectives are);
+/// null on every rank otherwise. Collective over `comm`.
+const CollectiveRows* collective_rows(const Communicator& comm, const Source& source) {
+    const CollectiveRows* rows = source.collective_rows();
+    const bool same = rows != nullptr && rows->runs_on(comm);
+    return comm.allreduce_min(same ? 1 : 0) == 1 ? rows : nullptr;
 }
 
 void read_pieces(const Source& source, const ShardLayout& layout, std::byte* fixed_base,
@@ -118,10 +115,10 @@ std::vector<ShardLayout> fixed_layouts(const std::vector<FieldInfo>& fields,
 
 void read_shard(const Communicator& comm, const Source& source, const ShardLayout& layout,
                 std::byte* fixed_base, RaggedStaging& ragged) {
-    if (const Hdf5Source* h5 = collective_hdf5(comm, source)) {
+    if (const CollectiveRows* rows = collective_rows(comm, source)) {
         for (std::size_t f = 0; f < source.fields().size(); ++f) {
-            Hdf5Access::read_rows_collective(*h5, f, layout.first, layout.count,
-                                             fixed_base + layout.field_offset[f]);
+            rows->read_rows_collective(f, layout.first, layout.count,
+                                       fixed_base + layout.field_offset[f]);
         }
         return;
     }

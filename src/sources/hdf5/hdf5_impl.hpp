@@ -8,6 +8,7 @@
 
 #include "mpistage/comm.hpp"
 #include "mpistage/hdf5_source.hpp"
+#include "sources/collective_rows.hpp"
 #include "sources/hdf5/hdf5_util.hpp"
 #include "util/posix_file.hpp"
 
@@ -19,19 +20,18 @@ namespace detail {
 struct Hdf5Field {
     FieldInfo info;
     detail::H5Dataset dataset;
-    hid_t mem_type = H5I_INVALID_HID;   // native type of info.dtype (owned by HDF5)
-    std::vector<hsize_t> dims;          // full dataset dims, dims[0] = N
-    std::uint64_t row_elements = 1;     // product of dims[1..]
-    bool fast_path = false;             // contiguous, raw pread at base_offset
-    bool byte_swap = false;             // file order differs from native (fast path only)
-    std::uint64_t base_offset = 0;      // H5Dget_offset
-    std::string layout;                 // for messages and the fingerprint
+    hid_t mem_type = H5I_INVALID_HID;  // native type of info.dtype (owned by HDF5)
+    std::vector<hsize_t> dims;         // full dataset dims, dims[0] = N
+    std::uint64_t row_elements = 1;    // product of dims[1..]
+    bool fast_path = false;            // contiguous, raw pread at base_offset
+    bool byte_swap = false;            // file order differs from native (fast path only)
+    std::uint64_t base_offset = 0;     // H5Dget_offset
+    std::string layout;                // for messages and the fingerprint
 };
-
 
 }  // namespace detail
 
-struct Hdf5Source::Impl {
+struct Hdf5Source::Impl final : detail::CollectiveRows {
     std::string path;
     Hdf5Options options;
     /// The source's own duplicate of the caller's communicator (for collective reads).
@@ -70,6 +70,11 @@ struct Hdf5Source::Impl {
     /// Reads `count` consecutive rows into contiguous `dst`, in pieces of at most max_read_bytes.
     void read_rows(const detail::Hdf5Field& f, std::uint64_t row, std::uint64_t count,
                    std::byte* dst) const;
+
+    // detail::CollectiveRows (hdf5_collective.cpp): over `comm`, with H5FD_MPIO_COLLECTIVE.
+    bool runs_on(const Communicator& other) const noexcept override;
+    std::uint64_t read_rows_collective(std::size_t field, std::uint64_t row_begin,
+                                       std::uint64_t row_count, std::byte* dst) const override;
 };
 
 }  // namespace mpistage

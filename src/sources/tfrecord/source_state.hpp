@@ -43,23 +43,6 @@ private:
     MPI_File fh_ = MPI_FILE_NULL;
 };
 
-/// Move-only owner of a committed `MPI_Datatype` (local; freeing is not collective).
-class MpiType {
-public:
-    /// `count` contiguous bytes as one element. @throws MpiError.
-    static MpiType contiguous_bytes(int count);
-    MpiType(MpiType&& o) noexcept : type_(std::exchange(o.type_, MPI_DATATYPE_NULL)) {}
-    MpiType(const MpiType&) = delete;
-    MpiType& operator=(const MpiType&) = delete;
-    MpiType& operator=(MpiType&&) = delete;
-    ~MpiType();
-    MPI_Datatype get() const noexcept { return type_; }
-
-private:
-    MpiType() = default;
-    MPI_Datatype type_ = MPI_DATATYPE_NULL;
-};
-
 /// One data file: both handles, its size, and whether it is a whole-file gzip TFRecord.
 struct DataFile {
     std::string path;

@@ -94,17 +94,6 @@ void MpiFile::close_noexcept() noexcept {
     fh_ = MPI_FILE_NULL;
 }
 
-MpiType MpiType::contiguous_bytes(int count) {
-    MpiType t;
-    check_mpi(MPI_Type_contiguous(count, MPI_BYTE, &t.type_), "MPI_Type_contiguous");
-    check_mpi(MPI_Type_commit(&t.type_), "MPI_Type_commit");
-    return t;
-}
-
-MpiType::~MpiType() {
-    if (type_ != MPI_DATATYPE_NULL && mpi_alive()) MPI_Type_free(&type_);
-}
-
 void SourceState::read_at(std::size_t f, std::uint64_t off, void* dst, std::uint64_t n,
                           bool main_thread) const {
     const auto& fs = files[f];

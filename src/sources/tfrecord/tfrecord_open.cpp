@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <climits>
 
-#include "index/dali_index.hpp"
 #include "index/split_agreement.hpp"
 #include "mpistage/error.hpp"
+#include "sources/tfrecord/dali_index.hpp"
 #include "sources/tfrecord/source_state.hpp"
 #include "util/input_file.hpp"
 
@@ -40,13 +40,13 @@ void index_gzip_files(const SourceState& state, const std::vector<std::uint32_t>
 
 /// This rank's slice of the DALI index files: parsed entries and lines per index file.
 struct IndexSlice {
-    std::vector<index::DaliEntry> entries;
+    std::vector<DaliEntry> entries;
     std::vector<std::uint64_t> line_counts;
 };
 
 /// Reads the lines that start in [lb, le) of index file `path` (local offsets) and parses them.
 std::uint64_t parse_slice(const detail::PosixFile& file, std::uint64_t lb, std::uint64_t le,
-                          std::uint32_t index, std::vector<index::DaliEntry>& out) {
+                          std::uint32_t index, std::vector<DaliEntry>& out) {
     // Read the slice plus the byte before it (line start test) and up to the end of the last
     // line that starts inside it.
     const std::uint64_t read_from = lb > 0 ? lb - 1 : 0;
@@ -61,8 +61,8 @@ std::uint64_t parse_slice(const detail::PosixFile& file, std::uint64_t lb, std::
         if (text.find('\n', static_cast<std::size_t>(le - read_from)) != std::string::npos) break;
         to = std::min(size, to + 4096);
     }
-    return index::parse_dali_lines(text, static_cast<std::size_t>(lb - read_from),
-                                   static_cast<std::size_t>(le - read_from), lb == 0, index, out);
+    return parse_dali_lines(text, static_cast<std::size_t>(lb - read_from),
+                            static_cast<std::size_t>(le - read_from), lb == 0, index, out);
 }
 
 std::vector<detail::PosixFile> open_index_files(const std::vector<std::string>& paths) {
@@ -137,16 +137,11 @@ LocalRecords read_dali_index(const Communicator& comm, const SourceState& state)
                  "the index files changed while opening, or the same path names different files");
     IndexSlice slice = run_agreed_value(comm, [&] { return read_index_slice(comm, files); });
     // Line numbers: per index file, the lines before this rank's slice.
-    std::vector<std::uint64_t> line_base(slice.line_counts.size(), 0);
-    check_mpi(
-        MPI_Exscan(slice.line_counts.data(), line_base.data(),
-                   static_cast<int>(slice.line_counts.size()), MPI_UINT64_T, MPI_SUM, comm.get()),
-        "MPI_Exscan(index lines)");
-    if (comm.rank() == 0) std::fill(line_base.begin(), line_base.end(), 0);
+    const std::vector<std::uint64_t> line_base = comm.exscan_sum(slice.line_counts);
     for (auto& en : slice.entries) en.line += line_base[en.file] + 1;
     return run_agreed_value(comm, [&] {
-        auto kept = index::validate_dali_entries(slice.entries, state.scan_files(), names,
-                                                 state.scan_options());
+        auto kept =
+            validate_dali_entries(slice.entries, state.scan_files(), names, state.scan_options());
         return LocalRecords{std::move(kept.records), kept.skipped, kept.skipped_bytes};
     });
 }
@@ -154,34 +149,15 @@ LocalRecords read_dali_index(const Communicator& comm, const SourceState& state)
 void exchange_descriptors(const Communicator& comm, SourceState& state, LocalRecords local) {
     state.skipped = comm.allreduce_sum(local.skipped);
     state.skipped_bytes = comm.allreduce_sum(local.skipped_bytes);
-    const auto counts = comm.allgather(local.records.size());
-    std::vector<int> rc(counts.size());
-    std::vector<int> displs(counts.size());
-    run_agreed(comm, [&] {
-        std::uint64_t acc = 0;
-        for (std::size_t r = 0; r < counts.size(); ++r) {
-            if (counts[r] > static_cast<std::uint64_t>(INT_MAX) ||
-                acc > static_cast<std::uint64_t>(INT_MAX)) {
-                throw ConfigError("tfrecord: more than 2^31 records (one exchange)");
-            }
-            rc[r] = static_cast<int>(counts[r]);
-            displs[r] = static_cast<int>(acc);
-            acc += counts[r];
-        }
-        state.records.resize(static_cast<std::size_t>(acc));
-    });
-    const MpiType rec_type = MpiType::contiguous_bytes(static_cast<int>(sizeof(RecordRef)));
-    check_mpi(
-        MPI_Allgatherv(local.records.data(), static_cast<int>(local.records.size()), rec_type.get(),
-                       state.records.data(), rc.data(), displs.data(), rec_type.get(), comm.get()),
-        "MPI_Allgatherv(record descriptors)");
+    // More than 2^31 - 1 descriptors in all is a ConfigError on every rank (one exchange).
+    state.records = comm.allgatherv(local.records);
     // Global checks on the identical descriptor list (same outcome on every rank).
     run_agreed(comm, [&] {
         if (!state.options.index_paths.empty()) {
             std::vector<std::uint64_t> sizes;
             for (const auto& f : state.files) sizes.push_back(f.size);
-            index::check_dali_tiling(state.records, sizes, state.options.index_paths, state.paths,
-                                     state.options.on_corrupt);
+            check_dali_tiling(state.records, sizes, state.options.index_paths, state.paths,
+                              state.options.on_corrupt);
         }
         if (state.records.empty()) {
             throw FormatError("tfrecord: no valid records in " +

@@ -15,7 +15,7 @@
 #include "hdf5_test_files.hpp"
 #include "mpistage/comm.hpp"
 #include "mpistage/hdf5_source.hpp"
-#include "sources/hdf5/hdf5_collective.hpp"
+#include "sources/collective_rows.hpp"
 
 using h5src::fields_opt;
 using h5src::H2File;
@@ -39,8 +39,8 @@ void collective_case(const Communicator& comm, const std::string& path, const st
                      const std::vector<T>& truth, std::size_t row_elems, const std::string& what) {
     Hdf5Source src(comm, path, fields_opt({field}, max_bytes));
     std::vector<T> out(count * row_elems, T(-1));
-    const std::uint64_t calls = mpistage::detail::Hdf5Access::read_rows_collective(
-        src, 0, begin, count, count ? reinterpret_cast<std::byte*>(out.data()) : nullptr);
+    const std::uint64_t calls = src.collective_rows()->read_rows_collective(
+        0, begin, count, count ? reinterpret_cast<std::byte*>(out.data()) : nullptr);
     const std::uint64_t rows_per_piece =
         std::max<std::uint64_t>(max_bytes / (row_elems * sizeof(T)), 1);
     EXPECT_EQ(h5t::min(calls), h5t::max(calls)) << what;
@@ -103,13 +103,13 @@ TEST(Hdf5Collective, InvalidRangeOnOneRankIsAgreed) {
     std::vector<std::int32_t> out(30);
     H5T_EXPECT_SAME_ERROR(
         mpistage::ConfigError,
-        mpistage::detail::Hdf5Access::read_rows_collective(
-            src, 0, bad ? 8 : 0, bad ? 5 : 2, reinterpret_cast<std::byte*>(out.data())),
+        src.collective_rows()->read_rows_collective(0, bad ? 8 : 0, bad ? 5 : 2,
+                                                    reinterpret_cast<std::byte*>(out.data())),
         "exceed N = 10", "ten");
     // The source is still usable collectively afterwards.
     const auto [begin, count] = block(10);
-    const auto calls = mpistage::detail::Hdf5Access::read_rows_collective(
-        src, 0, begin, count, reinterpret_cast<std::byte*>(out.data()));
+    const auto calls = src.collective_rows()->read_rows_collective(
+        0, begin, count, reinterpret_cast<std::byte*>(out.data()));
     EXPECT_TRUE(h5t::same_on_all_ranks(calls));
     for (std::uint64_t k = 0; k < count * 3; ++k) {
         EXPECT_EQ(out[k], static_cast<std::int32_t>(1000 * (begin + k / 3) + k % 3));

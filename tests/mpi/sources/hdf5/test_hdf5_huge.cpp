@@ -9,14 +9,14 @@
 #include <string>
 #include <vector>
 
-#include "test_data.hpp"
 #include "h5t_checks.hpp"
 #include "h5t_h5dump.hpp"
 #include "h5t_mpi.hpp"
 #include "hdf5_test_files.hpp"
 #include "mpistage/comm.hpp"
 #include "mpistage/hdf5_source.hpp"
-#include "sources/hdf5/hdf5_collective.hpp"
+#include "sources/collective_rows.hpp"
+#include "test_data.hpp"
 
 using h5src::fields_opt;
 using h5src::kDir;
@@ -78,8 +78,8 @@ TEST(Hdf5Source, HugeCollectiveSplitReadsAcross2To31) {
     for (const std::uint64_t max_bytes : {std::uint64_t{3}, std::uint64_t{1} << 30}) {
         Hdf5Source src(comm, file, fields_opt({"huge_1d"}, max_bytes));
         std::vector<std::uint8_t> out(count, 0xEE);
-        const std::uint64_t calls = mpistage::detail::Hdf5Access::read_rows_collective(
-            src, 0, begin, count, reinterpret_cast<std::byte*>(out.data()));
+        const std::uint64_t calls = src.collective_rows()->read_rows_collective(
+            0, begin, count, reinterpret_cast<std::byte*>(out.data()));
         const std::uint64_t rows_per_piece = max_bytes;  // 1-byte rows
         const std::uint64_t want = (h5t::max(count) + rows_per_piece - 1) / rows_per_piece;
         EXPECT_EQ(h5t::min(calls), h5t::max(calls)) << "ranks made different numbers of calls";

@@ -10,14 +10,14 @@
 #include <string>
 #include <vector>
 
-#include "test_data.hpp"
 #include "h5t_checks.hpp"
 #include "h5t_h5dump.hpp"
 #include "h5t_mpi.hpp"
 #include "hdf5_test_files.hpp"
 #include "mpistage/comm.hpp"
 #include "mpistage/hdf5_source.hpp"
-#include "sources/hdf5/hdf5_collective.hpp"
+#include "sources/collective_rows.hpp"
+#include "test_data.hpp"
 
 using h5src::fields_opt;
 using h5src::kDir;
@@ -135,8 +135,8 @@ TEST(Hdf5Source, ChunkedRowsMatchH5dump) {
     const std::uint64_t begin = r * 21 / w, end = (r + 1) * 21 / w;
     Hdf5Source small(comm, file, fields_opt({"dataset1"}, 3 * 16 * 4));
     std::vector<std::int32_t> rows((end - begin) * 16, -7);
-    const auto calls = mpistage::detail::Hdf5Access::read_rows_collective(
-        small, 0, begin, end - begin, reinterpret_cast<std::byte*>(rows.data()));
+    const auto calls = small.collective_rows()->read_rows_collective(
+        0, begin, end - begin, reinterpret_cast<std::byte*>(rows.data()));
     EXPECT_TRUE(h5t::same_on_all_ranks(calls));
     EXPECT_EQ(calls, (h5t::max(end - begin) + 2) / 3);
     const auto expected = h5t::parse_as<std::int32_t>(dump);

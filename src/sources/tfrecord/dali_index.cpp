@@ -1,4 +1,4 @@
-#include "index/dali_index.hpp"
+#include "sources/tfrecord/dali_index.hpp"
 
 #include <limits>
 
@@ -6,12 +6,9 @@
 #include "sources/tfrecord/crc32c.hpp"
 #include "util/byte_order.hpp"
 
-namespace mpistage::index {
+namespace mpistage::tfrecord {
 
 namespace {
-
-using tfrecord::kFramingBytes;
-using tfrecord::kHeaderBytes;
 
 bool is_blank_char(char c) {
     return c == ' ' || c == '\t' || c == '\r';
@@ -30,18 +27,18 @@ bool parse_number(std::string_view s, std::size_t& p, std::uint64_t& v) {
 }
 
 /// Validates one well-formed entry's framing; false when it is dropped under skip.
-bool entry_matches_data(const DaliEntry& en, const tfrecord::ScanFile& f, const std::string& where,
-                        const tfrecord::ScanOptions& options, std::uint64_t& length) {
+bool entry_matches_data(const DaliEntry& en, const ScanFile& f, const std::string& where,
+                        const ScanOptions& options, std::uint64_t& length) {
     std::uint8_t h[kHeaderBytes];
     f.read(en.offset, h, kHeaderBytes);
-    const auto hs = tfrecord::check_header(h, en.offset, f.size_bytes, length);
-    if (hs == tfrecord::HeaderStatus::bad_length_crc && options.on_corrupt == OnCorrupt::skip) {
+    const auto hs = check_header(h, en.offset, f.size_bytes, length);
+    if (hs == HeaderStatus::bad_length_crc && options.on_corrupt == OnCorrupt::skip) {
         return false;
     }
-    if (hs != tfrecord::HeaderStatus::ok || length != en.size - kFramingBytes) {
+    if (hs != HeaderStatus::ok || length != en.size - kFramingBytes) {
         throw FormatError(where + "does not match the data: at offset " +
                           std::to_string(en.offset) + " the length field reads " +
-                          std::to_string(detail::load_le64(h)) + " (" + tfrecord::to_string(hs) +
+                          std::to_string(detail::load_le64(h)) + " (" + to_string(hs) +
                           "), the index says " + std::to_string(en.size - kFramingBytes));
     }
     if (length > std::numeric_limits<std::uint32_t>::max()) {
@@ -123,9 +120,9 @@ std::uint64_t parse_dali_lines(std::string_view text, std::size_t begin, std::si
 }
 
 DaliRecords validate_dali_entries(const std::vector<DaliEntry>& entries,
-                                  const std::vector<tfrecord::ScanFile>& files,
+                                  const std::vector<ScanFile>& files,
                                   const std::vector<std::string>& index_names,
-                                  const tfrecord::ScanOptions& options) {
+                                  const ScanOptions& options) {
     DaliRecords out;
     const DaliEntry* prev = nullptr;
     for (const auto& en : entries) {
@@ -137,7 +134,7 @@ DaliRecords validate_dali_entries(const std::vector<DaliEntry>& entries,
         std::uint64_t length = 0;
         if (entry_matches_data(en, f, where, options, length)) {
             out.records.push_back(
-                tfrecord::RecordRef{en.offset, static_cast<std::uint32_t>(length), en.file});
+                RecordRef{en.offset, static_cast<std::uint32_t>(length), en.file});
         } else {
             ++out.skipped;
             out.skipped_bytes += en.size;
@@ -146,7 +143,7 @@ DaliRecords validate_dali_entries(const std::vector<DaliEntry>& entries,
     return out;
 }
 
-void check_dali_tiling(const std::vector<tfrecord::RecordRef>& records,
+void check_dali_tiling(const std::vector<RecordRef>& records,
                        const std::vector<std::uint64_t>& file_sizes,
                        const std::vector<std::string>& index_names,
                        const std::vector<std::string>& data_names, OnCorrupt on_corrupt) {
@@ -178,4 +175,4 @@ void check_dali_tiling(const std::vector<tfrecord::RecordRef>& records,
     }
 }
 
-}  // namespace mpistage::index
+}  // namespace mpistage::tfrecord

@@ -12,7 +12,7 @@
 
 #include "sources/tfrecord/framing.hpp"
 
-namespace mpistage::index {
+namespace mpistage::tfrecord {
 
 /// One parsed index line.
 struct DaliEntry {
@@ -37,7 +37,7 @@ std::uint64_t parse_dali_lines(std::string_view text, std::size_t begin, std::si
 
 /// What validating entries against the data kept.
 struct DaliRecords {
-    std::vector<tfrecord::RecordRef> records;
+    std::vector<RecordRef> records;
     std::uint64_t skipped = 0;
     std::uint64_t skipped_bytes = 0;
 };
@@ -49,16 +49,16 @@ struct DaliRecords {
 /// Not collective. @throws FormatError naming the index file (`index_names[file]`), line and the
 /// data file; IoError from the readers.
 DaliRecords validate_dali_entries(const std::vector<DaliEntry>& entries,
-                                  const std::vector<tfrecord::ScanFile>& files,
+                                  const std::vector<ScanFile>& files,
                                   const std::vector<std::string>& index_names,
-                                  const tfrecord::ScanOptions& options);
+                                  const ScanOptions& options);
 
 /// Checks the gathered descriptors of all ranks (file order, contiguity, each index covering its
 /// whole data file; the last two only under `OnCorrupt::error`). Pure.
 /// @throws FormatError naming the index file.
-void check_dali_tiling(const std::vector<tfrecord::RecordRef>& records,
+void check_dali_tiling(const std::vector<RecordRef>& records,
                        const std::vector<std::uint64_t>& file_sizes,
                        const std::vector<std::string>& index_names,
                        const std::vector<std::string>& data_names, OnCorrupt on_corrupt);
 
-}  // namespace mpistage::index
+}  // namespace mpistage::tfrecord

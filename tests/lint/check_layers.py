@@ -1,0 +1,293 @@
+#!/usr/bin/env python3
+"""Layers point one way (STYLE.md "One spine"); every MPI collective goes through Communicator.
+
+    util -> comm -> sources/index -> plan -> pipeline/tier -> loader -> stage -> cli
+
+A file of one layer may include headers of its own layer and of lower layers only. Peers (the
+same rank: sources/index, pipeline/tier) may include each other's headers, but the include graph
+between peer folders must not have a cycle. Layers are assigned to `src/<folder>/` files and to
+the public headers `include/mpistage/*.hpp` (PUBLIC below; an unmapped public header fails).
+
+`src/stage/` holds two layers: the device primitives (CUDA runtime wrappers, pinned host
+memory, device choice; no MPI, no other mpistage header but error.hpp/device.hpp), which the ring
+and the loader build on, and the device staging of loader batches (stager, pool, batch parts,
+tensors, the torch view), which sits above the loader. DEVICE maps the primitives per file.
+
+Outside `src/comm/` no file calls an MPI collective (COLLECTIVE below, blocking and
+non-blocking forms), except the calls in ALLOWED_CALLS, each with its reason. HDF5's collective
+calls (`H5Fopen` with the MPI-IO driver, collective `H5Dread`) are MPI-IO collectives of the
+HDF5 source and are not MPI_ calls; they stay in `src/sources/hdf5/`.
+
+Usage: check_layers.py [REPO_ROOT]   (exit 1 and one line per violation when any)
+       check_layers.py --self-test    (the checker finds planted violations in a scratch tree)
+"""
+import os
+import re
+import sys
+import tempfile
+
+RANK = {
+    "util": 0,
+    "comm": 1,
+    "device": 1,  # src/stage device primitives (DEVICE): peers of comm, neither includes the other
+    "sources": 2,
+    "index": 2,
+    "plan": 3,
+    "pipeline": 4,
+    "tier": 4,
+    "loader": 5,
+    "stage": 6,
+    "cli": 7,
+}
+
+# src/stage files that are device primitives (layer "device"), by path without extension.
+DEVICE = {"src/stage/cuda_api", "src/stage/host_memory", "src/stage/device_choice"}
+
+# Public headers: include/mpistage/<name>.hpp -> layer.
+PUBLIC = {
+    "config": "util",  # generated (have-CUDA, have-torch, version)
+    "error": "util",
+    "hash": "util",
+    "dtype": "util",
+    "device": "device",  # DeviceSpec / device choice, implemented by src/stage/device_choice.cpp
+    "comm": "comm",
+    "source": "sources",
+    "hdf5_source": "sources",
+    "raw_source": "sources",
+    "tfrecord_source": "sources",
+    "tf_example": "sources",
+    "sqlite_source": "sources",
+    "open": "sources",
+    "convert": "sources",
+    "plan": "plan",
+    "dynamic_plan": "plan",
+    "state": "loader",
+    "loader": "loader",
+    "dynamic_loader": "loader",
+    "stream": "loader",
+    "mpistage": "loader",  # the umbrella: the core up to the loader, no CUDA or torch headers
+    "torch": "stage",
+}
+
+# Known upward includes: (including file, included header) -> reason. Each is a debt owned by
+# the named work; remove the entry when it is paid (the test also fails on a stale entry).
+ALLOWED_INCLUDES = {
+    ("src/plan/dynamic_plan.cpp", "loader/stream/stream_plan.hpp"):
+        "KNOWN EXCEPTION, remove after merging the plan/ work of issue 22 (BatchFitter moves "
+        "into plan/)",
+    ("src/tier/memory_tier.hpp", "mpistage/loader.hpp"):
+        "KNOWN EXCEPTION: the tier takes LoaderOptions/LoaderStats; it should take its own "
+        "options and stats types (loader/tier owner, issue 22 item 1)",
+    ("include/mpistage/sqlite_source.hpp", "mpistage/stream.hpp"):
+        "KNOWN EXCEPTION: the stream source interface lives in stream.hpp beside StreamLoader; "
+        "it moves down with the streams-into-Loader work (issue 22 item 1)",
+}
+
+COLLECTIVE = (
+    r"I?(Allreduce|Allgatherv?|Gatherv?|Scatterv?|Bcast|Exscan|Scan|Barrier|Alltoall[vw]?|"
+    r"Reduce|Reduce_scatter(_block)?|Neighbor_\w+)|"
+    r"Comm_(split|split_type|dup|idup|create|create_group|free|spawn|accept|connect)|"
+    r"Intercomm_\w+|Cart_create|Graph_create|Dist_graph_create\w*|"
+    r"Win_(allocate|allocate_shared|create|create_dynamic|free|fence)|"
+    r"File_(open|close|set_view|set_size|preallocate|sync|\w+_all|\w+_all_begin|\w+_ordered)"
+)
+COLLECTIVE_RE = re.compile(r"\bMPI_(" + COLLECTIVE + r")\s*\(")
+
+# Collective MPI calls allowed outside src/comm/: (file, call) -> reason.
+ALLOWED_CALLS = {
+    ("src/sources/tfrecord/tfrecord_files.cpp", "File_open"):
+        "the TFRecord source's MPI-IO file handles (collective open; agreed by run_agreed)",
+    ("src/sources/tfrecord/tfrecord_files.cpp", "File_close"):
+        "collective close of those MPI-IO file handles (explicit close(), STYLE.md Ownership)",
+    ("src/tier/node_segment.cpp", "Win_allocate_shared"):
+        "the memory tier's node-shared window (memory, not a message: the tier brackets it "
+        "with watched barriers)",
+    ("src/tier/node_segment.cpp", "Win_create"):
+        "the memory tier's cross-node window over the same bytes (watched barriers around it)",
+    ("src/tier/node_segment.cpp", "Win_free"):
+        "freeing those windows (collective, at the same point on every rank)",
+}
+
+
+def strip_code(text):
+    """Removes comments and string/char literals (keeps line breaks for line numbers)."""
+    out = []
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if text.startswith("//", i):
+            j = text.find("\n", i)
+            i = n if j < 0 else j
+        elif text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            out.append("\n" * text.count("\n", i, j))
+            i = j
+        elif c in "\"'":
+            j = i + 1
+            while j < n and text[j] != c:
+                j += 2 if text[j] == "\\" else 1
+            out.append(c + "\n" * text.count("\n", i, j) + c)
+            i = j + 1
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def layer_of_src(rel):
+    stem = os.path.splitext(rel)[0]
+    if stem in DEVICE:
+        return "device"
+    parts = rel.split("/")
+    if parts[0] == "include":
+        return PUBLIC.get(os.path.splitext(parts[-1])[0])
+    return parts[1] if parts[1] in RANK else None
+
+
+def layer_of_include(inc):
+    """Layer of `#include "inc"`, or None for headers outside the project (or unknown)."""
+    parts = inc.split("/")
+    if parts[0] == "mpistage":
+        name = os.path.splitext(parts[-1])[0]
+        return PUBLIC.get(name, "?")
+    if parts[0] in RANK:
+        stem = "src/" + os.path.splitext(inc)[0]
+        return "device" if stem in DEVICE else parts[0]
+    return None
+
+
+INCLUDE_RE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
+
+
+def check(root, allowed_includes, allowed_calls):
+    """The violations in the tree at `root`, one line each."""
+    files = []
+    for top in ("src", "include/mpistage"):
+        for d, _, names in os.walk(os.path.join(root, top)):
+            for name in names:
+                if name.endswith((".hpp", ".cpp", ".h", ".cu")):
+                    files.append(os.path.relpath(os.path.join(d, name), root))
+    files.sort()
+    errors = []
+    used_includes, used_calls = set(), set()
+    peer_edges = {}
+    for name in os.listdir(os.path.join(root, "include/mpistage")):
+        if name.endswith(".hpp") and os.path.splitext(name)[0] not in PUBLIC:
+            errors.append(f"include/mpistage/{name}: public header not mapped to a layer "
+                          f"(add it to PUBLIC in tests/lint/check_layers.py)")
+    for rel in files:
+        mine = layer_of_src(rel)
+        if mine is None:
+            if not rel.startswith("include/"):  # unmapped public headers are reported above
+                errors.append(f"{rel}: not in a known layer ({', '.join(RANK)})")
+            continue
+        with open(os.path.join(root, rel), encoding="utf-8") as f:
+            raw = f.read()
+        for m in INCLUDE_RE.finditer(raw):
+            inc = m.group(1)
+            theirs = layer_of_include(inc)
+            if theirs is None:
+                continue
+            if theirs == "?":
+                errors.append(f"{rel}: includes {inc}, a public header not mapped to a layer")
+                continue
+            if theirs == mine:
+                continue
+            if RANK[theirs] == RANK[mine]:
+                peer_edges.setdefault(mine, {}).setdefault(theirs, f"{rel} -> {inc}")
+                continue
+            if RANK[theirs] > RANK[mine]:
+                if (rel, inc) in allowed_includes:
+                    used_includes.add((rel, inc))
+                    continue
+                errors.append(f"{rel}: layer '{mine}' includes {inc} of the higher layer "
+                              f"'{theirs}'")
+        if rel.startswith("src/comm/"):
+            continue
+        code = strip_code(raw)
+        for m in COLLECTIVE_RE.finditer(code):
+            call = m.group(1)
+            line = code.count("\n", 0, m.start()) + 1
+            if (rel, call) in allowed_calls:
+                used_calls.add((rel, call))
+                continue
+            errors.append(f"{rel}:{line}: MPI_{call} outside src/comm/ (use Communicator, "
+                          f"which the watchdog watches)")
+    for a, outs in peer_edges.items():
+        for b, where in outs.items():
+            if a < b and a in peer_edges.get(b, {}):
+                errors.append(f"peer layers '{a}' and '{b}' include each other: {where}; "
+                              f"{peer_edges[b][a]}")
+    for key in sorted(set(allowed_includes) - used_includes):
+        errors.append(f"stale exception in ALLOWED_INCLUDES (no longer needed): {key}")
+    for key in sorted(set(allowed_calls) - used_calls):
+        errors.append(f"stale exception in ALLOWED_CALLS (no longer needed): {key}")
+    return errors
+
+
+def self_test():
+    """Plants one violation of each kind (and look-alikes that are not) in a scratch tree."""
+    planted = {
+        "include/mpistage/comm.hpp": '#include "mpistage/error.hpp"\n',
+        "include/mpistage/error.hpp": "",
+        "include/mpistage/unmapped.hpp": "",
+        "src/util/up.cpp": '#include "loader/loader_impl.hpp"\n#include "util/ok.hpp"\n',
+        "src/util/ok.hpp": '#include "mpistage/error.hpp"\n',
+        "src/comm/split.cpp": "void f() { MPI_Comm_split(a, 0, 0, &b); }\n",
+        "src/cli/raw.cpp": ('// MPI_Bcast(x) in a comment\nconst char* s = "MPI_Bcast(y)";\n'
+                            "void g() { MPI_Allreduce (a, b, 1, t, op, c); }\n"),
+        "src/pipeline/prim.cpp": '#include "stage/host_memory.hpp"\n',
+        "src/pipeline/stager.cpp": '#include "stage/device_stager.hpp"\n',
+        "src/index/i.cpp": '#include "sources/tfrecord/framing.hpp"\n',
+        "src/sources/s.cpp": '#include "index/split_agreement.hpp"\n',
+        "src/tier/t.cpp": '#include "pipeline/ring.hpp"\n#include "mpistage/stream.hpp"\n',
+        "src/tier/w.cpp": "void h() { MPI_Win_free(&w); }\n",
+    }
+    expected = [
+        "include/mpistage/unmapped.hpp: public header not mapped",
+        "src/util/up.cpp: layer 'util' includes loader/loader_impl.hpp",
+        "src/cli/raw.cpp:3: MPI_Allreduce outside src/comm/",
+        "src/pipeline/stager.cpp: layer 'pipeline' includes stage/device_stager.hpp",
+        "peer layers 'index' and 'sources' include each other",
+        "src/tier/t.cpp: layer 'tier' includes mpistage/stream.hpp",
+        "stale exception in ALLOWED_INCLUDES",
+    ]
+    with tempfile.TemporaryDirectory() as root:
+        for rel, text in planted.items():
+            os.makedirs(os.path.dirname(os.path.join(root, rel)), exist_ok=True)
+            with open(os.path.join(root, rel), "w", encoding="utf-8") as f:
+                f.write(text)
+        errors = check(root, {("src/x.cpp", "loader/y.hpp"): "stale"},
+                       {("src/tier/w.cpp", "Win_free"): "allowed"})
+    missing = [e for e in expected if not any(line.startswith(e) for line in errors)]
+    extra = [line for line in errors if not any(line.startswith(e) for e in expected)]
+    for e in missing:
+        print(f"self-test: not reported: {e}")
+    for line in extra:
+        print(f"self-test: reported but not planted: {line}")
+    if missing or extra:
+        return 1
+    print(f"check_layers self-test: {len(expected)} planted violations found, nothing else")
+    return 0
+
+
+def main():
+    if sys.argv[1:] == ["--self-test"]:
+        return self_test()
+    root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else
+                           os.path.join(os.path.dirname(__file__), "..", ".."))
+    errors = check(root, ALLOWED_INCLUDES, ALLOWED_CALLS)
+    for e in errors:
+        print(e)
+    if errors:
+        print(f"check_layers: {len(errors)} violation(s); the layers: "
+              "util -> comm -> sources/index -> plan -> pipeline/tier -> loader -> stage -> cli")
+        return 1
+    print("check_layers: layers point one way; no MPI collective outside src/comm/ but the "
+          "listed exceptions")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
