@@ -1,12 +1,24 @@
 #pragma once
-// The emulated compute step of the GPU benchmark: work of a given duration on a stream.
+// The CUDA side of the GPU benchmark, behind a header without CUDA types so gpu_bench.cpp builds
+// with or without the CUDA runtime: the emulated compute step of a training loop and the
+// pinned/pageable cudaMemcpy sweep.
 
-#include <cuda_runtime_api.h>
+#include <functional>
+#include <string>
 
-/// Enqueues about `microseconds` of work on `stream`: a spin kernel on every SM
-/// (compute_kernel.cu, when nvcc is available) or, without nvcc, a host function that sleeps
-/// in the stream (compute_host.cpp) — the stream is busy either way, the copy engine is not.
-void launch_compute(cudaStream_t stream, double microseconds);
+/// Enqueues about `microseconds` of work on the legacy default stream: a spin kernel on every
+/// SM (compute_kernel.cu, with nvcc), a host function sleeping in the stream (compute_host.cpp,
+/// CUDA runtime without nvcc) — the stream is busy, the copy engine is not — or, in a build
+/// without CUDA (compute_cpu.cpp), a sleep on the calling thread.
+void launch_compute(double microseconds);
 
-/// "spin kernel" or "host sleep": what launch_compute runs.
+/// Waits until the work enqueued by `launch_compute` has finished (cudaDeviceSynchronize).
+void wait_compute();
+
+/// What launch_compute runs, in words.
 const char* compute_kind();
+
+/// Pinned versus pageable cudaMemcpy host → device for 1..256 MiB on the current device, one
+/// table line per size through `line`; returns the pinned peak in GB/s (1e9 bytes/s), 0 in a
+/// build without CUDA. @throws std::runtime_error naming a failed CUDA call.
+double memcpy_sweep(const std::function<void(const std::string&)>& line);

@@ -1,5 +1,7 @@
 // Emulated compute without nvcc: a host function that sleeps inside the stream, so the stream
 // is busy for the duration while the copy engine is free (the overlap the benchmark measures).
+#include <cuda_runtime_api.h>
+
 #include <chrono>
 #include <thread>
 
@@ -15,8 +17,8 @@ void sleep_in_stream(void* microseconds) {
 
 }  // namespace
 
-void launch_compute(cudaStream_t stream, double microseconds) {
-    cudaLaunchHostFunc(stream, sleep_in_stream, new double(microseconds));
+void launch_compute(double microseconds) {
+    cudaLaunchHostFunc(nullptr, sleep_in_stream, new double(microseconds));
 }
 
 const char* compute_kind() {

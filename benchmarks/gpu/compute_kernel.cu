@@ -1,4 +1,6 @@
 // Emulated compute for the GPU benchmark: a clock64 spin kernel on every SM, calibrated once.
+#include <cuda_runtime_api.h>
+
 #include <chrono>
 #include <cstdio>
 
@@ -35,7 +37,8 @@ double cycles_per_us(cudaStream_t stream) {
 
 }  // namespace
 
-void launch_compute(cudaStream_t stream, double microseconds) {
+void launch_compute(double microseconds) {
+    cudaStream_t stream = nullptr;  // the legacy default stream, as a training step
     int device = 0;
     int sms = 1;
     cudaGetDevice(&device);

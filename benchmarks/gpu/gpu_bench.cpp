@@ -1,23 +1,29 @@
-// GPU benchmark of the stage component (benchmarks/gpu/run.sh; docs/gpu.md): pinned versus
-// pageable cudaMemcpy bandwidth for 1-256 MiB, the staging pipeline's throughput with and
-// without an emulated compute step per batch (overlap), and a byte check of staged batches.
-// No MPI, no HDF5. Usage: gpu_bench [RESULTS_FILE]
-#include <cuda_runtime_api.h>
+// GPU benchmark of the real loader (benchmarks/gpu/run.sh; docs/gpu.md): batches come from
+// `mpistage::Loader` (its plan, prefetch ring, I/O threads and pinned slots) and go to the
+// device through the stager the CLI and the torch view use (DeviceStager over batch_parts),
+// exactly as a trainer's batches do. Measures pinned versus pageable cudaMemcpy for 1-256 MiB,
+// the staged throughput per batch size with and without an emulated compute step per batch
+// (overlap), and checks the device bytes of every staged batch against the samples' pattern.
+// Without a CUDA runtime or device it runs the same loop on the CPU path (no copies).
+// Usage: gpu_bench [RESULTS_FILE] (one MPI rank is enough; mpirun is optional)
+#include <mpi.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdarg>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <random>
-#include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "compute.hpp"
+#include "mpistage/comm.hpp"
+#include "mpistage/loader.hpp"
+#include "stage/batch_parts.hpp"
 #include "stage/cuda_api.hpp"
-#include "stage_test_util.hpp"
+#include "stage/device_stager.hpp"
 
 using namespace mpistage;
 using namespace mpistage::detail;
@@ -26,200 +32,265 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr std::size_t kMiB = std::size_t{1} << 20;
+constexpr std::uint64_t kSampleBytes = 256 * 1024;
 
 // Prints to stdout and, when given, to the results file.
 struct Report {
     std::FILE* file = nullptr;
+    void text(const std::string& s) {
+        std::printf("%s\n", s.c_str());
+        std::fflush(stdout);
+        if (file) std::fprintf(file, "%s\n", s.c_str());
+    }
     void line(const char* fmt, ...) __attribute__((format(printf, 2, 3))) {
         char buf[512];
         va_list ap;
         va_start(ap, fmt);
         std::vsnprintf(buf, sizeof buf, fmt, ap);
         va_end(ap);
-        std::printf("%s\n", buf);
-        std::fflush(stdout);
-        if (file) std::fprintf(file, "%s\n", buf);
+        text(buf);
     }
 };
 
-void check(cudaError_t rc, const char* what) {
-    if (rc != cudaSuccess) {
-        throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(rc));
-    }
+/// Byte `i` of sample `id` for run `seed` (splitmix64 of the 8-byte word).
+std::uint8_t pattern_byte(std::uint64_t seed, std::uint64_t id, std::uint64_t i) {
+    std::uint64_t z = seed + 0x9E3779B97F4A7C15ull * (id * 0x100000001B3ull + i / 8 + 1);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return static_cast<std::uint8_t>(z >> (8 * (i % 8)));
 }
 
-// GB/s of `reps` host → device copies of `n` bytes, timed with events on `s`.
-double copy_gbps(void* dst, const void* src, std::size_t n, int reps, cudaStream_t s) {
-    cudaEvent_t a, b;
-    check(cudaEventCreate(&a), "cudaEventCreate");
-    check(cudaEventCreate(&b), "cudaEventCreate");
-    check(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, s), "warm-up copy");
-    check(cudaEventRecord(a, s), "cudaEventRecord");
-    for (int i = 0; i < reps; ++i) {
-        check(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, s), "cudaMemcpyAsync");
+/// N samples of one uint8 field [kSampleBytes]. `full`: every byte is the pattern (the byte
+/// check); otherwise a read stamps the id into the first 8 bytes of each sample only, so the
+/// throughput runs measure the loader and the stager rather than the filling of bytes.
+class PatternSource final : public Source {
+public:
+    PatternSource(std::uint64_t n, std::uint64_t seed, bool full)
+        : n_(n), seed_(seed), full_(full) {
+        fields_.push_back(
+            {"x", DType::uint8, {static_cast<std::int64_t>(kSampleBytes)}, kSampleBytes, false});
     }
-    check(cudaEventRecord(b, s), "cudaEventRecord");
-    check(cudaEventSynchronize(b), "cudaEventSynchronize");
-    float ms = 0;
-    check(cudaEventElapsedTime(&ms, a, b), "cudaEventElapsedTime");
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-    return static_cast<double>(n) * reps / (static_cast<double>(ms) / 1e3) / 1e9;
-}
-
-// Pinned versus pageable cudaMemcpy for 1..256 MiB; returns the pinned peak in GB/s.
-double memcpy_sweep(Report& r) {
-    const std::size_t max_bytes = 256 * kMiB;
-    void* pinned = nullptr;
-    void* device = nullptr;
-    check(cudaHostAlloc(&pinned, max_bytes, cudaHostAllocDefault), "cudaHostAlloc");
-    check(cudaMalloc(&device, max_bytes), "cudaMalloc");
-    std::vector<unsigned char> pageable(max_bytes, 1);
-    std::memset(pinned, 1, max_bytes);
-    cudaStream_t s;
-    check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
-    r.line("cudaMemcpy host -> device (GB/s = 1e9 bytes/s, events):");
-    r.line("%10s %14s %14s", "size_MiB", "pageable_GB/s", "pinned_GB/s");
-    double peak = 0;
-    for (std::size_t mib = 1; mib <= 256; mib *= 2) {
-        const std::size_t n = mib * kMiB;
-        const int reps = static_cast<int>(std::clamp<std::size_t>((2048 * kMiB) / n, 4, 64));
-        const double pageable_gbps = copy_gbps(device, pageable.data(), n, reps, s);
-        const double pinned_gbps = copy_gbps(device, pinned, n, reps, s);
-        peak = std::max(peak, pinned_gbps);
-        r.line("%10zu %14.2f %14.2f", mib, pageable_gbps, pinned_gbps);
+    const std::vector<FieldInfo>& fields() const override { return fields_; }
+    std::uint64_t num_samples() const override { return n_; }
+    std::uint64_t records_in_cut(int rank, int world_size) const override {
+        return fixed_records_in_cut(n_, kSampleBytes, rank, world_size);
     }
-    r.line("pinned peak: %.2f GB/s", peak);
-    cudaStreamDestroy(s);
-    cudaFree(device);
-    cudaFreeHost(pinned);
-    return peak;
-}
+    std::string fingerprint() const override {
+        return "gpu_bench:" + std::to_string(n_) + ":" + std::to_string(seed_);
+    }
+    void read(const std::uint64_t* ids, std::size_t count, BatchSink& sink) const override {
+        for (std::size_t k = 0; k < count; ++k) {
+            auto* out = reinterpret_cast<std::uint8_t*>(sink.fixed(0, k));
+            if (!full_) {
+                std::memcpy(out, &ids[k], sizeof ids[k]);
+                continue;
+            }
+            for (std::uint64_t i = 0; i < kSampleBytes; ++i)
+                out[i] = pattern_byte(seed_, ids[k], i);
+        }
+    }
 
-struct RingRun {
-    double wall_seconds = 0;
-    StagingStats stats;
+private:
+    std::uint64_t n_;
+    std::uint64_t seed_;
+    bool full_;
+    std::vector<FieldInfo> fields_;
 };
 
-// Stages `steps` batches of `batch_bytes` through the pipeline (3 pinned slots, depth 2); the
-// slots are filled once and each step stamps 8 bytes, so this measures the stage hop, not a
-// reader. With `compute_us`, the consumer enqueues that much work per batch on the default
-// stream, as a training step would.
-RingRun run_ring(const DeviceChoice& dev, std::size_t batch_bytes, std::uint64_t steps,
-                 double compute_us) {
-    PipelineOptions o = stage_test::pipeline_options(dev, 3, batch_bytes);
-    StagePipeline p(o, steps, [](std::uint64_t step, std::byte* data, std::size_t capacity) {
-        std::memcpy(data, &step, sizeof step);
-        return capacity;
-    });
-    const auto t0 = Clock::now();
-    PipelineBatch b;
-    while (p.next(b)) {
-        if (compute_us > 0) launch_compute(nullptr, compute_us);
+/// The host bytes of staged part `p` (read back from the device, or the host memory itself).
+std::vector<std::uint8_t> host_bytes(const StagedBatch& b, std::size_t p) {
+    std::vector<std::uint8_t> out(b.sizes[p]);
+    if (!b.device.cuda) {
+        std::memcpy(out.data(), b.parts[p], out.size());
+        return out;
     }
-    b = PipelineBatch();
-    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-    RingRun out;
-    out.wall_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-    out.stats = p.stats();
+    DeviceGuard guard(b.device.index);
+    CudaStream s = make_stream();
+    copy_to_host_async(out.data(), b.parts[p], out.size(), s);
+    if (!synchronize_noexcept(s)) throw CudaError("gpu_bench: reading a staged batch back failed");
     return out;
 }
 
-// Seconds of `steps` compute steps alone.
-double compute_alone(std::uint64_t steps, double compute_us) {
+/// Valid samples of a staged batch whose bytes differ from the pattern.
+std::uint64_t mismatches(const StagedBatch& b, std::uint64_t seed) {
+    const std::vector<std::uint8_t> data = host_bytes(b, 0);
+    const std::vector<std::uint8_t> index_bytes = host_bytes(b, 1);
+    const std::vector<std::uint8_t> valid = host_bytes(b, 2);
+    std::vector<std::int64_t> ids(valid.size());
+    std::memcpy(ids.data(), index_bytes.data(), ids.size() * sizeof(std::int64_t));
+    std::uint64_t bad = 0;
+    for (std::size_t j = 0; j < valid.size(); ++j) {
+        if (!valid[j]) continue;
+        const auto id = static_cast<std::uint64_t>(ids[j]);
+        for (std::uint64_t i = 0; i < kSampleBytes; ++i) {
+            if (data[j * kSampleBytes + i] != pattern_byte(seed, id, i)) {
+                ++bad;
+                break;
+            }
+        }
+    }
+    return bad;
+}
+
+/// About `microseconds` of work per batch: the emulated kernel (compute.hpp) on a CUDA device,
+/// a sleep on the consumer thread on the CPU path (the loader's I/O threads keep reading).
+void compute_step(bool cuda, double microseconds) {
+    if (cuda) {
+        launch_compute(microseconds);
+    } else {
+        std::this_thread::sleep_for(std::chrono::duration<double, std::micro>(microseconds));
+    }
+}
+
+/// Waits for the work of `compute_step` (only the device's is asynchronous).
+void compute_wait(bool cuda) {
+    if (cuda) wait_compute();
+}
+
+struct RunResult {
+    double wall_seconds = 0;
+    StagingStats staging;
+    std::uint64_t batches = 0;
+    std::uint64_t bad_samples = 0;
+    std::string device;
+};
+
+/// One epoch of `steps` batches of `batch_bytes` through the loader (prefetch 4, 2 I/O
+/// threads, pinned slots for a CUDA device) and the stager (depth 2: the next batch's copy
+/// overlaps the consumer's work on the current one). With `compute_us`, the consumer enqueues
+/// that much work per batch, as a training step would; with `check_seed`, every batch's bytes
+/// are compared with the pattern.
+RunResult run_loader(const Communicator& comm, std::size_t batch_bytes, std::uint64_t steps,
+                     double compute_us, bool full, std::uint64_t seed) {
+    const std::uint64_t b = std::max<std::uint64_t>(batch_bytes / kSampleBytes, 1);
+    PatternSource source(b * steps * static_cast<std::uint64_t>(comm.size()), seed, full);
+    LoaderOptions o;
+    o.plan.batch_size = b;
+    o.prefetch = 4;
+    o.io_threads = 2;
+    o.log_device_fallback = false;
+    Loader loader(comm, source, o);
+    StagerOptions so;
+    so.device = loader.stats().device;
+    so.non_blocking = loader.options().non_blocking;
+    so.depth = 2;
+    so.pool_buffers = 4;
+    DeviceStager stager(so);
+    RunResult out;
+    out.device = so.device.name();
+    // Takes the oldest staged batch and works on it; its device buffer (or, on the CPU path,
+    // its ring slot) is released when `staged` goes, before the loader needs the slot again.
+    const auto take_one = [&] {
+        StagedBatch staged;
+        if (!stager.take(staged)) return;
+        if (compute_us > 0) compute_step(so.device.cuda, compute_us);
+        if (full) out.bad_samples += mismatches(staged, seed);
+        ++out.batches;
+    };
     const auto t0 = Clock::now();
-    for (std::uint64_t i = 0; i < steps; ++i) launch_compute(nullptr, compute_us);
-    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    for (auto& batch : loader.epoch(0)) {
+        stager.submit(part_spans(batch_parts(batch)), batch.lease());
+        if (stager.pending() == so.depth) take_one();
+    }
+    while (stager.pending() > 0) take_one();
+    compute_wait(so.device.cuda);
+    out.wall_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    out.staging = stager.stats();
+    return out;
+}
+
+/// Seconds of `steps` compute steps alone.
+double compute_alone(bool cuda, std::uint64_t steps, double compute_us) {
+    const auto t0 = Clock::now();
+    for (std::uint64_t i = 0; i < steps; ++i) compute_step(cuda, compute_us);
+    compute_wait(cuda);
     return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// The ring's throughput per batch size, without and with compute; true when the stager's H2D
-// rate reaches 85 % of the pinned peak for every batch of at least 8 MiB.
-bool ring_table(Report& r, const DeviceChoice& dev, double peak) {
-    r.line("");
+/// Throughput per batch size, without and with compute; true when, on a CUDA device, the
+/// stager's H2D rate reaches 85 % of the pinned peak for every batch of at least 8 MiB.
+bool loader_table(Report& r, const Communicator& comm, bool cuda, double peak) {
+    r.text("");
     r.line(
-        "staging pipeline (3 pinned slots, depth 2, one stream, an event per batch); "
-        "compute = %s, as long as one batch's copy:",
-        compute_kind());
+        "the loader (prefetch 4, 2 I/O threads, pinned slots on CUDA) + the stager (one "
+        "stream, depth 2, an event per batch); compute = %s, as long as one batch's copy "
+        "(or 1 ms on the CPU path):",
+        cuda ? compute_kind() : "a sleep on the consumer thread (the CPU path)");
     r.line("%9s %6s %9s %8s %11s %10s %10s %10s %10s %9s", "batch_MiB", "steps", "H2D_GB/s",
-           "of_peak", "staged_GB/s", "copy_s", "compute_s", "both_s", "both_GB/s", "overlap");
-    launch_compute(nullptr, 1);  // calibrates the spin kernel outside the timings
-    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+           "of_peak", "staged_GB/s", "alone_s", "compute_s", "both_s", "both_GB/s", "overlap");
+    compute_step(cuda, 1);  // calibrates the spin kernel outside the timings
+    compute_wait(cuda);
     bool ok = true;
-    for (std::size_t mib : {8, 32, 128}) {
+    const std::vector<std::size_t> sizes =
+        cuda ? std::vector<std::size_t>{8, 32, 128} : std::vector<std::size_t>{1, 8};
+    for (std::size_t mib : sizes) {
         const std::size_t n = mib * kMiB;
-        const std::uint64_t steps = std::clamp<std::uint64_t>((4096 * kMiB) / n, 16, 256);
-        run_ring(dev, n, 4, 0);  // warm-up: pinning, pool, first launches
-        const RingRun alone = run_ring(dev, n, steps, 0);
-        const double copy_us = alone.stats.copy_seconds / steps * 1e6;
-        const double compute_s = compute_alone(steps, copy_us);
-        const RingRun both = run_ring(dev, n, steps, copy_us);
-        const double bytes = static_cast<double>(n) * steps;
-        const double h2d = alone.stats.h2d_gbps();
+        const std::uint64_t steps =
+            cuda ? std::clamp<std::uint64_t>((4096 * kMiB) / n, 16, 256) : 16;
+        run_loader(comm, n, 4, 0, false, 1);  // warm-up: pinning, pool, first launches
+        const RunResult alone = run_loader(comm, n, steps, 0, false, 1);
+        const double copy_us =
+            cuda ? alone.staging.copy_seconds / static_cast<double>(steps) * 1e6 : 1000.0;
+        const double compute_s = compute_alone(cuda, steps, copy_us);
+        const RunResult both = run_loader(comm, n, steps, copy_us, false, 1);
+        const double bytes = static_cast<double>(n) * static_cast<double>(steps);
+        const double h2d = alone.staging.h2d_gbps();
         // Overlap: the share of the shorter phase hidden under the other (1 = fully hidden).
         const double hidden = alone.wall_seconds + compute_s - both.wall_seconds;
         const double overlap = hidden / std::min(alone.wall_seconds, compute_s);
-        ok = ok && h2d >= 0.85 * peak;
+        if (cuda) ok = ok && h2d >= 0.85 * peak;
         r.line("%9zu %6llu %9.2f %7.1f%% %11.2f %10.3f %10.3f %10.3f %10.2f %8.0f%%", mib,
-               static_cast<unsigned long long>(steps), h2d, 100 * h2d / peak,
+               static_cast<unsigned long long>(steps), h2d, peak > 0 ? 100 * h2d / peak : 0.0,
                bytes / alone.wall_seconds / 1e9, alone.wall_seconds, compute_s, both.wall_seconds,
                bytes / both.wall_seconds / 1e9, 100 * overlap);
     }
-    r.line("pinned H2D >= 85%% of the pinned cudaMemcpy peak for batches >= 8 MiB: %s",
-           ok ? "yes" : "NO");
+    if (cuda) {
+        r.line("pinned H2D >= 85%% of the pinned cudaMemcpy peak for batches >= 8 MiB: %s",
+               ok ? "yes" : "NO");
+    }
     return ok;
 }
 
-// Every staged batch's device bytes equal the bytes filled (fresh seed).
-bool verify(Report& r, const DeviceChoice& dev) {
+/// Every staged batch's bytes equal the samples' pattern (fresh seed, 24 batches of 8 MiB).
+bool verify(Report& r, const Communicator& comm) {
     const std::uint64_t seed =
         (static_cast<std::uint64_t>(std::random_device{}()) << 32) | std::random_device{}();
-    const std::size_t slot = 8 * kMiB + 4093;
-    StagePipeline p(stage_test::pipeline_options(dev, 3, slot), 24,
-                    [seed](std::uint64_t step, std::byte* data, std::size_t capacity) {
-                        return stage_test::fill_pattern(seed, step, data, capacity);
-                    });
-    std::vector<std::byte> host(slot);
-    PipelineBatch b;
-    std::uint64_t bad = 0;
-    while (p.next(b)) {
-        check(cudaMemcpy(host.data(), b.data, b.size_bytes, cudaMemcpyDeviceToHost), "read back");
-        if (stage_test::first_mismatch(seed, b.step, host.data(), b.size_bytes) != b.size_bytes) {
-            ++bad;
-        }
-    }
-    r.line("byte check of 24 staged batches (seed %llu): %s", static_cast<unsigned long long>(seed),
-           bad == 0 ? "OK" : "FAILED");
-    return bad == 0;
+    const RunResult run = run_loader(comm, 8 * kMiB, 24, 0, true, seed);
+    r.line("byte check of %llu staged batches on %s (seed %llu): %s",
+           static_cast<unsigned long long>(run.batches), run.device.c_str(),
+           static_cast<unsigned long long>(seed), run.bad_samples == 0 ? "OK" : "FAILED");
+    return run.bad_samples == 0 && run.batches == 24;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+    MPI_Init(&argc, &argv);
     Report r;
     if (argc > 1) r.file = std::fopen(argv[1], "w");
+    int rc = 1;
     try {
-        const DeviceChoice dev = choose_device(parse_device("auto"), 0);
-        if (!dev.cuda) {
-            r.line("no usable CUDA device: %s", dev.reason.c_str());
-            return 2;
+        const Communicator comm(MPI_COMM_WORLD);
+        const DeviceChoice dev = choose_device(parse_device("auto"), comm.node_rank());
+        if (dev.cuda) {
+            DeviceGuard guard(dev.index);
+            r.line("device %s (CUDA)", dev.name().c_str());
+        } else {
+            r.line("device cpu: %s", dev.reason.c_str());
         }
-        check(cudaSetDevice(dev.index), "cudaSetDevice");
-        cudaDeviceProp prop{};
-        check(cudaGetDeviceProperties(&prop, dev.index), "cudaGetDeviceProperties");
-        int runtime = 0;
-        int driver = 0;
-        cudaRuntimeGetVersion(&runtime);
-        cudaDriverGetVersion(&driver);
-        r.line("device %s: %s, runtime %d, driver %d", dev.name().c_str(), prop.name, runtime,
-               driver);
-        const double peak = memcpy_sweep(r);
-        const bool fast = ring_table(r, dev, peak);
-        const bool same = verify(r, dev);
-        if (r.file) std::fclose(r.file);
-        return same ? (fast ? 0 : 3) : 1;
+        double peak = 0;
+        if (dev.cuda) {
+            DeviceGuard guard(dev.index);
+            peak = memcpy_sweep([&](const std::string& s) { r.text(s); });
+        }
+        const bool fast = loader_table(r, comm, dev.cuda, peak);
+        const bool same = verify(r, comm);
+        rc = same ? (fast ? 0 : 3) : 1;
     } catch (const std::exception& e) {
         r.line("gpu_bench: %s", e.what());
-        return 1;
     }
+    if (r.file) std::fclose(r.file);
+    MPI_Finalize();
+    return rc;
 }

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# The GPU check of the stage component, prepared to run as is on a GPU machine (docs/gpu.md):
-#  1. builds only the stage target (no MPI, no HDF5) against the libtorch of the machine's
-#     PyTorch when there is one, with its tests and gpu_bench;
-#  2. runs the tests (CPU and CUDA: ctest -L 'serial|cuda');
-#  3. runs gpu_bench: pinned vs pageable cudaMemcpy for 1-256 MiB, the staging pipeline's
+# The GPU check, prepared to run as is on a GPU machine (docs/gpu.md):
+#  1. configures the project (MPI, parallel HDF5, ...: scripts/install-deps.sh installs them)
+#     against the libtorch of the machine's PyTorch when there is one, and builds gpu_bench and
+#     the stage tests only;
+#  2. runs the stage tests (CPU and CUDA: ctest -L 'serial|cuda' -R stage);
+#  3. runs gpu_bench: pinned vs pageable cudaMemcpy for 1-256 MiB, the real loader + stager's
 #     throughput with and without an emulated compute kernel per step, and a byte check.
-# Finishes in well under 5 minutes. Results: stdout, and $OUT/gpu_results.txt when OUT is set.
+# Results: stdout, and $OUT/gpu_results.txt when OUT is set.
 # Usage: benchmarks/gpu/run.sh [BUILD_DIR]   (default: build-gpu in the checkout)
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -26,29 +27,32 @@ torch_prefix=$(timeout 120 python3 -c 'import torch; print(torch.utils.cmake_pre
 say "torch cmake prefix: ${torch_prefix:-(none)}"
 
 configure() {  # configure [extra cmake args...]
-    cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=Release "$@" >"$build.configure.log" 2>&1
+    cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DMPISTAGE_BUILD_EXAMPLES=OFF "$@" \
+        >"$build.configure.log" 2>&1
 }
 mkdir -p "$(dirname "$build")"
 if [ -n "$torch_prefix" ] && configure -DCMAKE_PREFIX_PATH="$torch_prefix"; then
     say "configured with the machine's libtorch"
-elif rm -rf "$build" && configure -DMPISTAGE_GPU_WITH_TORCH=OFF; then
+elif rm -rf "$build" && configure -DMPISTAGE_WITH_TORCH=OFF; then
     say "configured without libtorch (none, or its CMake config failed: see $build.configure.log)"
 else
     cat "$build.configure.log"; say "FAIL: configure"; exit 1
 fi
-grep -E "mpistage gpu:" "$build.configure.log" | while read -r l; do say "$l"; done
-if ! cmake --build "$build" -j"$jobs" >"$build.build.log" 2>&1; then
+grep -E "mpistage: CUDA" "$build.configure.log" | while read -r l; do say "$l"; done
+if ! cmake --build "$build" -j"$jobs" --target gpu_bench mpistage_stage_tests \
+        mpistage_stage_cuda_tests >"$build.build.log" 2>&1; then
     tail -50 "$build.build.log"; say "FAIL: build"; exit 1
 fi
-say "built: $(ls "$build"/gpu_bench "$build"/tests/mpistage_stage_*tests 2>/dev/null | xargs -n1 basename | tr '\n' ' ')"
+say "built: $(ls "$build"/benchmarks/gpu/gpu_bench "$build"/tests/serial/stage/mpistage_stage_*tests 2>/dev/null | xargs -n1 basename | tr '\n' ' ')"
 
 status=0
-if ls "$build"/tests/mpistage_stage_cuda_tests >/dev/null 2>&1; then
-    (cd "$build" && timeout 240 ctest -L 'serial|cuda' -j 8 --output-on-failure) >"$build.ctest.log" 2>&1 || status=1
+if ls "$build"/tests/serial/stage/mpistage_stage_cuda_tests >/dev/null 2>&1; then
+    (cd "$build/tests/serial/stage" && timeout 240 ctest -L 'serial|cuda' -j 8 --output-on-failure) >"$build.ctest.log" 2>&1 || status=1
     grep -E "tests passed|tests failed|Skipped|Failed|\*\*\*" "$build.ctest.log" | while read -r l; do say "ctest: $l"; done
     [ "$status" = 0 ] || { tail -60 "$build.ctest.log"; say "FAIL: tests"; }
 fi
-timeout 240 "$build/gpu_bench" "$build/gpu_bench.txt"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+timeout 240 "$build/benchmarks/gpu/gpu_bench" "$build/gpu_bench.txt"
 bench=$?
 [ -z "$results" ] || cat "$build/gpu_bench.txt" >>"$results"
 case $bench in

@@ -1,11 +1,9 @@
 #pragma once
 // Shared by the stage tests: a byte pattern every step fills and every check recomputes on
-// its own, and the pipeline options of the tests.
+// its own.
 
 #include <cstddef>
 #include <cstdint>
-
-#include "stage/stage_pipeline.hpp"
 
 namespace stage_test {
 
@@ -38,19 +36,6 @@ inline std::size_t first_mismatch(std::uint64_t seed, std::uint64_t step, const 
         if (data[i] != std::byte{pattern_byte(seed, step, i)}) return i;
     }
     return n;
-}
-
-/// Pipeline options for `device` with `slots` slots of `slot_bytes`.
-inline mpistage::detail::PipelineOptions pipeline_options(const mpistage::DeviceChoice& device,
-                                                          std::size_t slots,
-                                                          std::size_t slot_bytes) {
-    mpistage::detail::PipelineOptions o;
-    o.device = device;
-    o.slots = slots;
-    o.slot_bytes = slot_bytes;
-    o.stager.depth = 2;
-    o.stager.pool_buffers = 4;
-    return o;
 }
 
 }  // namespace stage_test

@@ -7,6 +7,7 @@
 
 #include "mpistage/error.hpp"
 #include "stage/cuda_api.hpp"
+#include "stage/device_stager.hpp"
 #include "stage/host_memory.hpp"
 #include "stage_test_util.hpp"
 #if MPISTAGE_STAGE_TEST_TORCH
@@ -47,28 +48,45 @@ std::vector<std::byte> read_back(const DeviceChoice& device, const std::byte* de
     return out;
 }
 
+// Stages `steps` batches of pattern bytes from pinned host blocks (depth 2, one block per
+// batch in flight plus one being filled) and compares every batch's device bytes.
 void run_and_check(bool non_blocking, std::uint64_t steps) {
     const std::uint64_t seed = fresh_seed();
-    PipelineOptions o = pipeline_options(device0(), 3, kSlotBytes);
-    o.stager.non_blocking = non_blocking;
-    StagePipeline p(o, steps, [seed](std::uint64_t step, std::byte* data, std::size_t cap) {
-        return fill_pattern(seed, step, data, cap);
-    });
-    EXPECT_TRUE(p.ring().pinned());
-    std::uint64_t bytes = 0;
-    PipelineBatch b;
-    for (std::uint64_t step = 0; step < steps; ++step) {
-        ASSERT_TRUE(p.next(b));
-        ASSERT_EQ(b.step, step);
-        ASSERT_EQ(b.size_bytes, step_bytes(step, kSlotBytes));
-        const std::vector<std::byte> host = read_back(o.device, b.data, b.size_bytes);
-        ASSERT_EQ(first_mismatch(seed, step, host.data(), host.size()), host.size())
-            << "step " << step << " seed " << seed;
-        bytes += b.size_bytes;
+    StagerOptions o;
+    o.device = device0();
+    o.non_blocking = non_blocking;
+    o.depth = 2;
+    o.pool_buffers = 4;
+    DeviceStager stager(o);
+    std::vector<HostBlock> blocks(3);
+    {
+        DeviceGuard guard(o.device.index);
+        for (HostBlock& h : blocks) h = HostBlock(kSlotBytes, true);
     }
-    EXPECT_FALSE(p.next(b));
-    EXPECT_EQ(p.stats().bytes_copied, bytes);
-    EXPECT_GT(p.stats().copy_seconds, 0.0);
+    EXPECT_TRUE(blocks[0].pinned());
+    std::uint64_t bytes = 0;
+    std::uint64_t taken = 0;
+    const auto check_next = [&] {
+        StagedBatch b;
+        ASSERT_TRUE(stager.take(b));
+        ASSERT_EQ(b.sizes[0], step_bytes(taken, kSlotBytes));
+        const std::vector<std::byte> host = read_back(o.device, b.parts[0], b.sizes[0]);
+        ASSERT_EQ(first_mismatch(seed, taken, host.data(), host.size()), host.size())
+            << "step " << taken << " seed " << seed;
+        bytes += b.sizes[0];
+        ++taken;
+    };
+    for (std::uint64_t step = 0; step < steps; ++step) {
+        // The block of step - 3 was taken (copied) two steps ago.
+        HostBlock& h = blocks[step % blocks.size()];
+        const std::size_t n = fill_pattern(seed, step, h.data(), kSlotBytes);
+        stager.submit({{h.data(), n}}, nullptr);
+        if (stager.pending() == o.depth) check_next();
+    }
+    while (stager.pending() > 0) check_next();
+    EXPECT_EQ(taken, steps);
+    EXPECT_EQ(stager.stats().bytes_copied, bytes);
+    EXPECT_GT(stager.stats().copy_seconds, 0.0);
 }
 
 }  // namespace
@@ -90,13 +108,19 @@ TEST(StageCuda, TheCallersCurrentDeviceIsNeverChanged) {
     DeviceGuard callers_device(callers);
     ASSERT_EQ(current_device(), callers);
     const std::uint64_t seed = fresh_seed();
-    StagePipeline p(pipeline_options(device0(), 2, kSlotBytes), 6,
-                    [seed](std::uint64_t step, std::byte* data, std::size_t cap) {
-                        return fill_pattern(seed, step, data, cap);
-                    });
+    StagerOptions o;
+    o.device = device0();
+    DeviceStager stager(o);
     EXPECT_EQ(current_device(), callers);
-    PipelineBatch b;
-    while (p.next(b)) EXPECT_EQ(current_device(), callers);
+    std::vector<std::byte> host(kSlotBytes);
+    for (std::uint64_t step = 0; step < 6; ++step) {
+        const std::size_t n = fill_pattern(seed, step, host.data(), host.size());
+        stager.submit({{host.data(), n}}, nullptr);
+        EXPECT_EQ(current_device(), callers);
+        StagedBatch b;
+        ASSERT_TRUE(stager.take(b));
+        EXPECT_EQ(current_device(), callers);
+    }
 }
 
 TEST(StageCuda, HostMemoryIsReleasedOnlyOnceItsCopyCompleted) {
