@@ -15,7 +15,7 @@
 #include <optional>
 #include <string>
 
-#include "cli/convert.hpp"
+#include "mpistage/convert.hpp"
 #include "mpistage/error.hpp"
 #include "mpistage/raw_source.hpp"
 

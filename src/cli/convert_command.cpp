@@ -2,7 +2,7 @@
 #include <cstdio>
 
 #include "cli/commands.hpp"
-#include "cli/convert.hpp"
+#include "mpistage/convert.hpp"
 #include "mpistage/error.hpp"
 #include "util/input_file.hpp"
 

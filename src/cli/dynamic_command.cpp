@@ -14,9 +14,6 @@
 #include "cli/stream_args.hpp"
 #include "mpistage/config.hpp"
 #include "mpistage/dynamic_loader.hpp"
-#if MPISTAGE_HAVE_TORCH
-#include "mpistage/torch.hpp"
-#endif
 
 namespace mpistage::cli {
 
@@ -96,12 +93,6 @@ DynamicEpochRun run_epoch(DynamicLoader& loader, std::uint64_t e, const StageArg
     HostBatch b;
     while (loader.next(b)) {
         ++run.steps;
-#if MPISTAGE_HAVE_TORCH
-        const TorchBatch tb = to_torch(b);
-        if (tb.index.size(0) != static_cast<std::int64_t>(b.size())) {
-            throw Error("stage: batch tensor has " + std::to_string(tb.index.size(0)) + " rows");
-        }
-#endif
         if (b.num_valid() > 0) {
             t.min_samples = t.min_samples == 0
                                 ? b.num_valid()

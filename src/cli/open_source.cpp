@@ -1,54 +1,26 @@
-// Opening the source of `mpistage stage` so that ranks never enter different collectives: every
-// path is probed before anything opens it, and the detected format is agreed first.
+// Opening the source of `mpistage stage`: the CLI's flags mapped onto the library's
+// `open_source` (mpistage/open.hpp), with the CLI's own messages for its flags and for a
+// format that differs between ranks.
 #include "cli/open_source.hpp"
 
-#include <cstring>
-#include <fstream>
-
 #include "mpistage/error.hpp"
-#include "mpistage/hdf5_source.hpp"
-#include "mpistage/raw_source.hpp"
-#include "mpistage/tfrecord_source.hpp"
+#include "mpistage/open.hpp"
 #include "util/input_file.hpp"
 
 namespace mpistage::cli {
 
 namespace {
 
-bool looks_like_hdf5(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    char sig[8] = {0};
-    in.read(sig, 8);
-    return in.gcount() == 8 && std::memcmp(sig, "\x89HDF\r\n\x1a\n", 8) == 0;
-}
-
-bool looks_like_idx(const std::string& path) {
-    return path.find("idx") != std::string::npos || path.find("ubyte") != std::string::npos;
-}
-
-bool looks_like_tfrecord(const std::string& path) {
-    for (const char* s : {".tfrecord", ".tfrecords", ".tfr"}) {
-        if (path.find(s) != std::string::npos) return true;
-    }
-    // Whole-file gzip TFRecords (TensorFlow, Beam, TFX) usually end in .gz without a hint.
-    return path.size() > 3 && path.compare(path.size() - 3, 3, ".gz") == 0 && !looks_like_idx(path);
-}
-
-std::vector<RawField> idx_fields(const StageArgs& a) {
-    std::vector<RawField> fields;
-    for (std::size_t i = 0; i < a.files.size(); ++i) {
-        const std::string name = i < a.fields.size() ? a.fields[i] : "field" + std::to_string(i);
-        fields.push_back(parse_idx_header(a.files[i], name));
-    }
-    return fields;
-}
-
-TfRecordOptions tfrecord_options(const StageArgs& a) {
-    TfRecordOptions o;
+/// The library's options for `a` (the format already detected and agreed).
+OpenOptions open_options(const StageArgs& a, const std::string& format) {
+    OpenOptions o;
+    o.format = format == "idx"        ? SourceFormat::idx
+               : format == "tfrecord" ? SourceFormat::tfrecord
+                                      : SourceFormat::hdf5;
+    o.fields = a.fields;
     o.index_paths = a.index_paths;
     o.on_corrupt = parse_on_corrupt(a.on_corrupt);
     for (const auto& f : a.features) o.features.push_back(parse_feature_spec(f));
-    o.validate();
     return o;
 }
 
@@ -65,11 +37,7 @@ std::string detect_format(const StageArgs& a) {
         throw ConfigError("stage: unknown --format '" + a.format +
                           "' (expected auto, hdf5, idx or tfrecord)");
     }
-    const std::string& first = a.files.front();
-    return looks_like_hdf5(first)       ? "hdf5"
-           : looks_like_tfrecord(first) ? "tfrecord"
-           : looks_like_idx(first)      ? "idx"
-                                        : "hdf5";
+    return to_string(detect_source_format(a.files.front()));
 }
 
 void require_same_format(const Communicator& comm, const StageArgs& a, const std::string& format) {
@@ -82,21 +50,8 @@ void require_same_format(const Communicator& comm, const StageArgs& a, const std
 
 std::unique_ptr<Source> open_source(const Communicator& comm, const StageArgs& a,
                                     const std::string& format) {
-    if (format == "hdf5") {
-        if (a.files.size() != 1) {  // the same on every rank: the files are agreed
-            throw ConfigError("stage: the HDF5 source reads one file; got " +
-                              std::to_string(a.files.size()));
-        }
-        Hdf5Options o;
-        o.fields = a.fields;
-        return std::make_unique<Hdf5Source>(comm, a.files.front(), o);
-    }
-    if (format == "idx") {
-        return std::make_unique<RawSource>(comm,
-                                           run_agreed_value(comm, [&] { return idx_fields(a); }));
-    }
-    const TfRecordOptions o = run_agreed_value(comm, [&] { return tfrecord_options(a); });
-    return std::make_unique<TfRecordSource>(comm, a.files, o);
+    const OpenOptions o = run_agreed_value(comm, [&] { return open_options(a, format); });
+    return mpistage::open_source(comm, a.files, o);
 }
 
 }  // namespace mpistage::cli

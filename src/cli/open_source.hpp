@@ -1,6 +1,6 @@
 #pragma once
-// Opening the source of `mpistage stage`: probing every input path, detecting the format, and
-// agreeing on it across ranks before any format-specific collective (internal to the CLI).
+// Opening the source of `mpistage stage`: the CLI's flags onto the library's `open_source`
+// (mpistage/open.hpp), which detects, agrees and opens (internal to the CLI).
 
 #include <memory>
 #include <string>
@@ -17,8 +17,8 @@ namespace mpistage::cli {
 /// @throws IoError, ConfigError naming the flag and the path.
 void probe_stage_inputs(const StageArgs& a);
 
-/// Local: the source type to open: `a.format` unless it is "auto", else decided from the first
-/// FILE (HDF5 signature, then .tfrecord/.tfrecords/.tfr/.gz names, then IDX names, else hdf5).
+/// Local: the source type to open: `a.format` unless it is "auto", else
+/// `detect_source_format` of the first FILE.
 /// Call after `probe_stage_inputs` (it reads 8 bytes of the file).
 /// @throws ConfigError for an unknown --format.
 std::string detect_format(const StageArgs& a);
@@ -28,8 +28,8 @@ std::string detect_format(const StageArgs& a);
 /// ConfigError on every rank when it differs. @throws ConfigError (agreed), MpiError.
 void require_same_format(const Communicator& comm, const StageArgs& a, const std::string& format);
 
-/// Collective: opens the source of type `format` (agreed) over `a.files`. Option errors
-/// (IDX headers, TFRecord features) are agreed before the source's own collectives start.
+/// Collective: `mpistage::open_source` of type `format` (agreed) over `a.files`. Option errors
+/// (--on-corrupt, --feature, IDX headers) are agreed before the source's own collectives.
 /// @throws the source's errors, identical on every rank.
 std::unique_ptr<Source> open_source(const Communicator& comm, const StageArgs& a,
                                     const std::string& format);

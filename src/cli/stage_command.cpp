@@ -17,9 +17,6 @@
 #include "cli/verify.hpp"
 #include "mpistage/config.hpp"
 #include "mpistage/loader.hpp"
-#if MPISTAGE_HAVE_TORCH
-#include "mpistage/torch.hpp"
-#endif
 
 namespace mpistage::cli {
 
@@ -136,12 +133,9 @@ public:
 private:
     void consume(const HostBatch& batch, std::vector<std::int64_t>& valid_ids) {
         staging_.add(batch);
-#if MPISTAGE_HAVE_TORCH
-        const TorchBatch tb = to_torch(batch);
-        if (tb.index.size(0) != static_cast<std::int64_t>(a_.batch_size)) {
-            throw Error("stage: batch tensor has " + std::to_string(tb.index.size(0)) + " rows");
+        if (batch.size() != a_.batch_size) {
+            throw Error("stage: batch has " + std::to_string(batch.size()) + " rows");
         }
-#endif
         if (a_.verify) {
             for (std::size_t j = 0; j < batch.size(); ++j) {
                 if (batch.valid()[j]) valid_ids.push_back(batch.index()[j]);

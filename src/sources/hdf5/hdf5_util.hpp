@@ -64,6 +64,8 @@ public:
         id_ = H5I_INVALID_HID;
     }
     hid_t get() const noexcept { return id_; }
+    /// Gives up ownership, for a checked close by the caller (`h5check(H5Fclose(h.release()))`).
+    hid_t release() noexcept { return std::exchange(id_, H5I_INVALID_HID); }
     explicit operator bool() const noexcept { return id_ >= 0; }
 
 private:

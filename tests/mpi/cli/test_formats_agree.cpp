@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "cli/convert.hpp"
+#include "mpistage/convert.hpp"
 #include "mpistage/hdf5_source.hpp"
 #include "mpistage/loader.hpp"
 #include "mpistage/tf_example.hpp"

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "cli/convert.hpp"
+#include "mpistage/convert.hpp"
 #include "mpistage/error.hpp"
 #include "mpistage/raw_source.hpp"
 

@@ -1,6 +1,7 @@
-// Conversion of IDX files (optionally gzip-compressed) to HDF5 and TFRecord (`mpistage convert idx`).
-#include "cli/convert.hpp"
-
+// Conversion of IDX files (optionally gzip-compressed) to HDF5 and TFRecord (the library's
+// half of `mpistage convert idx`). HDF5 calls are checked (h5check) and their identifiers owned
+// (H5Handle) under the process's HDF5 lock, with HDF5's error printing silenced only while
+// they run (Hdf5ErrorSilencer).
 #include <hdf5.h>
 #include <zlib.h>
 
@@ -8,14 +9,15 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-
 #include <fstream>
 
+#include "mpistage/convert.hpp"
 #include "mpistage/error.hpp"
 #include "mpistage/raw_source.hpp"
-#include "util/byte_order.hpp"
 #include "mpistage/tf_example.hpp"
 #include "mpistage/tfrecord_source.hpp"
+#include "sources/hdf5/hdf5_util.hpp"
+#include "util/byte_order.hpp"
 
 namespace mpistage {
 
@@ -54,7 +56,8 @@ IdxArray read_idx_any(const std::string& path) {
     std::uint64_t sample_elems = 1;
     for (unsigned d = 0; d < nd; ++d) {
         a.dims.push_back(detail::load_be32(bytes.data() + 4 + 4 * d));
-        if (d > 0) sample_elems = checked_mul(sample_elems, a.dims.back(), ctx + ": IDX sample shape");
+        if (d > 0)
+            sample_elems = checked_mul(sample_elems, a.dims.back(), ctx + ": IDX sample shape");
     }
     checked_mul(sample_elems, dtype_size(a.dtype), ctx + ": IDX sample size");
     const std::uint64_t elems = checked_mul(a.dims.front(), sample_elems, ctx + ": IDX dimensions");
@@ -77,35 +80,54 @@ IdxArray read_idx_any(const std::string& path) {
 
 namespace {
 
-hid_t h5_type(DType t) {
+/// The native HDF5 type of `t` (owned by HDF5). @throws ConfigError for a type IDX lacks.
+hid_t h5_type(DType t, const std::string& what) {
     switch (t) {
-    case DType::uint8: return H5T_NATIVE_UINT8;
-    case DType::int8: return H5T_NATIVE_INT8;
-    case DType::int16: return H5T_NATIVE_INT16;
-    case DType::int32: return H5T_NATIVE_INT32;
-    case DType::float32: return H5T_NATIVE_FLOAT;
-    case DType::float64: return H5T_NATIVE_DOUBLE;
-    default: return H5T_NATIVE_UINT8;
+        case DType::uint8:
+            return H5T_NATIVE_UINT8;
+        case DType::int8:
+            return H5T_NATIVE_INT8;
+        case DType::int16:
+            return H5T_NATIVE_INT16;
+        case DType::int32:
+            return H5T_NATIVE_INT32;
+        case DType::float32:
+            return H5T_NATIVE_FLOAT;
+        case DType::float64:
+            return H5T_NATIVE_DOUBLE;
+        default:
+            break;
     }
+    throw ConfigError(what + ": element type " + dtype_name(t) + " is not an IDX type");
 }
 
-void write_dataset(hid_t file, const std::string& name, const IdxArray& a,
-                   std::uint64_t chunk_rows, int gzip_level, const std::string& out) {
+/// Writes `a` as dataset `name` of `file` (contiguous, or chunked by `chunk_rows` rows with
+/// gzip `gzip_level` when > 0). Call under the HDF5 lock. @throws Hdf5Error naming the call.
+void write_dataset(hid_t file, const std::string& name, const IdxArray& a, std::uint64_t chunk_rows,
+                   int gzip_level, const std::string& out) {
+    const std::string where = "convert: " + out + ": dataset '" + name + "'";
+    const hid_t type = h5_type(a.dtype, where);
     std::vector<hsize_t> dims(a.dims.begin(), a.dims.end());
-    hid_t space = H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
-    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    const detail::H5Space space(
+        detail::h5check(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
+                        where + ": H5Screate_simple"));
+    const detail::H5Plist dcpl(
+        detail::h5check(H5Pcreate(H5P_DATASET_CREATE), where + ": H5Pcreate(dcpl)"));
     if (chunk_rows > 0) {
         std::vector<hsize_t> chunk = dims;
-        chunk[0] = std::min<hsize_t>(chunk_rows, dims[0]);
-        H5Pset_chunk(dcpl, static_cast<int>(chunk.size()), chunk.data());
-        if (gzip_level > 0) H5Pset_deflate(dcpl, static_cast<unsigned>(gzip_level));
+        chunk[0] = std::max<hsize_t>(std::min<hsize_t>(chunk_rows, dims[0]), 1);
+        detail::h5check(H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data()),
+                        where + ": H5Pset_chunk");
+        if (gzip_level > 0) {
+            detail::h5check(H5Pset_deflate(dcpl.get(), static_cast<unsigned>(gzip_level)),
+                            where + ": H5Pset_deflate");
+        }
     }
-    hid_t ds = H5Dcreate2(file, name.c_str(), h5_type(a.dtype), space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
-    herr_t rc = ds < 0 ? -1 : H5Dwrite(ds, h5_type(a.dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, a.data.data());
-    if (ds >= 0) H5Dclose(ds);
-    H5Pclose(dcpl);
-    H5Sclose(space);
-    if (rc < 0) throw Hdf5Error("convert: writing dataset '" + name + "' of " + out + " failed");
+    const detail::H5Dataset ds(detail::h5check(
+        H5Dcreate2(file, name.c_str(), type, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
+        where + ": H5Dcreate2"));
+    detail::h5check(H5Dwrite(ds.get(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, a.data.data()),
+                    where + ": H5Dwrite");
 }
 
 }  // namespace
@@ -117,21 +139,26 @@ void write_idx_hdf5(const IdxArray& images, const IdxArray& labels, const std::s
                           std::to_string(images.dims.empty() ? 0 : images.dims[0]) + " vs " +
                           std::to_string(labels.dims.empty() ? 0 : labels.dims[0]) + ")");
     }
-    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
     const std::string tmp = out + ".tmp";
-    hid_t file = H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-    if (file < 0) throw Hdf5Error("convert: cannot create '" + tmp + "'");
-    try {
-        write_dataset(file, "images", images, chunk_rows, gzip_level, out);
-        write_dataset(file, "labels", labels, chunk_rows, gzip_level, out);
-    } catch (...) {
-        H5Fclose(file);
-        std::remove(tmp.c_str());
-        throw;
+    {
+        std::lock_guard<std::recursive_mutex> lock(detail::hdf5_mutex());
+        const detail::Hdf5ErrorSilencer quiet;
+        try {
+            detail::H5File file(
+                detail::h5check(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT),
+                                "convert: cannot create '" + tmp + "'"));
+            write_dataset(file.get(), "images", images, chunk_rows, gzip_level, out);
+            write_dataset(file.get(), "labels", labels, chunk_rows, gzip_level, out);
+            // The datasets are closed; the file's close writes the metadata: checked.
+            detail::h5check(H5Fclose(file.release()), "convert: closing '" + tmp + "' failed");
+        } catch (...) {
+            std::remove(tmp.c_str());
+            throw;
+        }
     }
-    if (H5Fclose(file) < 0) throw Hdf5Error("convert: closing '" + tmp + "' failed");
     if (std::rename(tmp.c_str(), out.c_str()) != 0) {
-        throw IoError("convert: cannot rename '" + tmp + "' to '" + out + "': " + std::strerror(errno));
+        throw IoError("convert: cannot rename '" + tmp + "' to '" + out +
+                      "': " + std::strerror(errno));
     }
 }
 
@@ -150,13 +177,17 @@ void write_idx_tfrecord(const IdxArray& images, const IdxArray& labels, const st
         std::int64_t label = 0;
         const unsigned char* lp = labels.data.data() + i * label_size;
         switch (labels.dtype) {
-        case DType::uint8: label = *lp; break;
-        case DType::int8: label = static_cast<std::int8_t>(*lp); break;
-        default: {
-            std::int32_t v = 0;
-            std::memcpy(&v, lp, std::min<std::size_t>(label_size, sizeof v));
-            label = v;
-        }
+            case DType::uint8:
+                label = *lp;
+                break;
+            case DType::int8:
+                label = static_cast<std::int8_t>(*lp);
+                break;
+            default: {
+                std::int32_t v = 0;
+                std::memcpy(&v, lp, std::min<std::size_t>(label_size, sizeof v));
+                label = v;
+            }
         }
         ExampleBuilder ex;
         ex.add_bytes("image", images.data.data() + i * row, row);
