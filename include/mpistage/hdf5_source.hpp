@@ -64,6 +64,9 @@ public:
     void read(const std::uint64_t* ids, std::size_t count, BatchSink& sink) const override;
     /// True when some field is read through H5Dread (MPI-IO independent reads).
     bool reads_use_mpi() const override;
+    /// Compares the file's size and the hashes of its first and last 64 KiB with those at
+    /// open (see `Source::check_unchanged`). @throws IoError naming the file.
+    void check_unchanged() const override;
 
     /// Collective: closes datasets and the file. Safe to call twice.
     void close() noexcept;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "comm/blocking_watch.hpp"
 #include "sources/hdf5/hdf5_impl.hpp"
 
 namespace mpistage::detail {
@@ -65,6 +66,7 @@ std::uint64_t Hdf5Access::read_rows_collective(const Hdf5Source& source, std::si
                 h5check(H5Sselect_none(mspace.get()), "H5Sselect_none(memory)");
             }
             std::byte dummy{};
+            const BlockingWatch watch(comm, "collective H5Dread(" + impl_->where(f) + ")");
             h5check(H5Dread(f.dataset.get(), f.mem_type, mspace.get(), fspace.get(), dxpl.get(),
                             out ? out : &dummy),
                     impl_->where(f) + ": collective H5Dread (call " + std::to_string(i + 1) +
