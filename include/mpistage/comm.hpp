@@ -17,6 +17,15 @@
 
 namespace mpistage {
 
+/// Largest accepted watchdog deadline (30 days): far beyond any collective's wait, and far
+/// below where `steady_clock::now() + timeout` would overflow (about 292 years of ns).
+constexpr std::chrono::seconds kMaxTimeout{30LL * 24 * 3600};
+
+/// Local: checks a watchdog deadline given by a user (0 = watchdog off).
+/// @throws ConfigError naming `what`, the value and the accepted range [0, kMaxTimeout]
+///         when `timeout` is negative or above `kMaxTimeout`.
+void check_timeout(std::chrono::seconds timeout, const std::string& what);
+
 /// Throws `MpiError` naming `call` and the MPI error text when `rc != MPI_SUCCESS`.
 void check_mpi(int rc, const char* call);
 
@@ -83,7 +92,9 @@ public:
     int node_size() const noexcept { return node_size_; }
 
     /// Not collective: deadline of every later collective on this communicator; zero turns the
-    /// watchdog off. Must be equal on every rank (the loader checks it).
+    /// watchdog off. Must be equal on every rank (the loader checks it). Values above
+    /// `kMaxTimeout` are treated as `kMaxTimeout` (option structs refuse them earlier, see
+    /// `check_timeout`).
     void set_timeout(std::chrono::seconds timeout) noexcept;
     std::chrono::seconds timeout() const noexcept;
     /// Not collective: what this rank does from now on, for the watchdog's report.

@@ -62,6 +62,9 @@ public:
     bool reads_use_mpi() const override;
     /// Collective row reads over the source's own communicator (for the memory tier).
     const detail::CollectiveRows* collective_rows() const noexcept override;
+    /// Compares the file's size and the hashes of its first and last 64 KiB with those at
+    /// open (see `Source::check_unchanged`). @throws IoError naming the file.
+    void check_unchanged() const override;
 
     /// Collective: closes datasets and the file. Safe to call twice.
     void close() noexcept;

@@ -72,6 +72,14 @@ public:
     /// True when `read` makes MPI calls (e.g. independent MPI-IO reads); the loader then only
     /// calls it from background threads if MPI provides MPI_THREAD_MULTIPLE.
     virtual bool reads_use_mpi() const { return false; }
+    /// Not collective, no MPI calls: throws when a file of the source is no longer the file
+    /// that was opened (truncated, grown or rewritten since), so that data read in bulk by a
+    /// path that cannot see short reads (a collective HDF5 read returns zeros past the end of
+    /// a truncated file) is never served. The memory tier calls it on every rank after its
+    /// staging read and agrees on the outcome. The default does nothing: sources whose reads
+    /// all detect short reads themselves (`pread` of an exact byte count) need no override.
+    /// @throws IoError naming the file and its sizes at open and now.
+    virtual void check_unchanged() const {}
     /// Source-specific counters for reports (empty by default). Not collective, no MPI calls.
     virtual std::vector<SourceStatistic> statistics() const { return {}; }
     /// Bytes of sample `id` as stored (payload of all fields), used by the per-step byte

@@ -4,6 +4,7 @@
 
 #include "cli/suggest.hpp"
 #include "cli/version.hpp"
+#include "mpistage/comm.hpp"
 #include "mpistage/config.hpp"
 #include "mpistage/device.hpp"
 #include "mpistage/error.hpp"
@@ -79,7 +80,8 @@ void add_stage_safety_options(CLI::App& cmd, StageArgs& a) {
     add_count(cmd, "--timeout", a.timeout_seconds,
               "Seconds a rank waits in one of the loader's "
               "collectives for the other ranks before the job is aborted with a message "
-              "naming them (0 = wait forever)");
+              "naming them (0 = wait forever)")
+        ->check(CLI::Range(std::int64_t{0}, static_cast<std::int64_t>(kMaxTimeout.count())));
     cmd.add_flag("--verify-files", a.verify_files,
                  "Hash every byte of the dataset and compare "
                  "across ranks (reads the whole dataset once; default: boundary samples only)");

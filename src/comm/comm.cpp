@@ -96,8 +96,16 @@ void Communicator::free() noexcept {
     if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
 
+void check_timeout(std::chrono::seconds timeout, const std::string& what) {
+    if (timeout.count() < 0 || timeout > kMaxTimeout) {
+        throw ConfigError(what + ": timeout " + std::to_string(timeout.count()) +
+                          " s is out of range [0, " + std::to_string(kMaxTimeout.count()) +
+                          "] s (0 turns the watchdog off)");
+    }
+}
+
 void Communicator::set_timeout(std::chrono::seconds timeout) noexcept {
-    if (watch_) watch_->timeout = timeout;
+    if (watch_) watch_->timeout = std::clamp(timeout, std::chrono::seconds(0), kMaxTimeout);
 }
 std::chrono::seconds Communicator::timeout() const noexcept {
     return watch_ ? watch_->timeout : std::chrono::seconds(0);

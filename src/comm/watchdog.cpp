@@ -8,6 +8,7 @@
 #include <sstream>
 #include <thread>
 
+#include "comm/blocking_watch.hpp"
 #include "comm/watch_state.hpp"
 
 namespace mpistage {
@@ -30,7 +31,6 @@ constexpr int kTagAnnounce = 0x6d73;  // "the deadline expired here; what are yo
 constexpr int kTagReply = 0x6d74;     // "this is what I am doing"
 /// How long ranks that noticed an expiry wait for the others to answer.
 constexpr std::chrono::seconds kGrace{2};
-constexpr int kAbortCode = 70;
 
 double seconds_since(Clock::time_point t) {
     return std::chrono::duration<double>(Clock::now() - t).count();
@@ -172,7 +172,7 @@ void expire(MPI_Comm comm, int rank, int size, WatchState& state, std::uint64_t 
                      rank, static_cast<unsigned long long>(seq), call);
         std::fflush(stderr);
     }
-    MPI_Abort(comm, kAbortCode);
+    MPI_Abort(comm, kWatchdogAbortCode);
 }
 
 void forget_sent(WatchState& state) {

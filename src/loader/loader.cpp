@@ -26,10 +26,7 @@ void LoaderOptions::validate() const {
                           std::to_string(kMaxIoThreads));
     }
     (void)parse_device(device);
-    if (timeout.count() < 0) {
-        throw ConfigError("loader: timeout " + std::to_string(timeout.count()) +
-                          " s is negative (0 turns the watchdog off)");
-    }
+    check_timeout(timeout, "loader");
     if (two_phase && (plan.sharding != Sharding::global || stage != Stage::none)) {
         throw ConfigError("loader: two-phase reads need global sharding and stage none; got "
                           "sharding " + to_string(plan.sharding) + " and stage " +

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "comm/blocking_watch.hpp"
 #include "tier/staging.hpp"
 
 namespace mpistage {
@@ -33,14 +34,21 @@ namespace detail {
 namespace {
 
 /// The node map, after a watched barrier. The communicator splits and window allocations are
-/// blocking MPI collectives the watchdog cannot see into, so each group of them is entered
-/// right after a watched collective (this barrier; the allgather of ragged sizes), and the
-/// staging read ends in a watched barrier (`NodeSegment::publish`): a rank stopped or gone
-/// before them is reported, not waited for. A rank that stops inside one of the blocking
-/// calls (or inside a collective HDF5 read) is not covered.
+/// blocking MPI collectives the watchdog cannot poll, so each group of them is entered right
+/// after a watched collective (this barrier; the allgather of ragged sizes), which names a rank
+/// stopped or gone before them, and each runs under a `BlockingWatch` deadline, which ends the
+/// job when a rank stops inside one (as do the collective HDF5 reads of the staging read).
 NodeMap arrive_and_map(const Communicator& comm, int ranks_per_node) {
     comm.barrier();
+    const BlockingWatch watch(comm, "MPI_Comm_split_type (tier node map)");
     return make_node_map(comm.get(), ranks_per_node);
+}
+
+/// A node window of `size_bytes` on this rank, under a deadline.
+NodeSegment allocate_segment(const Communicator& comm, const NodeMap& nodes,
+                             std::uint64_t size_bytes, const char* what) {
+    const BlockingWatch watch(comm, std::string("MPI_Win_allocate_shared (tier, ") + what + ")");
+    return NodeSegment(comm.get(), nodes, size_bytes);
 }
 
 }  // namespace
@@ -53,7 +61,7 @@ MemoryTier::MemoryTier(const Communicator& comm, const Source& source, int ranks
     begins_ = balanced_shard_begins(source.num_samples(), comm.size());
     layout_ = fixed_layouts(fields, begins_);
     const ShardLayout& mine = layout_[static_cast<std::size_t>(rank_)];
-    fixed_ = NodeSegment(comm.get(), nodes_, mine.fixed_bytes);
+    fixed_ = allocate_segment(comm, nodes_, mine.fixed_bytes, "fixed fields");
     RaggedStaging ragged(fields, has_ragged_ ? mine.count : 0);
     read_shard(comm, source, mine, fixed_.mine(), ragged);
     if (has_ragged_) stage_ragged(comm, ragged);
@@ -81,7 +89,7 @@ void MemoryTier::stage_ragged(const Communicator& comm, RaggedStaging& staged) {
         l.ragged_bytes = off;
     }
     const ShardLayout& me = layout_[static_cast<std::size_t>(rank_)];
-    ragged_ = NodeSegment(comm.get(), nodes_, me.ragged_bytes);
+    ragged_ = allocate_segment(comm, nodes_, me.ragged_bytes, "ragged fields");
     copy_ragged(fields, me, staged, ragged_.mine());
 }
 

@@ -120,9 +120,12 @@ void read_shard(const Communicator& comm, const Source& source, const ShardLayou
             rows->read_rows_collective(f, layout.first, layout.count,
                                        fixed_base + layout.field_offset[f]);
         }
-        return;
+    } else {
+        agree_or_throw(comm, capture([&] { read_pieces(source, layout, fixed_base, ragged); }));
     }
-    agree_or_throw(comm, capture([&] { read_pieces(source, layout, fixed_base, ragged); }));
+    // A collective read of a file truncated meanwhile returns zeros past its end without an
+    // error: what was read is served only if every rank still sees the file it opened.
+    agree_or_throw(comm, capture([&] { source.check_unchanged(); }));
 }
 
 void copy_ragged(const std::vector<FieldInfo>& fields, const ShardLayout& layout,

@@ -35,8 +35,10 @@ std::vector<ShardLayout> fixed_layouts(const std::vector<FieldInfo>& fields,
 /// Collective over `comm`: reads the shard `layout` of `source` (fixed fields to
 /// `fixed_base`, ragged fields to `ragged`): collective H5Dread (MPI-IO collective reads) for
 /// an HDF5 source opened on the same ranks, else the source's `read` over consecutive ids in
-/// pieces of at most 1 GiB (which the sources coalesce into contiguous reads). Failures are
-/// agreed. @throws the source's errors, identically on every rank.
+/// pieces of at most 1 GiB (which the sources coalesce into contiguous reads). Then every rank
+/// checks that the source's files are the ones it opened (`Source::check_unchanged`: a file
+/// truncated during the read fails here, not as zeros served later). Failures are agreed.
+/// @throws the source's errors, identically on every rank.
 void read_shard(const Communicator& comm, const Source& source, const ShardLayout& layout,
                 std::byte* fixed_base, RaggedStaging& ragged);
 

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "mpistage/error.hpp"
 #include "mpistage/hash.hpp"
 
 namespace mpistage::detail {
@@ -24,6 +25,21 @@ std::string file_identity(const PosixFile& file) {
     const std::uint64_t n = std::min(kEdge, size);
     return "size=" + std::to_string(size) + " head=" + std::to_string(hash_range(file, 0, n)) +
            " tail=" + std::to_string(hash_range(file, size - n, n));
+}
+
+void check_file_unchanged(const PosixFile& file, const std::string& opened,
+                          const std::string& context) {
+    const std::uint64_t now = file.current_size_bytes();
+    const std::string changed = context + ": " + file.path() + " changed while it was read";
+    if (now != file.size_bytes()) {
+        throw IoError(changed + " (" + std::to_string(file.size_bytes()) + " bytes at open, " +
+                      std::to_string(now) + " now: truncated or rewritten); data read from it " +
+                      "may be zeros, nothing is served from it");
+    }
+    if (file_identity(file) != opened) {
+        throw IoError(changed + " (same size, other bytes at its start or end: rewritten); "
+                      "nothing is served from it");
+    }
 }
 
 }  // namespace mpistage::detail

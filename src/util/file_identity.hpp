@@ -15,4 +15,11 @@ namespace mpistage::detail {
 /// @throws IoError when the file cannot be read.
 std::string file_identity(const PosixFile& file);
 
+/// Local: throws when `file` is no longer the file whose `file_identity` was `opened` (size
+/// now, then the hashes of its first and last 64 KiB): it was truncated, grown or rewritten
+/// while being read, and bytes read from it may be zeros or another version's.
+/// @throws IoError naming `context`, the path and both sizes.
+void check_file_unchanged(const PosixFile& file, const std::string& opened,
+                          const std::string& context);
+
 }  // namespace mpistage::detail

@@ -53,6 +53,14 @@ PosixFile::~PosixFile() {
     if (fd_ >= 0) ::close(fd_);
 }
 
+std::uint64_t PosixFile::current_size_bytes() const {
+    struct stat st {};
+    if (::fstat(fd_, &st) != 0) {
+        throw IoError("fstat of '" + path_ + "' failed: " + std::strerror(errno));
+    }
+    return static_cast<std::uint64_t>(st.st_size);
+}
+
 void PosixFile::read_exact(std::byte* dst, std::uint64_t n, std::uint64_t offset,
                            const std::string& context) const {
     if (offset > size_ || n > size_ - offset) {

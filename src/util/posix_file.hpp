@@ -23,6 +23,8 @@ public:
 
     /// Size in bytes at open time.
     std::uint64_t size_bytes() const noexcept { return size_; }
+    /// Size in bytes now (fstat). @throws IoError naming the path when fstat fails.
+    std::uint64_t current_size_bytes() const;
     const std::string& path() const noexcept { return path_; }
     /// Reads exactly `n` bytes at `offset`, in pieces of at most 1 GiB.
     /// @throws IoError naming `context`, the path and the offset on a short read or error

@@ -5,7 +5,8 @@
 #   2. an agreed error is printed once (rank 0), naming the ranks that failed
 #   3. a missing --field lists the datasets that exist; a missing --feature the features
 #   4. flags that do not apply to the input format are refused (--feature on HDF5, ...)
-#   5. choice options list their choices in --help and suggest the closest on a bad value
+#   5. choice options list their choices in --help and suggest the closest on a bad value;
+#      a --timeout beyond its range (used to overflow the deadline) names the limit
 #   6. --version names the build features with the versions of MPI and HDF5 (checked against
 #      mpirun --version and h5dump --version)
 #   7. progress: one line per epoch on rank 0 (none with --quiet), a live line on a terminal
@@ -121,6 +122,8 @@ done
 "$cli" convert idx --help | grep -F "{hdf5,tfrecord}" >/dev/null || fail "convert idx --help lacks its formats"
 expect_error "bad choice" 2 "--remainder: 'mak' is not one of drop, pad, mask" \
     "did you mean 'mask'?" -- stage "$h5" --remainder mak
+expect_error "timeout beyond its range" 2 "--timeout" "10000000000" "2592000" \
+    -- stage "$h5" --timeout 10000000000
 
 echo "== 6. --version"
 version=$("$cli" --version)

@@ -86,10 +86,7 @@ struct DynamicLoader::Impl {
 void DynamicLoaderOptions::validate() const {
     plan.validate();
     batching.validate();
-    if (timeout.count() < 0) {
-        throw ConfigError("dynamic loader: timeout " + std::to_string(timeout.count()) +
-                          " s is negative (0 turns the watchdog off)");
-    }
+    check_timeout(timeout, "dynamic loader");
 }
 
 DynamicCostFn dynamic_cost_function(const Source& source, const DynamicLoaderOptions& options) {

@@ -67,7 +67,7 @@ std::unique_ptr<StreamReader> CallableStreamSource::open(std::size_t s) const {
 void StreamOptions::validate() const {
     if (batch_size == 0) throw ConfigError("stream: batch_size must be at least 1");
     if (chunk_size == 0) throw ConfigError("stream: chunk_size must be at least 1");
-    if (timeout.count() < 0) throw ConfigError("stream: timeout must not be negative");
+    check_timeout(timeout, "stream");
     for (std::size_t i = 1; i < length_buckets.size(); ++i) {
         if (length_buckets[i] <= length_buckets[i - 1]) {
             throw ConfigError("stream: length_buckets must be strictly ascending");

@@ -1,6 +1,7 @@
 // Collective bulk reads of an HDF5 source (internal; for staging whole shards).
 #include <algorithm>
 
+#include "comm/blocking_watch.hpp"
 #include "sources/hdf5/hdf5_impl.hpp"
 
 namespace mpistage {
@@ -71,6 +72,7 @@ std::uint64_t Hdf5Source::Impl::read_rows_collective(std::size_t field, std::uin
                 detail::h5check(H5Sselect_none(mspace.get()), "H5Sselect_none(memory)");
             }
             std::byte dummy{};
+            const detail::BlockingWatch watch(c, "collective H5Dread(" + where(f) + ")");
             detail::h5check(H5Dread(f.dataset.get(), f.mem_type, mspace.get(), fspace.get(),
                                     dxpl.get(), out ? out : &dummy),
                             where(f) + ": collective H5Dread (call " + std::to_string(i + 1) +

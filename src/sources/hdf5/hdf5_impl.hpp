@@ -42,6 +42,7 @@ struct Hdf5Source::Impl final : detail::CollectiveRows {
     std::uint64_t num_samples = 0;
     std::uint64_t record_bytes = 0;
     detail::PosixFile raw;  // for the pread fast path
+    std::string opened_identity;  // detail::file_identity(raw) at open (check_unchanged)
 
     std::string where(const detail::Hdf5Field& f) const {
         return "hdf5: " + path + ": dataset '" + f.info.name + "'";

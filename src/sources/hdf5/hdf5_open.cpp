@@ -1,6 +1,7 @@
 // Opening an HDF5 source: the collective open and the discovery of its fields.
 #include <map>
 
+#include "comm/blocking_watch.hpp"
 #include "sources/hdf5/hdf5_impl.hpp"
 #include "sources/hdf5/hdf5_types.hpp"
 #include "util/file_identity.hpp"
@@ -51,13 +52,15 @@ void Hdf5Source::Impl::open(const Communicator& c) {
     });
     // 2. The same file on every rank? A different file (another node's copy, a file being
     //    rewritten) would send ranks into different collectives inside H5Fopen.
-    require_same(c, "contents of " + path, detail::file_identity(raw), "hdf5",
+    opened_identity = detail::file_identity(raw);
+    require_same(c, "contents of " + path, opened_identity, "hdf5",
                  "every rank must open the same, unchanging file");
     // 3. Collective open through the MPI-IO driver on the library's communicator.
     run_agreed(c, [&] {
         detail::H5Plist fapl(h5check(H5Pcreate(H5P_FILE_ACCESS), "hdf5: H5Pcreate(fapl)"));
         h5check(H5Pset_fapl_mpio(fapl.get(), comm->get(), MPI_INFO_NULL),
                 "hdf5: H5Pset_fapl_mpio");
+        const detail::BlockingWatch watch(*comm, "H5Fopen(" + path + ")");
         file = detail::H5File(
             h5check(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()),
                     "hdf5: " + path + ": H5Fopen (MPI-IO)"));

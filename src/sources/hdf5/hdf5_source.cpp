@@ -4,6 +4,7 @@
 
 #include "sources/hdf5/hdf5_impl.hpp"
 #include "sources/hdf5/hdf5_types.hpp"
+#include "util/file_identity.hpp"
 
 namespace mpistage {
 
@@ -93,6 +94,10 @@ bool Hdf5Source::reads_use_mpi() const {
         if (!f.fast_path) return true;
     }
     return false;
+}
+
+void Hdf5Source::check_unchanged() const {
+    detail::check_file_unchanged(impl_->raw, impl_->opened_identity, "hdf5");
 }
 
 void Hdf5Source::read(const std::uint64_t* ids, std::size_t count, BatchSink& sink) const {

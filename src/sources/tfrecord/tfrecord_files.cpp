@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "comm/blocking_watch.hpp"
 #include "mpistage/error.hpp"
 #include "sources/tfrecord/gzip_stream.hpp"
 #include "sources/tfrecord/source_state.hpp"
@@ -189,6 +190,7 @@ void open_data_files(const Communicator& comm, SourceState& state) {
     for (auto& f : state.files) {
         MPI_File fh = MPI_FILE_NULL;
         const LocalStatus status = capture([&] {
+            const detail::BlockingWatch watch(comm, "MPI_File_open(" + f.path + ")");
             check_mpi(
                 MPI_File_open(comm.get(), f.path.c_str(), MPI_MODE_RDONLY, MPI_INFO_NULL, &fh),
                 ("MPI_File_open(" + f.path + ")").c_str());

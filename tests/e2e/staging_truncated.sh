@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# A file truncated during the memory tier's staging read fails on every rank (issue "Nothing
+# silent", item 2): before, a collective HDF5 read returned zeros past the new end of file and
+# the run printed "exactly-once: OK". The LD_PRELOAD injector (tests/tools/fault_inject.c) cuts
+# the file to half its size when rank 0 enters its first MPI_File_read_at_all, the collective
+# MPI-IO read inside the staging H5Dread, so the truncation lands inside the read.
+# Usage: staging_truncated.sh MPISTAGE_CLI WORK_DIR TEST_DATA_DIR FASHION_MNIST_DIR
+set -euo pipefail
+cli="$(readlink -f "$1")"; work="$2"; fmnist="$4"
+inject="${MPISTAGE_FAULT_INJECT:?set MPISTAGE_FAULT_INJECT to libmpistage_fault_inject.so}"
+if [ ! -s "$fmnist/t10k-images-idx3-ubyte.gz" ]; then
+    echo "SKIP: Fashion-MNIST not found in '$fmnist' (Debian's dataset-fashion-mnist)"
+    exit 77
+fi
+mpiexec="${MPIEXEC:-mpirun}"
+mkdir -p "$work"
+work="$(readlink -f "$work")"
+fail() { echo "FAIL: $*" >&2; exit 1; }
+h5="$work/t10k.h5"
+"$cli" convert idx "$fmnist/t10k-images-idx3-ubyte.gz" "$fmnist/t10k-labels-idx1-ubyte.gz" \
+    -o "$h5" >/dev/null
+size=$(stat -c %s "$h5")
+for np in 2 3; do
+    cp "$h5" "$work/cut.h5"
+    set +e
+    timeout -k 5 120 "$mpiexec" -np "$np" --oversubscribe -x LD_PRELOAD="$inject" \
+        -x MPISTAGE_FAULT_CALL=MPI_File_read_at_all -x MPISTAGE_FAULT_RANK=0 \
+        -x MPISTAGE_FAULT_ACTION=truncate -x MPISTAGE_FAULT_FILE="$work/cut.h5" \
+        -x MPISTAGE_FAULT_SIZE=$((size / 2)) \
+        "$cli" stage "$work/cut.h5" --stage memory --verify --timeout 30 --device cpu \
+        >"$work/out" 2>"$work/err"
+    rc=$?
+    set -e
+    grep -q "fault_inject: world rank 0 truncated" "$work/err" \
+        || { cat "$work/err"; fail "np $np: the file was never truncated (the test does not test)"; }
+    [ "$rc" -eq 2 ] || { cat "$work/out" "$work/err"; fail "np $np: rc=$rc, want 2 (an agreed error)"; }
+    grep -q "exactly-once: OK" "$work/out" && fail "np $np: exactly-once: OK from a truncated file"
+    line=$(grep '^mpistage: ' "$work/err" || true)
+    [ "$(grep -c '^mpistage: ' "$work/err")" -eq 1 ] || { cat "$work/err"; fail "np $np: want one error line"; }
+    # "[rank 0 and N-1 other rank(s)]": the check failed on every rank, not only the one that
+    # truncated the file.
+    for p in "cut.h5" "changed while it was read" "$size bytes at open" \
+             "[rank 0 and $((np - 1)) other rank(s)]"; do
+        grep -F -e "$p" <<<"$line" >/dev/null || { cat "$work/err"; fail "np $np: no '$p' in: $line"; }
+    done
+    echo "PASS np $np: $line" | cut -c1-220
+done
+echo "staging_truncated: all passed"

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# The watchdog covers blocking calls too (issue "Nothing silent", item 1): one rank is stopped
+# (SIGSTOP) or killed (SIGKILL) on entering a blocking collective call by an LD_PRELOAD fault
+# injector (tests/tools/fault_inject.c), and the job must end within --timeout + 30 s, with the
+# watchdog's report for a stop, and no rank process left behind.
+#   MPI_File_open            TFRecord open (the library's own MPI_File_open)
+#   H5Fopen                  collective HDF5 open through the MPI-IO driver
+#   MPI_Win_allocate_shared  the memory tier's window (--stage memory)
+#   H5Dread                  the collective staging read of HDF5 (--stage memory)
+#   MPI_File_read_at_all     inside HDF5's collective read (--stage memory)
+# Usage: watchdog_blocking.sh MPISTAGE_CLI WORK_DIR TEST_DATA_DIR FASHION_MNIST_DIR
+# The injector library comes from $MPISTAGE_FAULT_INJECT (set by CMake).
+set -euo pipefail
+cli="$(readlink -f "$1")"; work="$2"; fmnist="$4"
+inject="${MPISTAGE_FAULT_INJECT:?set MPISTAGE_FAULT_INJECT to libmpistage_fault_inject.so}"
+if [ ! -s "$fmnist/t10k-images-idx3-ubyte.gz" ]; then
+    echo "SKIP: Fashion-MNIST not found in '$fmnist' (Debian's dataset-fashion-mnist)"
+    exit 77
+fi
+mpiexec="${MPIEXEC:-mpirun}"
+mkdir -p "$work"
+work="$(readlink -f "$work")"
+fail() { echo "FAIL: $*" >&2; exit 1; }
+h5="$work/t10k.h5"
+tfr="$work/t10k.tfrecord"
+[ -s "$h5" ] || "$cli" convert idx "$fmnist/t10k-images-idx3-ubyte.gz" \
+    "$fmnist/t10k-labels-idx1-ubyte.gz" -o "$h5" >/dev/null
+[ -s "$tfr" ] || "$cli" convert idx "$fmnist/t10k-images-idx3-ubyte.gz" \
+    "$fmnist/t10k-labels-idx1-ubyte.gz" -o "$tfr" --format tfrecord >/dev/null
+timeout_s=5
+limit=$((timeout_s + 30))
+
+# fault NAME CALL ACTION ARGS...: rank 1 of 3 meets ACTION on entering CALL.
+fault() {
+    local name="$1" call="$2" action="$3"; shift 3
+    # A per-run tag in the arguments finds every process of this run afterwards.
+    local tag="$work/run-$name"
+    mkdir -p "$tag"
+    local t0=$SECONDS rc=0
+    set +e
+    timeout -k 5 $((limit + 30)) "$mpiexec" -np 3 --oversubscribe -x LD_PRELOAD="$inject" \
+        -x MPISTAGE_FAULT_CALL="$call" -x MPISTAGE_FAULT_RANK=1 \
+        -x MPISTAGE_FAULT_ACTION="$action" \
+        "$cli" stage "$@" --timeout "$timeout_s" --quiet --json "$tag/report.json" \
+        >"$work/out" 2>"$work/err"
+    rc=$?
+    set -e
+    local took=$((SECONDS - t0))
+    grep -q "fault_inject: world rank 1 .* on entering $call" "$work/err" \
+        || { cat "$work/err"; fail "$name: the injector never met $call (the test does not test)"; }
+    [ "$rc" -ne 0 ] || { cat "$work/err"; fail "$name: exit 0 with a rank ${action}ped"; }
+    # (mpirun passes on a killed rank's status, 137, so only the time tells a hang.)
+    [ "$took" -le "$limit" ] || { cat "$work/err"; fail "$name: took $took s > $limit s (hung)"; }
+    if [ "$action" = stop ]; then
+        grep -q "mpistage watchdog" "$work/err" \
+            || { cat "$work/err"; fail "$name: no watchdog report"; }
+    fi
+    sleep 1
+    if pgrep -f -- "$tag/report.json" >/dev/null; then
+        pgrep -af -- "$tag/report.json" >&2
+        pkill -9 -f -- "$tag/report.json" || true
+        fail "$name: rank processes outlived the job"
+    fi
+    echo "PASS $name: rc=$rc in $took s; $(grep -m1 -o 'mpistage watchdog.\{0,140\}' "$work/err" || grep -m1 -i 'exited on signal\|killed' "$work/err" | cut -c1-140)"
+}
+
+fault tfrecord_open_stop MPI_File_open stop "$tfr"
+fault hdf5_open_stop H5Fopen stop "$h5"
+fault window_stop MPI_Win_allocate_shared stop "$h5" --stage memory
+fault staging_read_stop H5Dread stop "$h5" --stage memory
+fault mpiio_read_stop MPI_File_read_at_all stop "$h5" --stage memory
+fault hdf5_open_kill H5Fopen kill "$h5"
+fault window_kill MPI_Win_allocate_shared kill "$h5" --stage memory
+echo "watchdog_blocking: all passed"

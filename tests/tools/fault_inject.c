@@ -1,0 +1,88 @@
+/* LD_PRELOAD fault injector for the watchdog tests (tests/e2e/watchdog_blocking.sh).
+ *
+ * On entering the call named by MPISTAGE_FAULT_CALL (one of MPI_File_open, H5Fopen,
+ * MPI_Win_allocate_shared, MPI_File_read_at_all, H5Dread), the process whose world rank is
+ * MPISTAGE_FAULT_RANK (read from the launcher's environment: OMPI_COMM_WORLD_RANK, PMI_RANK or
+ * SLURM_PROCID) stops itself (MPISTAGE_FAULT_ACTION=stop, SIGSTOP, the default) or dies
+ * (kill, SIGKILL), or, with MPISTAGE_FAULT_ACTION=truncate, cuts the file MPISTAGE_FAULT_FILE
+ * to MPISTAGE_FAULT_SIZE bytes once and lets the call proceed (a file truncated during a read).
+ * MPISTAGE_FAULT_SKIP=n lets the first n entries pass. Every other process,
+ * and every other call, goes straight to the real function (dlsym(RTLD_NEXT)). Calls made
+ * inside the MPI or HDF5 libraries are interposed as well (HDF5's MPI-IO driver calls
+ * MPI_File_open and MPI_File_read_at_all through the dynamic linker). Test tool only. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <hdf5.h>
+#include <mpi.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int world_rank(void) {
+    const char* names[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; ++i) {
+        const char* v = getenv(names[i]);
+        if (v) return atoi(v);
+    }
+    return -1;
+}
+
+/* Called on entry to `call`: stops or kills this process when it is the chosen one. */
+static void maybe_fault(const char* call) {
+    static int entries = 0;
+    const char* want = getenv("MPISTAGE_FAULT_CALL");
+    const char* rank = getenv("MPISTAGE_FAULT_RANK");
+    if (!want || !rank || strcmp(want, call) != 0 || atoi(rank) != world_rank()) return;
+    const char* skip = getenv("MPISTAGE_FAULT_SKIP");
+    if (entries++ < (skip ? atoi(skip) : 0)) return;
+    const char* action = getenv("MPISTAGE_FAULT_ACTION");
+    if (action && strcmp(action, "truncate") == 0) {
+        /* Once: the file is cut to MPISTAGE_FAULT_SIZE bytes, then the call proceeds. */
+        const char* path = getenv("MPISTAGE_FAULT_FILE");
+        const char* size = getenv("MPISTAGE_FAULT_SIZE");
+        if (entries == (skip ? atoi(skip) : 0) + 1 && path && size) {
+            const int rc = truncate(path, (off_t)atoll(size));
+            fprintf(stderr, "fault_inject: world rank %d truncated %s to %s bytes on entering %s%s\n",
+                    world_rank(), path, size, call, rc == 0 ? "" : " (FAILED)");
+            fflush(stderr);
+        }
+        return;
+    }
+    const int kill_it = action && strcmp(action, "kill") == 0;
+    fprintf(stderr, "fault_inject: world rank %d %s on entering %s\n", world_rank(),
+            kill_it ? "killed" : "stopped", call);
+    fflush(stderr);
+    raise(kill_it ? SIGKILL : SIGSTOP);
+}
+
+#define REAL(name) ((__typeof__(&name))dlsym(RTLD_NEXT, #name))
+
+int MPI_File_open(MPI_Comm comm, const char* filename, int amode, MPI_Info info, MPI_File* fh) {
+    maybe_fault("MPI_File_open");
+    return REAL(MPI_File_open)(comm, filename, amode, info, fh);
+}
+
+int MPI_Win_allocate_shared(MPI_Aint size, int disp_unit, MPI_Info info, MPI_Comm comm,
+                            void* baseptr, MPI_Win* win) {
+    maybe_fault("MPI_Win_allocate_shared");
+    return REAL(MPI_Win_allocate_shared)(size, disp_unit, info, comm, baseptr, win);
+}
+
+int MPI_File_read_at_all(MPI_File fh, MPI_Offset offset, void* buf, int count,
+                         MPI_Datatype datatype, MPI_Status* status) {
+    maybe_fault("MPI_File_read_at_all");
+    return REAL(MPI_File_read_at_all)(fh, offset, buf, count, datatype, status);
+}
+
+hid_t H5Fopen(const char* filename, unsigned flags, hid_t fapl_id) {
+    maybe_fault("H5Fopen");
+    return REAL(H5Fopen)(filename, flags, fapl_id);
+}
+
+herr_t H5Dread(hid_t dset_id, hid_t mem_type_id, hid_t mem_space_id, hid_t file_space_id,
+               hid_t plist_id, void* buf) {
+    maybe_fault("H5Dread");
+    return REAL(H5Dread)(dset_id, mem_type_id, mem_space_id, file_space_id, plist_id, buf);
+}
