@@ -58,7 +58,9 @@ constexpr const char* kStreamOnly = "it is for --sqlite input";
 constexpr Rule kRules[] = {
     {"--help", any_input, ""},
     {"files", files, "give FILE(s) or --sqlite DB, not both"},
-    {"--field", named_fields, "name fields of HDF5 or IDX input only"},
+    {"--field", named_fields,
+     "it names HDF5 datasets or IDX files' fields; for TFRecord name tf.train.Example features "
+     "with --feature NAME:TYPE[:SHAPE], for --sqlite select the columns in --query"},
     {"--format", files, "the input is a --sqlite database"},
     {"--index", tfrecord, "it is for TFRecord input"},
     {"--feature", tfrecord, "it is for TFRecord input"},
