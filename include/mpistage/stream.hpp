@@ -201,6 +201,8 @@ struct StreamStats {
 /// Not thread-safe: one thread drives a loader. The source must outlive the loader.
 class StreamLoader {
 public:
+    class EpochBatches;
+
     /// Collective over `comm` (borrowed; the loader keeps its own duplicate). Checks options,
     /// fields and stream count across ranks, opens this rank's streams, and with `resume`
     /// continues where that state stopped (its fingerprint must match). @throws ConfigError,
@@ -215,6 +217,17 @@ public:
     /// hold `batch_size` slots without a budget, else 1..batch_size. @throws the same Error on
     /// every rank when any rank's stream threw (again on later calls).
     bool next(HostBatch& out);
+    /// The batches of epoch `epoch`, to iterate as a `Loader`'s: `for (auto& batch :
+    /// loader.epoch(e))`. An epoch is one pass over every stream. The first call (any number)
+    /// iterates the pass the loader was made for (from the resumed state when it was given
+    /// one); calling it again with the same number continues that pass; a different number
+    /// starts a new pass from the first sample of every stream (collective: every rank reopens
+    /// its streams; what remained of the previous pass is dropped, and `steps()` starts at 0).
+    /// Every rank must iterate the same epochs; each increment calls `next()` (collective).
+    /// @throws what the source's `open` throws, identical on every rank.
+    EpochBatches epoch(std::uint64_t epoch);
+    /// The number of the current pass (the last `epoch()` argument; 0 before the first call).
+    std::uint64_t current_epoch() const noexcept { return epoch_; }
     /// True when the last batch is a single sample over the byte or token budget.
     bool last_oversize() const noexcept;
     /// Steps yielded so far (equal on every rank; starts at the resumed state's steps).
@@ -230,6 +243,46 @@ public:
 private:
     struct Impl;
     std::unique_ptr<Impl> impl_;
+    std::uint64_t epoch_ = 0;
+    bool epoch_started_ = false;
+};
+
+/// The batches of one pass of a `StreamLoader` (see `StreamLoader::epoch`): an input range whose
+/// increments call `StreamLoader::next`. Single consumer; must not outlive its loader.
+class StreamLoader::EpochBatches {
+public:
+    explicit EpochBatches(StreamLoader& loader) noexcept : loader_(&loader) {}
+    /// Collective: the next batch of the pass, or false at its end (as `StreamLoader::next`).
+    bool next(HostBatch& out) { return loader_->next(out); }
+
+    /// Input iterator; `++` makes one collective step.
+    class iterator {
+    public:
+        using value_type = HostBatch;
+        iterator() = default;
+        explicit iterator(StreamLoader* loader) : loader_(loader) { advance(); }
+        HostBatch& operator*() noexcept { return current_; }
+        HostBatch* operator->() noexcept { return &current_; }
+        iterator& operator++() {
+            advance();
+            return *this;
+        }
+        bool operator==(const iterator& other) const noexcept { return loader_ == other.loader_; }
+        bool operator!=(const iterator& other) const noexcept { return !(*this == other); }
+
+    private:
+        void advance() {
+            if (loader_ != nullptr && !loader_->next(current_)) loader_ = nullptr;
+        }
+        StreamLoader* loader_ = nullptr;
+        HostBatch current_;
+    };
+    /// Collective: fetches the first batch.
+    iterator begin() { return iterator(loader_); }
+    iterator end() noexcept { return iterator(); }
+
+private:
+    StreamLoader* loader_;
 };
 
 /// Item id of position `position` of stream `stream` (as in `HostBatch::index`).

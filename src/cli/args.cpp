@@ -2,6 +2,8 @@
 // parse that fails every rank, not one, when ranks were given different or bad arguments.
 #include "cli/args.hpp"
 
+#include <algorithm>
+
 #include "cli/suggest.hpp"
 #include "cli/version.hpp"
 #include "mpistage/comm.hpp"
@@ -152,6 +154,54 @@ void add_stage_tier_options(CLI::App& cmd, StageArgs& a) {
                  "to the ranks that consume them");
 }
 
+void add_stage_budget_options(CLI::App& cmd, StageArgs& a) {
+    add_count(cmd, "--batch-bytes", a.batch_bytes,
+              "Byte budget of a batch (FILE samples or --sqlite rows: as many as fit; a larger "
+              "single one is a batch of its own, reported as oversize); 0 = --batch-size "
+              "samples");
+    add_count(cmd, "--batch-tokens", a.batch_tokens,
+              "Token budget of a batch (samples x longest sample of --token-field, in "
+              "elements); 0 = off");
+    add_count(cmd, "--max-batch-samples", a.max_batch_samples,
+              "With --batch-bytes or --batch-tokens: most samples (rows) in one batch");
+    cmd.add_option("--token-field", a.token_field,
+                   "With --batch-tokens: the ragged field whose length counts as tokens "
+                   "(default: the input's only ragged field)");
+    add_count(cmd, "--bucket-window", a.bucket_window,
+              "FILE input with --batch-bytes/--batch-tokens: sort the samples of this many "
+              "consecutive batches by length and batch them again (less padding); 0 = off");
+}
+
+void add_stage_stream_options(CLI::App& cmd, StageArgs& a) {
+    CLI::Option* files = cmd.get_option("files");
+    files->required(false);
+    cmd.add_option("--sqlite", a.sqlite,
+                   "Stage the rows of a SQLite database query instead of FILE(s) (a stream: "
+                   "rows sharded by --shard, equal steps on every rank; each epoch runs the "
+                   "query again)");
+    cmd.add_option("--query", a.query, "--sqlite: the SELECT statement (rows = samples)");
+    cmd.add_option("--shard", a.shard,
+                   "--sqlite: chunk (chunks of --chunk-rows rows round-robin over ranks) or "
+                   "hash:COLUMN (rows to rank hash(COLUMN) mod W, forwarded with MPI)")
+        ->capture_default_str();
+    add_count(cmd, "--chunk-rows", a.chunk_rows, "--sqlite: rows per cursor chunk");
+    cmd.add_option("--on-dry", a.on_dry,
+                   "--sqlite: rebalance (ranks with rows left share them with dry ranks) or "
+                   "mask (dry ranks yield padding batches)")
+        ->capture_default_str();
+    cmd.add_option("--ids-out", a.ids_out,
+                   "--sqlite: rank 0 writes the position (in the query result) of every row "
+                   "delivered, one per line (for checks)");
+    cmd.parse_complete_callback([&a, files] {
+        if (a.sqlite.empty() && files->count() == 0) {
+            throw CLI::RequiredError("FILE(s) or --sqlite DB");
+        }
+        if (!a.sqlite.empty() && a.query.empty()) {
+            throw CLI::RequiredError("--query (with --sqlite)");
+        }
+    });
+}
+
 void add_convert_options(CLI::App& cmd, ConvertArgs& a) {
     cmd.add_option("images", a.images, "IDX images file")->required();
     cmd.add_option("labels", a.labels, "IDX labels file")->required();
@@ -199,16 +249,17 @@ CommandLine::CommandLine()
                           "Print the version and the build features (MPI, HDF5, torch, CUDA)");
 
     stage_cmd_ = app_.add_subcommand("stage",
-                                     "Shard FILE(s) across the MPI ranks and stage "
-                                     "batches");
+                                     "Shard FILE(s) or a --sqlite query across the MPI ranks "
+                                     "and stage batches (fixed size or a --batch-bytes/"
+                                     "--batch-tokens budget)");
     add_stage_data_options(*stage_cmd_, stage);
     add_stage_plan_options(*stage_cmd_, stage);
     add_stage_safety_options(*stage_cmd_, stage);
     add_stage_resume_options(*stage_cmd_, stage);
     add_stage_device_options(*stage_cmd_, stage);
     add_stage_tier_options(*stage_cmd_, stage);
-    add_stage_stream_options(*stage_cmd_, stream);    // it may reuse flags added above
-    add_stage_dynamic_options(*stage_cmd_, dynamic);  // after --sqlite, which it excludes
+    add_stage_budget_options(*stage_cmd_, stage);
+    add_stage_stream_options(*stage_cmd_, stage);
 
     auto* convert_cmd = app_.add_subcommand("convert", "Convert data to a format mpistage stages");
     convert_cmd->require_subcommand(1);
@@ -253,7 +304,16 @@ Command CommandLine::parse_agreed(const Communicator& comm, int argc, char** arg
                  {{"--help/--version", printed ? "given" : "not given"},
                   {"the command", printed ? "(help)" : command_name(command())}},
                  "ranks were given different arguments", kSameCommandAdvice);
+    if (!printed && command() == Command::stage) {
+        for (const CLI::Option* o : stage_cmd_->get_options()) {
+            if (o->count() > 0) stage.given.push_back(o->get_name());
+        }
+    }
     return printed ? Command::none : command();
+}
+
+bool StageArgs::was_given(const std::string& name) const {
+    return std::find(given.begin(), given.end(), name) != given.end();
 }
 
 std::vector<NamedValue> stage_argument_values(const StageArgs& a) {
@@ -286,6 +346,17 @@ std::vector<NamedValue> stage_argument_values(const StageArgs& a) {
         {"--stage-budget", std::to_string(a.stage_budget)},
         {"--stage-ranks-per-node", std::to_string(a.stage_ranks_per_node)},
         {"--two-phase", a.two_phase ? "on" : "off"},
+        {"--batch-bytes", std::to_string(a.batch_bytes)},
+        {"--batch-tokens", std::to_string(a.batch_tokens)},
+        {"--max-batch-samples", std::to_string(a.max_batch_samples)},
+        {"--token-field", a.token_field},
+        {"--bucket-window", std::to_string(a.bucket_window)},
+        {"--sqlite", a.sqlite},
+        {"--query", a.query},
+        {"--shard", a.shard},
+        {"--chunk-rows", std::to_string(a.chunk_rows)},
+        {"--on-dry", a.on_dry},
+        {"--ids-out", a.ids_out.empty() ? "(none)" : "(given)"},
     };
 }
 

@@ -9,8 +9,6 @@
 #include <string>
 #include <vector>
 
-#include "cli/dynamic_args.hpp"
-#include "cli/stream_args.hpp"
 #include "mpistage/comm.hpp"
 
 namespace mpistage::cli {
@@ -59,6 +57,35 @@ struct StageArgs {
     std::uint64_t stage_ranks_per_node = 0;
     /// --two-phase (LoaderOptions::two_phase).
     bool two_phase = false;
+
+    /// Budget batches (files or --sqlite): --batch-bytes / --batch-tokens (0 = off), the most
+    /// samples of one batch, the ragged field counted as tokens ("" = the only ragged one) and
+    /// the length-sorting window in batches (0 or 1 = none).
+    std::uint64_t batch_bytes = 0;
+    std::uint64_t batch_tokens = 0;
+    std::uint64_t max_batch_samples = 4096;
+    std::string token_field;
+    std::uint64_t bucket_window = 0;
+
+    /// Streams: --sqlite DB --query SQL, sharded by --shard, read in --chunk-rows chunks.
+    std::string sqlite;
+    std::string query;
+    std::string shard = "chunk";
+    std::uint64_t chunk_rows = 256;
+    /// --on-dry rebalance|mask (StreamOptions::remainder).
+    std::string on_dry = "rebalance";
+    /// Rank 0 writes the ids of every delivered row here (one per line, ascending).
+    std::string ids_out;
+
+    /// Long names of the flags given on the command line ("--epochs", "files"), filled by
+    /// `CommandLine::parse_agreed`; a flag not listed kept its default.
+    std::vector<std::string> given;
+    /// True when flag `name` (long name, e.g. "--batch-size") was given.
+    bool was_given(const std::string& name) const;
+    /// True when batches are sized by a budget (--batch-bytes or --batch-tokens).
+    bool budget() const noexcept { return batch_bytes > 0 || batch_tokens > 0; }
+    /// True when the input is a stream (--sqlite).
+    bool stream() const noexcept { return !sqlite.empty(); }
 };
 
 /// `mpistage convert idx IMAGES LABELS -o OUT [options]`.
@@ -91,11 +118,8 @@ public:
     CommandLine(const CommandLine&) = delete;
     CommandLine& operator=(const CommandLine&) = delete;
 
+    /// `stage` for every input: files, budget batches and streams.
     StageArgs stage;
-    /// `stage --sqlite ...` (streams); see cli/stream_args.hpp.
-    StreamStageArgs stream;
-    /// `stage FILE --batch-bytes N` (dynamic batching of files); see cli/dynamic_args.hpp.
-    DynamicStageArgs dynamic;
     ConvertArgs convert;
     IndexArgs index;
 
@@ -109,6 +133,8 @@ public:
     Command parse_agreed(const Communicator& comm, int argc, char** argv);
     /// The CLI11 description of every command (local; for help texts and tests).
     CLI::App& app() { return app_; }
+    /// The `stage` subcommand (its options are what `stage --help` lists).
+    const CLI::App& stage_command() const { return *stage_cmd_; }
 
 private:
     CLI::App app_;
@@ -118,8 +144,9 @@ private:
 };
 
 /// The stage flags that decide which collectives a rank makes or what it stages, as named
-/// texts for `require_same` ("--batch-size" → "64"). `--prefetch` and `--threads` may differ
-/// between ranks and are not listed; `--json` is listed as given / not given.
+/// texts for `require_same` ("--batch-size" → "64"). `--prefetch`, `--threads`, `--device` and
+/// `--quiet` may differ between ranks and are not listed; paths rank 0 writes are listed as
+/// given / not given.
 std::vector<NamedValue> stage_argument_values(const StageArgs& a);
 
 /// The words of `v` separated by single spaces.

@@ -1,10 +1,11 @@
 // --save-state files and their id logs.
 #include "cli/checkpoint.hpp"
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <unistd.h>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -21,12 +22,19 @@ namespace {
 
 constexpr int kStateFileVersion = 1;
 
-std::string ids_path_of(const std::string& state_path) { return state_path + ".ids"; }
+std::string ids_path_of(const std::string& state_path) {
+    return state_path + ".ids";
+}
 
 std::string saved_state_json(const SavedState& s) {
     nlohmann::ordered_json j;
     j["mpistage_state"] = kStateFileVersion;
-    j["loader"] = nlohmann::ordered_json::parse(s.loader.to_json());
+    if (s.stream) {
+        j["epoch"] = s.stream_epoch;
+        j["stream"] = nlohmann::ordered_json::parse(s.stream->to_json());
+    } else {
+        j["loader"] = nlohmann::ordered_json::parse(s.loader.to_json());
+    }
     if (!s.ids_path.empty()) j["id_log"] = {{"path", s.ids_path}, {"count", s.ids_count}};
     return j.dump(2) + "\n";
 }
@@ -50,9 +58,11 @@ SavedState read_saved_state(const std::string& path) {
     } catch (const nlohmann::json::parse_error& e) {
         throw ConfigError("stage: --resume file '" + path + "' is not JSON: " + e.what());
     }
-    if (!j.is_object() || !j.contains("mpistage_state") || !j.contains("loader")) {
+    if (!j.is_object() || !j.contains("mpistage_state") ||
+        !(j.contains("loader") || j.contains("stream"))) {
         throw ConfigError("stage: --resume file '" + path +
-                          "' is not an mpistage state file (no \"mpistage_state\" and \"loader\")");
+                          "' is not an mpistage state file (no \"mpistage_state\" and "
+                          "\"loader\" or \"stream\")");
     }
     if (j["mpistage_state"] != kStateFileVersion) {
         throw ConfigError("stage: --resume file '" + path + "' has state file version " +
@@ -60,6 +70,15 @@ SavedState read_saved_state(const std::string& path) {
                           std::to_string(kStateFileVersion));
     }
     SavedState s;
+    if (j.contains("stream")) {
+        try {
+            s.stream_epoch = j.at("epoch").get<std::uint64_t>();
+        } catch (const nlohmann::json::exception& e) {
+            throw ConfigError("stage: --resume file '" + path + "': bad epoch: " + e.what());
+        }
+        s.stream = StreamState::from_json(j["stream"].dump());
+        return s;
+    }
     s.loader = LoaderState::from_json(j["loader"].dump(), "'" + path + "'");
     if (j.contains("id_log")) {
         try {
@@ -83,15 +102,19 @@ std::vector<std::int64_t> read_id_log(const SavedState& state) {
     in.read(reinterpret_cast<char*>(ids.data()),
             static_cast<std::streamsize>(ids.size() * sizeof(std::int64_t)));
     if (!in) {
-        throw IoError("stage: the --verify id log '" + state.ids_path + "' of the --resume state "
-                      "is missing or holds fewer than " + std::to_string(state.ids_count) + " ids");
+        throw IoError("stage: the --verify id log '" + state.ids_path +
+                      "' of the --resume state "
+                      "is missing or holds fewer than " +
+                      std::to_string(state.ids_count) + " ids");
     }
     return ids;
 }
 
 Checkpointer::Checkpointer(std::string path, bool log_ids, std::uint64_t prior_epoch,
                            std::vector<std::int64_t> prior)
-    : path_(std::move(path)), log_ids_(log_ids), log_epoch_(prior_epoch),
+    : path_(std::move(path)),
+      log_ids_(log_ids),
+      log_epoch_(prior_epoch),
       pending_prior_(std::move(prior)) {}
 
 void Checkpointer::write_log(const std::vector<std::int64_t>& gathered, std::uint64_t epoch,
@@ -107,7 +130,8 @@ void Checkpointer::write_log(const std::vector<std::int64_t>& gathered, std::uin
         if (epoch == log_epoch_) head.swap(pending_prior_);
     }
     for (const std::vector<std::int64_t>* v : {&std::as_const(head), &gathered}) {
-        if (!v->empty() && std::fwrite(v->data(), sizeof(std::int64_t), v->size(), f) != v->size()) {
+        if (!v->empty() &&
+            std::fwrite(v->data(), sizeof(std::int64_t), v->size(), f) != v->size()) {
             std::fclose(f);
             throw_log_io(log, "write");
         }
@@ -120,34 +144,34 @@ void Checkpointer::write_log(const std::vector<std::int64_t>& gathered, std::uin
     if (std::fclose(f) != 0) throw_log_io(log, "close");
 }
 
-void Checkpointer::save(const Communicator& comm, const LoaderState& state, std::uint64_t epoch,
+void Checkpointer::save(const Communicator& comm, const SavedState& state, std::uint64_t epoch,
                         const std::vector<std::int64_t>& epoch_ids) {
     if (!enabled()) return;
     const bool reset = !log_started_ || epoch != log_epoch_;
     if (epoch != log_epoch_) sent_ = 0;
     std::vector<std::int64_t> gathered;
     if (log_ids_) {
-        const std::vector<std::int64_t> fresh(epoch_ids.begin() + static_cast<std::ptrdiff_t>(sent_),
-                                              epoch_ids.end());
+        const std::vector<std::int64_t> fresh(
+            epoch_ids.begin() + static_cast<std::ptrdiff_t>(sent_), epoch_ids.end());
         gathered = gather_to_root(comm, fresh);
         sent_ = epoch_ids.size();
     }
     run_agreed(comm, [&] {
         if (comm.rank() != 0) return;
-        SavedState s;
-        s.loader = state;
+        SavedState s = state;
         if (log_ids_) {
             write_log(gathered, epoch, reset);
             // The log belongs to the state's epoch; a state at the start of the next epoch
             // has consumed nothing of it yet.
             const std::string log = ids_path_of(path_);
             s.ids_path = log.substr(log.find_last_of('/') + 1);
-            s.ids_count = state.epoch == epoch ? logged_ : 0;
+            s.ids_count = state.epoch() == epoch ? logged_ : 0;
         }
         write_file_atomically(path_, saved_state_json(s), "--save-state file");
     });
     log_started_ = true;
     log_epoch_ = epoch;
+    ++saves_;
 }
 
 }  // namespace mpistage::cli

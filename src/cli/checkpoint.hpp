@@ -10,12 +10,21 @@
 
 #include "mpistage/comm.hpp"
 #include "mpistage/state.hpp"
+#include "mpistage/stream.hpp"
 
 namespace mpistage::cli {
 
-/// What a --save-state file holds: {"mpistage_state": 1, "loader": {...}, "id_log": {...}}.
+/// What a --save-state file holds: {"mpistage_state": 1, "loader": {...}, "id_log": {...}} for
+/// files, {"mpistage_state": 1, "epoch": E, "stream": {...}} for streams.
 struct SavedState {
+    /// Files: the loader's state (unused when `stream` is set).
     LoaderState loader;
+    /// Streams: the stream loader's state within pass (epoch) `stream_epoch`.
+    std::optional<StreamState> stream;
+    std::uint64_t stream_epoch = 0;
+    /// The epoch the state stands in, and the steps of it consumed.
+    std::uint64_t epoch() const noexcept { return stream ? stream_epoch : loader.epoch; }
+    std::uint64_t steps() const noexcept { return stream ? stream->steps : loader.steps_consumed; }
     /// --verify runs: the file of int64 ids (native byte order) consumed in `loader.epoch`
     /// before this state, and how many of its first ids belong to the state (a run killed
     /// between two saves may have appended more). Empty path: the run kept no log.
@@ -23,8 +32,9 @@ struct SavedState {
     std::uint64_t ids_count = 0;
 };
 
-/// Local: reads a --save-state file. @throws ConfigError (malformed, another version) or
-/// IoError (missing, unreadable), naming the path.
+/// Local: reads a --save-state file (of files or of a stream). @throws ConfigError (malformed,
+/// another version) or IoError (missing, unreadable), naming the path; FormatError for a
+/// malformed stream state.
 SavedState read_saved_state(const std::string& path);
 
 /// Local: the first `ids_count` ids of the state's log (empty without a log).
@@ -40,12 +50,14 @@ public:
                  std::vector<std::int64_t> prior);
 
     bool enabled() const noexcept { return !path_.empty(); }
+    /// State files written so far.
+    std::uint64_t saves() const noexcept { return saves_; }
 
     /// Collective when enabled (a gather of the new ids with the id log, and one agreement):
     /// writes `state` atomically on rank 0, after appending to the id log the ids of
     /// `epoch_ids` (this rank's valid ids of epoch `epoch` in this run) not yet logged.
     /// @throws IoError (identical on every rank) when rank 0 cannot write.
-    void save(const Communicator& comm, const LoaderState& state, std::uint64_t epoch,
+    void save(const Communicator& comm, const SavedState& state, std::uint64_t epoch,
               const std::vector<std::int64_t>& epoch_ids);
 
 private:
@@ -61,6 +73,7 @@ private:
     /// This rank: how many of its ids of `log_epoch_` were gathered already.
     std::uint64_t sent_ = 0;
     bool log_started_ = false;
+    std::uint64_t saves_ = 0;
 };
 
 }  // namespace mpistage::cli

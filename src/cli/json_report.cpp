@@ -1,11 +1,5 @@
 // The JSON report of `mpistage stage --json`, written atomically by rank 0: a reader never sees
 // a partial or empty file, and a failed run leaves a report that says so.
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "cli/atomic_file.hpp"
@@ -16,8 +10,8 @@ namespace mpistage::cli {
 namespace {
 
 // Version of the report's layout (README "The JSON report"): raised when a key changes meaning
-// or disappears; new keys do not raise it.
-constexpr int kJsonSchemaVersion = 1;
+// or disappears; new keys do not raise it. 2: one schema for files, budget batches and streams.
+constexpr int kJsonSchemaVersion = 2;
 
 nlohmann::json epoch_json(const EpochReport& r, bool verify) {
     nlohmann::json e;
@@ -25,6 +19,21 @@ nlohmann::json epoch_json(const EpochReport& r, bool verify) {
     e["batches_per_rank"] = r.batches;
     e["tier"] = r.tier;
     e["seconds"] = r.seconds;
+    e["steps"] = r.steps;
+    e["real_batches"] = r.real_batches;
+    e["padding_steps"] = r.padding_steps;
+    e["padding_slots"] = r.padding_slots;
+    e["oversize_batches"] = r.oversize;
+    e["min_batch_samples"] = r.min_batch_samples;
+    e["mean_batch_samples"] =
+        r.real_batches ? static_cast<double>(r.valid_samples) / static_cast<double>(r.real_batches)
+                       : 0.0;
+    e["max_batch_samples"] = r.max_batch_samples;
+    e["valid_samples"] = r.valid_samples;
+    if (r.padding_waste >= 0) {
+        e["budget"] = {{"padding_waste", r.padding_waste},
+                       {"unbucketed_padding_waste", r.unbucketed_padding_waste}};
+    }
     if (verify) {
         e["valid_samples_per_rank"] = r.valid;
         e["duplicates"] = r.duplicates;
@@ -48,6 +57,7 @@ nlohmann::json rank_json(std::size_t rank, const RankTotals& t) {
     return {{"rank", rank},
             {"samples", t.samples},
             {"batches", t.batches},
+            {"padding_slots", t.padding_slots},
             {"bytes", t.bytes},
             {"seconds", t.seconds},
             {"mb_per_s", t.seconds > 0 ? static_cast<double>(t.bytes) / t.seconds / 1e6 : 0.0},
@@ -55,6 +65,7 @@ nlohmann::json rank_json(std::size_t rank, const RankTotals& t) {
             {"wait_io_seconds", t.wait_io_seconds},
             {"wait_peers_seconds", t.wait_peers_seconds},
             {"records_moved", t.records_moved},
+            {"oversize_batches", t.oversize},
             {"device", t.device < 0 ? std::string("cpu") : "cuda:" + std::to_string(t.device)},
             {"h2d_bytes", t.h2d_bytes},
             {"h2d_seconds", t.h2d_seconds}};
@@ -71,23 +82,38 @@ void write_stage_json(const StageArgs& a, const StageOutcome& o) {
     j["schema_version"] = kJsonSchemaVersion;
     j["status"] = o.all_ok ? "ok" : "verify_failed";
     j["world_size"] = o.world_size;
+    j["input"] = {{"kind", o.input_kind}, {"batching", o.batching}, {"paths", o.paths}};
     j["num_samples"] = o.num_samples;
-    j["batch_size"] = a.batch_size;
-    j["remainder"] = a.remainder;
-    j["shuffle"] = a.shuffle;
-    j["sharding"] = a.sharding;
+    j["batch_size"] = o.batch_size;
+    j["remainder"] = o.remainder;
+    j["shuffle"] = o.shuffle;
+    j["sharding"] = o.sharding;
+    j["epochs_requested"] = a.epochs;
+    j["first_epoch"] = a.first_epoch;
+    j["compute_us_per_step"] = a.compute_ms * 1000 + a.compute_us;
+    j["fields"] = nlohmann::json::array();
+    for (const auto& f : o.fields) {
+        j["fields"].push_back({{"name", f.name},
+                               {"dtype", dtype_name(f.dtype)},
+                               {"sample_shape", f.sample_shape},
+                               {"ragged", f.ragged}});
+    }
+    j["options"] = o.options;
+    j["state_saves"] = o.state_saves;
     for (const auto& stat : o.source) j[stat.name] = stat.value;
+    if (!o.budget.is_null()) j["budget"] = o.budget;
+    if (!o.stream.is_null()) j["stream"] = o.stream;
     j["stage"] = tier_json(o.tier);
     j["epochs"] = nlohmann::json::array();
     for (const auto& r : o.epochs) j["epochs"].push_back(epoch_json(r, a.verify));
-    if (o.resume) j["resumed_from"] = nlohmann::json::parse(o.resume->to_json());
-    j["state"] = nlohmann::json::parse(o.saved.to_json());
+    if (!o.resumed_from.empty()) j["resumed_from"] = nlohmann::json::parse(o.resumed_from);
+    j["state"] = nlohmann::json::parse(o.state);
     j["stopped_after_steps"] = o.stopped_after;
     j["ranks"] = nlohmann::json::array();
     for (std::size_t r = 0; r < o.ranks.size(); ++r) j["ranks"].push_back(rank_json(r, o.ranks[r]));
-    write_file_atomically(
-        a.json, j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n",
-        "--json file");
+    write_file_atomically(a.json,
+                          j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n",
+                          "--json file");
 }
 
 void write_error_json(const std::string& path, int world_size, const Error& error) {
@@ -96,9 +122,9 @@ void write_error_json(const std::string& path, int world_size, const Error& erro
     j["status"] = "error";
     j["world_size"] = world_size;
     j["error"] = {{"kind", error_kind_name(error.kind())}, {"message", error.what()}};
-    write_file_atomically(
-        path, j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n",
-        "--json file");
+    write_file_atomically(path,
+                          j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n",
+                          "--json file");
 }
 
 }  // namespace mpistage::cli

@@ -23,13 +23,7 @@ int run_command(cli::CommandLine& cl, int argc, char** argv) {
     int rc = 0;
     switch (cl.parse_agreed(comm, argc, argv)) {
         case cli::Command::stage:
-            if (cl.stream.active()) {
-                rc = cli::run_stream_stage(comm, cl.stream, cl.stage);
-            } else if (cl.dynamic.active(cl.stream)) {
-                rc = cli::run_dynamic_stage(comm, cl.dynamic, cl.stream, cl.stage);
-            } else {
-                rc = cli::run_stage(comm, cl.stage);
-            }
+            rc = cli::run_stage(comm, cl.stage);
             break;
         case cli::Command::convert_idx:
             cli::run_convert(comm, cl.convert);

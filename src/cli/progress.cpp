@@ -40,13 +40,14 @@ Progress Progress::for_rank(int rank, bool quiet, std::uint64_t first_epoch, std
 void Progress::step(std::uint64_t epoch, std::uint64_t step, std::uint64_t steps) {
     if (!live_) return;
     const auto now = Clock::now();
-    if (step < steps && now - last_live_ < std::chrono::milliseconds(200)) return;
+    // steps == 0: a stream, whose steps are known only at its end.
+    if ((steps == 0 || step < steps) && now - last_live_ < std::chrono::milliseconds(200)) return;
     last_live_ = now;
-    std::fprintf(stderr, "\r\033[Kepoch %llu (%llu/%llu): step %llu/%llu",
+    std::fprintf(stderr, "\r\033[Kepoch %llu (%llu/%llu): step %llu/%s",
                  static_cast<unsigned long long>(epoch),
                  static_cast<unsigned long long>(epoch - first_epoch_ + 1),
                  static_cast<unsigned long long>(epochs_), static_cast<unsigned long long>(step),
-                 static_cast<unsigned long long>(steps));
+                 steps == 0 ? "?" : std::to_string(steps).c_str());
     std::fflush(stderr);
     live_shown_ = true;
 }

@@ -17,7 +17,7 @@ public:
     /// Local: rank 0 enabled unless `quiet`; live when stderr is a terminal.
     static Progress for_rank(int rank, bool quiet, std::uint64_t first_epoch, std::uint64_t epochs);
 
-    /// After step `step` (1-based) of `steps` of `epoch`.
+    /// After step `step` (1-based) of `steps` of `epoch` (0: not known, a stream).
     void step(std::uint64_t epoch, std::uint64_t step, std::uint64_t steps);
     /// After `epoch` ended: its steps, this rank's valid samples and bytes in it.
     void epoch_done(std::uint64_t epoch, std::uint64_t steps, std::uint64_t samples,

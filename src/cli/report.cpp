@@ -92,6 +92,27 @@ void print_verdicts(const std::vector<EpochReport>& epochs, bool all_ok) {
     std::printf("exactly-once: FAILED (%s)\n", why.c_str());
 }
 
+// The batches of each epoch: steps, real and padding batches, samples per batch, oversize.
+void print_batches(const StageOutcome& o) {
+    for (const auto& r : o.epochs) {
+        const double mean = r.real_batches ? static_cast<double>(r.valid_samples) /
+                                                 static_cast<double>(r.real_batches)
+                                           : 0.0;
+        std::printf(
+            "epoch %llu: %llu steps on every rank (%llu batches, %llu padding steps, %llu padding "
+            "slots), samples per batch min %llu mean %.1f max %llu, %llu oversize batches",
+            static_cast<ull>(r.epoch), static_cast<ull>(r.steps), static_cast<ull>(r.real_batches),
+            static_cast<ull>(r.padding_steps), static_cast<ull>(r.padding_slots),
+            static_cast<ull>(r.min_batch_samples), mean, static_cast<ull>(r.max_batch_samples),
+            static_cast<ull>(r.oversize));
+        if (r.padding_waste >= 0) {
+            std::printf(", padding waste %.1f%% (%.1f%% without bucketing)",
+                        100.0 * r.padding_waste, 100.0 * r.unbucketed_padding_waste);
+        }
+        std::printf("\n");
+    }
+}
+
 }  // namespace
 
 std::uint64_t statistic(const SourceStatistics& stats, const std::string& name) {
@@ -101,44 +122,58 @@ std::uint64_t statistic(const SourceStatistics& stats, const std::string& name) 
     return 0;
 }
 
-std::vector<RankTotals> gather_rank_totals(const Communicator& comm, const LoaderStats& s,
-                                           const StagingStats& staging) {
+std::vector<RankTotals> gather_rank_totals(const Communicator& comm, const RankTotals& t) {
     // Times travel as microseconds so one allgather of uint64 carries every column.
-    const auto us = [](std::chrono::duration<double> d) {
-        return static_cast<std::uint64_t>(std::max(0.0, d.count()) * 1e6);
+    const auto us = [](double seconds) {
+        return static_cast<std::uint64_t>(std::max(0.0, seconds) * 1e6);
     };
-    constexpr int kColumns = 11;
-    const auto device = static_cast<std::uint64_t>(s.device.index + 1);  // 0 = the CPU
-    const std::vector<std::uint64_t> mine = {
-        s.valid_samples,
-        s.batches,
-        s.bytes_read,
-        us(s.epoch_time),
-        us(s.wait_time),
-        us(s.wait_io_time),
-        us(s.wait_peers_time),
-        s.records_moved,
-        device,
-        staging.bytes_copied,
-        us(std::chrono::duration<double>(staging.copy_seconds))};
+    const std::vector<std::uint64_t> mine = {t.samples,
+                                             t.batches,
+                                             t.padding_slots,
+                                             t.bytes,
+                                             us(t.seconds),
+                                             us(t.wait_seconds),
+                                             us(t.wait_io_seconds),
+                                             us(t.wait_peers_seconds),
+                                             t.records_moved,
+                                             t.oversize,
+                                             static_cast<std::uint64_t>(t.device + 1),  // 0 = CPU
+                                             t.h2d_bytes,
+                                             us(t.h2d_seconds)};
     const std::vector<std::uint64_t> all = comm.allgather(mine);
     std::vector<RankTotals> out(static_cast<std::size_t>(comm.size()));
     for (std::size_t r = 0; r < out.size(); ++r) {
-        const std::uint64_t* v = all.data() + r * kColumns;
-        out[r] = {v[0],       v[1],       v[2],
-                  v[3] / 1e6, v[4] / 1e6, v[5] / 1e6,
-                  v[6] / 1e6, v[7],       static_cast<int>(v[8]) - 1,
-                  v[9],       v[10] / 1e6};
+        const std::uint64_t* v = all.data() + r * mine.size();
+        out[r] = {v[0],
+                  v[1],
+                  v[2],
+                  v[3],
+                  v[4] / 1e6,
+                  v[5] / 1e6,
+                  v[6] / 1e6,
+                  v[7] / 1e6,
+                  v[8],
+                  v[9],
+                  static_cast<int>(v[10]) - 1,
+                  v[11],
+                  v[12] / 1e6};
     }
     return out;
 }
 
 void print_header(const StageArgs& a, const StageOutcome& o) {
+    const std::string batches =
+        o.batching == "budget"
+            ? "budget " +
+                  (a.batch_tokens > 0 ? std::to_string(a.batch_tokens) + " tokens"
+                                      : std::to_string(a.batch_bytes) + " bytes") +
+                  " (at most " + std::to_string(o.batch_size) + " samples)"
+            : "batch " + std::to_string(o.batch_size);
     std::printf(
-        "mpistage %s: %llu samples, %d ranks, batch %llu, shuffle %s, remainder %s, "
+        "mpistage %s: %s input, %llu samples, %d ranks, %s, shuffle %s, remainder %s, "
         "sharding %s, %llu epoch(s)\n",
-        MPISTAGE_VERSION, static_cast<ull>(o.num_samples), o.world_size,
-        static_cast<ull>(a.batch_size), a.shuffle.c_str(), a.remainder.c_str(), a.sharding.c_str(),
+        MPISTAGE_VERSION, o.input_kind.c_str(), static_cast<ull>(o.num_samples), o.world_size,
+        batches.c_str(), o.shuffle.c_str(), o.remainder.c_str(), o.sharding.c_str(),
         static_cast<ull>(a.epochs));
     for (const auto& f : o.fields) {
         std::string shape;
@@ -146,13 +181,7 @@ void print_header(const StageArgs& a, const StageOutcome& o) {
         std::printf("  field %-12s %-8s [B%s%s]%s\n", f.name.c_str(), dtype_name(f.dtype).c_str(),
                     shape.empty() ? "" : ",", shape.c_str(), f.ragged ? " ragged" : "");
     }
-    if (o.resume) {
-        std::printf("  resuming epoch %llu at step %llu: %llu of %llu samples consumed by %d "
-                    "rank(s) before\n",
-                    static_cast<ull>(o.resume->epoch), static_cast<ull>(o.resume->steps_consumed),
-                    static_cast<ull>(o.resume->samples_consumed), static_cast<ull>(o.num_samples),
-                    o.resume->world_size);
-    }
+    if (!o.resume_note.empty()) std::printf("  %s\n", o.resume_note.c_str());
     if (statistic(o.source, "skipped_records") > 0) {
         std::printf("  skipped %llu corrupt record(s), %llu byte(s) (--on-corrupt skip)\n",
                     static_cast<ull>(statistic(o.source, "skipped_records")),
@@ -172,18 +201,15 @@ void print_summary(const StageArgs& a, const StageOutcome& o) {
             static_cast<ull>(r.epoch), r.step_ratio_worst, r.step_ratio_mean, r.unbalanced_worst,
             r.unbalanced_mean);
     }
+    print_batches(o);
     print_tier(o.tier, o.epochs);
     if (a.verify) print_verdicts(o.epochs, o.all_ok);
     if (o.stopped_after > 0) {
-        std::printf("stopped after %llu step(s) (--stop-after-steps) in epoch %llu at step %llu\n",
-                    static_cast<ull>(o.stopped_after), static_cast<ull>(o.saved.epoch),
-                    static_cast<ull>(o.saved.steps_consumed));
+        std::printf("stopped after %llu step(s) (--stop-after-steps) at %s\n",
+                    static_cast<ull>(o.stopped_after), o.state_note.c_str());
     }
     if (!a.save_state.empty()) {
-        std::printf("state saved to %s: epoch %llu, step %llu, %llu of %llu samples consumed\n",
-                    a.save_state.c_str(), static_cast<ull>(o.saved.epoch),
-                    static_cast<ull>(o.saved.steps_consumed),
-                    static_cast<ull>(o.saved.samples_consumed), static_cast<ull>(o.num_samples));
+        std::printf("state saved to %s: %s\n", a.save_state.c_str(), o.state_note.c_str());
     }
     std::fflush(stdout);
 }

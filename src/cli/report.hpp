@@ -1,9 +1,10 @@
 #pragma once
-// What `mpistage stage` reports: the header, the per-rank table, the epoch summary (printed by
-// rank 0) and the JSON report (internal to the CLI).
+// What `mpistage stage` reports, for every input (files, budget batches, streams): the header,
+// the per-rank table, the epoch summary (printed by rank 0) and the JSON report (internal to
+// the CLI). One schema: README, "The JSON report".
 
 #include <cstdint>
-#include <optional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -12,7 +13,6 @@
 #include "cli/verify.hpp"
 #include "mpistage/comm.hpp"
 #include "mpistage/error.hpp"
-#include "mpistage/loader.hpp"
 #include "mpistage/source.hpp"
 
 namespace mpistage::cli {
@@ -24,19 +24,24 @@ using SourceStatistics = std::vector<SourceStatistic>;
 /// The value of statistic `name`, 0 when the source does not report it.
 std::uint64_t statistic(const SourceStatistics& stats, const std::string& name);
 
-/// One rank's totals over all epochs (from its LoaderStats).
+/// One rank's totals over all epochs (from its loader's stats).
 struct RankTotals {
     std::uint64_t samples = 0;
     std::uint64_t batches = 0;
+    /// Slots of its batches flagged padding (valid = 0).
+    std::uint64_t padding_slots = 0;
     std::uint64_t bytes = 0;
     double seconds = 0;
-    /// Seconds waiting in `next()` (all causes).
+    /// Seconds waiting in `next()` (all causes), for this rank's own reads, and in
+    /// collectives for other ranks (files with fixed batches; 0 otherwise).
     double wait_seconds = 0;
-    /// Seconds waiting for this rank's own reads.
     double wait_io_seconds = 0;
-    /// Seconds waiting in collectives for other ranks.
     double wait_peers_seconds = 0;
+    /// Records this rank moved to or from others: the skew correction of files, the rows a
+    /// stream sent to other ranks (hash routing, rebalancing).
     std::uint64_t records_moved = 0;
+    /// Batches of one sample over the budget.
+    std::uint64_t oversize = 0;
     /// CUDA device the rank staged to; −1 for the CPU.
     int device = -1;
     /// Bytes copied host → device and the device time of those copies.
@@ -44,33 +49,59 @@ struct RankTotals {
     double h2d_seconds = 0;
 };
 
-/// Collective: every rank's totals (one allgather), indexed by rank, on every rank.
-std::vector<RankTotals> gather_rank_totals(const Communicator& comm, const LoaderStats& stats,
-                                           const StagingStats& staging);
+/// Collective (one allgather through `comm`): every rank's totals, indexed by rank.
+std::vector<RankTotals> gather_rank_totals(const Communicator& comm, const RankTotals& mine);
 
 /// Everything a finished run reports.
 struct StageOutcome {
     int world_size = 1;
+    /// "hdf5", "tfrecord", "idx" or "sqlite", and "fixed" or "budget".
+    std::string input_kind;
+    std::string batching = "fixed";
+    /// FILE(s), or the --sqlite database.
+    std::vector<std::string> paths;
+    /// Samples of the dataset (files) or rows of the query (streams, an independent COUNT(*)).
     std::uint64_t num_samples = 0;
+    /// Most samples in one batch (fixed batches: every batch has this many slots).
+    std::uint64_t batch_size = 0;
+    /// How a step is filled when a rank has too few samples (--remainder, "mask" for budget
+    /// batches, --on-dry for streams), the order and the sharding (--shard for streams).
+    std::string remainder;
+    std::string shuffle;
+    std::string sharding;
     std::vector<FieldInfo> fields;
     SourceStatistics source;
     std::vector<EpochReport> epochs;
     std::vector<RankTotals> ranks;
     /// True when --verify found every epoch exactly once (always true without --verify).
     bool all_ok = true;
-    /// --resume: the state the run continued from.
-    std::optional<LoaderState> resume;
-    /// The loader state at the end of the run (what --save-state wrote last).
-    LoaderState saved;
+    /// --resume: the state the run continued from (its JSON, "" when not resumed) and a line
+    /// saying where it continues.
+    std::string resumed_from;
+    std::string resume_note;
+    /// The loader state at the end of the run (what --save-state wrote last) as JSON, and a
+    /// short text of where it stands ("epoch 1, step 20, 640 samples consumed").
+    std::string state;
+    std::string state_note;
     /// Steps after which --stop-after-steps stopped the run inside an epoch (0: it did not).
     std::uint64_t stopped_after = 0;
     /// The staging tier and how it served the epochs.
     TierSummary tier;
+    /// Budget batches: the budget ("batch_bytes", "batch_tokens", "max_batch_samples",
+    /// "bucket_window", "waste_unit"); streams: "sqlite", "query", "shard", "chunk_rows",
+    /// "on_dry", "extra_rounds". Null when the run has none.
+    nlohmann::json budget;
+    nlohmann::json stream;
+    /// The options the loader ran with, read back from it (e.g. "prefetch", "seed",
+    /// "shuffle", "chunk_size").
+    nlohmann::json options;
+    /// --save-state writes made (every --save-every steps and at the end).
+    std::uint64_t state_saves = 0;
 };
 
-/// Local (rank 0): the first lines: sizes, options, fields, skipped records.
+/// Local (rank 0): the first lines: input, sizes, options, fields, skipped records.
 void print_header(const StageArgs& a, const StageOutcome& o);
-/// Local (rank 0): the per-rank table, the byte balance and the epoch verdicts.
+/// Local (rank 0): the per-rank table, the byte balance, the epochs and their verdicts.
 void print_summary(const StageArgs& a, const StageOutcome& o);
 
 /// "ConfigError", "IoError", ... for an error kind.
@@ -81,8 +112,8 @@ std::string error_kind_name(ErrorKind kind);
 /// @throws IoError naming the path.
 void check_json_destination(const std::string& path);
 /// Local (rank 0): writes the JSON report of a finished run ("status": "ok", or
-/// "verify_failed" when --verify found a violation) atomically (temporary file in the same
-/// folder, then rename). @throws IoError naming the path.
+/// "verify_failed" when --verify found a violation) atomically (cli/atomic_file).
+/// @throws IoError naming the path.
 void write_stage_json(const StageArgs& a, const StageOutcome& o);
 /// Local (rank 0): writes {"status": "error", "error": {"kind", "message"}} atomically.
 /// @throws IoError naming the path.

@@ -1,5 +1,7 @@
-// `mpistage stage`: agree on the arguments and the source, stage every epoch (saving and
-// resuming the loader state on request), report.
+// `mpistage stage`: one command for every input. Agree on the arguments and the input, refuse
+// flags that do not apply to it, then one loop stages every epoch of files (fixed or budget
+// batches) or of a --sqlite stream, saving and resuming the loader state on request, and one
+// report (table and JSON) says what happened.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -9,48 +11,29 @@
 #include "cli/atomic_file.hpp"
 #include "cli/checkpoint.hpp"
 #include "cli/commands.hpp"
-#include "cli/format_flags.hpp"
+#include "cli/flag_rules.hpp"
 #include "cli/open_source.hpp"
 #include "cli/progress.hpp"
 #include "cli/report.hpp"
-#include "cli/stage_device.hpp"
+#include "cli/stage_inputs.hpp"
 #include "cli/verify.hpp"
-#include "mpistage/config.hpp"
-#include "mpistage/loader.hpp"
 
 namespace mpistage::cli {
 
 namespace {
 
-LoaderOptions loader_options(const StageArgs& a) {
-    LoaderOptions o;
-    o.plan.batch_size = a.batch_size;
-    o.plan.seed = a.seed;
-    o.plan.shuffle = parse_shuffle(a.shuffle);
-    o.plan.sharding = parse_sharding(a.sharding);
-    o.plan.remainder = parse_remainder(a.remainder);
-    o.plan.balance_steps = a.balance_steps;
-    o.prefetch = a.prefetch;
-    o.io_threads = a.threads;
-    o.timeout = std::chrono::seconds(a.timeout_seconds);
-    o.verify_files = a.verify_files;
-    o.device = a.device;
-    o.log_device_fallback = !a.quiet;
-    o.stage = parse_stage(a.stage);
-    o.stage_budget_bytes = a.stage_budget;
-    o.stage_ranks_per_node =
-        static_cast<int>(std::min<std::uint64_t>(a.stage_ranks_per_node, 1 << 30));
-    o.two_phase = a.two_phase;
-    return o;
-}
+using Clock = std::chrono::steady_clock;
 
 struct LocalChecks {
+    StageInput input;
+    /// FILE input: the detected --format.
     std::string format;
-    LoaderOptions options;
-    /// --resume: the saved state (every rank reads it; the loader checks they agree).
+    /// --resume: the saved state (every rank reads it).
     std::optional<SavedState> resume;
-    /// Rank 0 with --verify: the ids the resumed epoch consumed before (its id log).
+    /// Rank 0 with --verify: the ids the resumed epoch delivered before (files: the id log;
+    /// streams: the rows the state had delivered), and on every rank how many there are.
     std::vector<std::int64_t> prior_ids;
+    std::uint64_t prior_count = 0;
 };
 
 // Local: everything that can be checked on one rank before any collective that depends on
@@ -62,61 +45,163 @@ LocalChecks check_locally(const Communicator& comm, const StageArgs& a) {
     if (a.save_every > 0 && a.save_state.empty()) {
         throw ConfigError("stage: --save-every needs --save-state FILE");
     }
-    probe_stage_inputs(a);
-    if (!a.json.empty() && comm.rank() == 0) check_json_destination(a.json);
-    if (!a.save_state.empty() && comm.rank() == 0) check_destination(a.save_state, "--save-state file");
     LocalChecks c;
-    c.options = loader_options(a);
-    c.format = detect_format(a);
-    check_flags_apply(a, c.format);
+    c.input.budget = a.budget();
+    if (a.stream()) {
+        c.input.kind = InputKind::sqlite;
+        c.input.path = a.sqlite;
+    } else {
+        probe_stage_inputs(a);
+        c.format = detect_format(a);
+        c.input.kind = input_kind_of_format(c.format);
+        c.input.path = a.files.front();
+    }
+    if (a.stream() && a.was_given("files")) {
+        throw ConfigError("stage: --sqlite does not apply to FILE input ('" + a.files.front() +
+                          "'): give FILE(s) or --sqlite DB, not both");
+    }
+    refuse_inapplicable_flags(a, c.input);
+    if (comm.rank() == 0) {
+        if (!a.json.empty()) check_json_destination(a.json);
+        if (!a.save_state.empty()) check_destination(a.save_state, "--save-state file");
+        if (!a.ids_out.empty()) check_destination(a.ids_out, "--ids-out file");
+    }
     if (!a.resume.empty()) {
         c.resume = read_saved_state(a.resume);
-        if (a.verify && comm.rank() == 0) c.prior_ids = read_id_log(*c.resume);
+        if (c.resume->stream.has_value() != a.stream()) {
+            throw ConfigError("stage: --resume file '" + a.resume + "' holds the state of " +
+                              (a.stream() ? "FILE input" : "a --sqlite stream") + ", not of " +
+                              input_kind_name(c.input.kind) + " input");
+        }
+        if (c.resume->stream) {
+            c.prior_count = c.resume->stream->delivered;
+            if (a.verify && comm.rank() == 0) {
+                c.prior_ids = StreamInput::consumed_ids(*c.resume->stream);
+            }
+        } else {
+            c.prior_count = c.resume->ids_path.empty() ? 0 : c.resume->ids_count;
+            if (a.verify && comm.rank() == 0) c.prior_ids = read_id_log(*c.resume);
+        }
     }
     return c;
 }
 
-/// One run of `mpistage stage`: the epochs, the steps taken, where to stop and save.
+// The state's own JSON for the report: the loader's or the stream's ("null": none).
+std::string state_json(const std::optional<SavedState>& s) {
+    if (!s) return "null";
+    return s->stream ? s->stream->to_json() : s->loader.to_json();
+}
+
+/// What one rank's batches of one epoch held (counted as they are consumed).
+struct BatchCounts {
+    std::uint64_t batches = 0;
+    std::uint64_t real = 0;
+    std::uint64_t padding_steps = 0;
+    std::uint64_t padding_slots = 0;
+    std::uint64_t oversize = 0;
+    std::uint64_t min_samples = 0;
+    std::uint64_t max_samples = 0;
+    std::uint64_t valid = 0;
+
+    void add(const HostBatch& b, bool oversize_batch) {
+        ++batches;
+        valid += b.num_valid();
+        padding_slots += b.size() - b.num_valid();
+        oversize += oversize_batch ? 1 : 0;
+        if (b.num_valid() == 0) {
+            ++padding_steps;
+            return;
+        }
+        ++real;
+        min_samples =
+            real == 1 ? b.num_valid() : std::min<std::uint64_t>(min_samples, b.num_valid());
+        max_samples = std::max<std::uint64_t>(max_samples, b.num_valid());
+    }
+};
+
+/// Collective (one allgather): the batch counts of every rank into `r`.
+void add_batch_counts(const Communicator& comm, const BatchCounts& c, EpochReport& r) {
+    constexpr std::size_t kWords = 8;
+    const std::vector<std::uint64_t> all = comm.allgather(
+        std::vector<std::uint64_t>{c.batches, c.real, c.padding_steps, c.padding_slots, c.oversize,
+                                   c.min_samples, c.max_samples, c.valid});
+    bool any_real = false;
+    for (std::size_t k = 0; k + kWords <= all.size(); k += kWords) {
+        r.steps = std::max(r.steps, all[k]);
+        r.real_batches += all[k + 1];
+        r.padding_steps += all[k + 2];
+        r.padding_slots += all[k + 3];
+        r.oversize += all[k + 4];
+        if (all[k + 1] > 0) {
+            r.min_batch_samples = any_real ? std::min(r.min_batch_samples, all[k + 5]) : all[k + 5];
+            any_real = true;
+        }
+        r.max_batch_samples = std::max(r.max_batch_samples, all[k + 6]);
+        r.valid_samples += all[k + 7];
+    }
+}
+
+/// The one stage loop, for every input (files, budget batches, streams): epochs, steps taken,
+/// where to stop and save, the exactly-once check.
+template <class Input>
 class StageRun {
 public:
-    StageRun(const Communicator& comm, const StageArgs& a, Loader& loader, LocalChecks& local,
-             BatchStaging& staging, Progress& progress)
-        : comm_(comm), a_(a), loader_(loader), local_(local), staging_(staging),
+    StageRun(const Communicator& comm, const StageArgs& a, Input& input, const LocalChecks& local,
+             std::uint64_t num_samples, Progress& progress)
+        : comm_(comm),
+          a_(a),
+          input_(input),
+          local_(local),
+          num_samples_(num_samples),
           progress_(progress),
-          saver_(a.save_state, a.verify,
-                 local.resume ? local.resume->loader.epoch : a.first_epoch, local.prior_ids) {}
+          saver_(a.save_state, a.verify && !a.stream(),
+                 local.resume ? local.resume->epoch() : a.first_epoch, local.prior_ids) {}
 
     /// Collective: stages epoch `e` (or the rest of it, when resumed); with --verify, checks it
-    /// exactly once (across the interrupted run too, when its id log exists).
+    /// exactly once (across the interrupted run too, when its ids are known).
     EpochReport stage_epoch(std::uint64_t e) {
-        const bool resumed = local_.resume && local_.resume->loader.epoch == e &&
-                             local_.resume->loader.steps_consumed > 0;
-        std::vector<std::int64_t> valid_ids;
-        std::uint64_t batches = 0;
-        EpochRange range = loader_.epoch(e);
-        const LoaderStats before = loader_.stats();
-        HostBatch batch;
-        while (range.next(batch)) {
-            ++batches;
-            progress_.step(e, range.plan().first_step + batches,
-                           range.plan().first_step + range.steps());
-            consume(batch, valid_ids);
-            ++steps_;
-            if (a_.save_every > 0 && steps_ % a_.save_every == 0) {
-                saver_.save(comm_, loader_.state(), e, valid_ids);
+        const bool resumed =
+            local_.resume && local_.resume->epoch() == e && local_.resume->steps() > 0;
+        const std::uint64_t first_step = resumed ? local_.resume->steps() : 0;
+        std::vector<std::int64_t> ids;
+        BatchCounts c;
+        const std::uint64_t bytes_before = input_.totals().bytes;
+        const auto t0 = Clock::now();
+        auto range = input_.epoch(e);
+        const std::uint64_t planned = input_.planned_steps(range);
+        for (const HostBatch& batch : range) {
+            c.add(batch, input_.last_oversize());
+            progress_.step(e, first_step + c.batches, planned ? first_step + planned : 0);
+            if (a_.verify || !a_.ids_out.empty()) {
+                for (std::size_t j = 0; j < batch.size(); ++j) {
+                    if (batch.valid()[j]) ids.push_back(batch.index()[j]);
+                }
             }
+            input_.consume(batch);
+            const auto compute = std::chrono::microseconds(a_.compute_ms * 1000 + a_.compute_us);
+            if (compute.count() > 0) std::this_thread::sleep_for(compute);
+            ++steps_;
+            if (a_.save_every > 0 && steps_ % a_.save_every == 0) save(e, ids);
             if (a_.stop_after_steps > 0 && steps_ == a_.stop_after_steps) {
-                stopped_ = range.steps() > batches;
+                // A stream's length is known only at its end: stopping there counts as stopped.
+                stopped_ = planned == 0 || planned > c.batches;
                 if (stopped_) break;
             }
         }
-        const LoaderStats& after = loader_.stats();
-        progress_.epoch_done(e, after.batches - before.batches,
-                             after.valid_samples - before.valid_samples,
-                             after.bytes_read - before.bytes_read);
-        EpochReport r = report(e, range, batches, valid_ids, resumed);
+        const auto elapsed = Clock::now() - t0;
+        seconds_ += std::chrono::duration<double>(elapsed).count();
+        progress_.epoch_done(e, c.batches, c.valid, input_.totals().bytes - bytes_before);
+        totals_.batches += c.batches;
+        totals_.samples += c.valid;
+        totals_.padding_slots += c.padding_slots;
+        EpochReport r = report(e, range, c, ids, resumed);
+        note_epoch_tier(comm_, input_.tier_stats(), elapsed, r);
+        if (!a_.ids_out.empty()) {
+            const std::vector<std::int64_t> all = gather_to_root(comm_, ids);
+            delivered_.insert(delivered_.end(), all.begin(), all.end());
+        }
         last_epoch_ = e;
-        last_ids_ = std::move(valid_ids);
+        last_ids_ = std::move(ids);
         return r;
     }
 
@@ -125,115 +210,146 @@ public:
         return stopped_ || (a_.stop_after_steps > 0 && steps_ >= a_.stop_after_steps);
     }
     bool stopped() const noexcept { return stopped_; }
+    std::uint64_t saves() const noexcept { return saver_.saves(); }
     std::uint64_t steps() const noexcept { return steps_; }
 
-    /// Collective: the final --save-state write.
-    void save_final() { saver_.save(comm_, loader_.state(), last_epoch_, last_ids_); }
-
-private:
-    void consume(const HostBatch& batch, std::vector<std::int64_t>& valid_ids) {
-        staging_.add(batch);
-        if (batch.size() != a_.batch_size) {
-            throw Error("stage: batch has " + std::to_string(batch.size()) + " rows");
-        }
-        if (a_.verify) {
-            for (std::size_t j = 0; j < batch.size(); ++j) {
-                if (batch.valid()[j]) valid_ids.push_back(batch.index()[j]);
-            }
-        }
-        const auto compute = std::chrono::microseconds(a_.compute_ms * 1000 + a_.compute_us);
-        if (compute.count() > 0) std::this_thread::sleep_for(compute);
+    /// Collective: the final --save-state write; returns the final state (none: budget).
+    std::optional<SavedState> finish() {
+        std::optional<SavedState> s = input_.snapshot();
+        if (s && saver_.enabled()) saver_.save(comm_, *s, last_epoch_, last_ids_);
+        return s;
     }
 
-    EpochReport report(std::uint64_t e, const EpochRange& range, std::uint64_t batches,
+    /// Collective: this rank's totals of the run, of every rank.
+    std::vector<RankTotals> gather_totals() const {
+        RankTotals t = input_.totals();
+        t.samples = totals_.samples;
+        t.batches = totals_.batches;
+        t.padding_slots = totals_.padding_slots;
+        t.seconds = seconds_;
+        return gather_rank_totals(comm_, t);
+    }
+
+    /// Rank 0: the ids of every valid sample of the run (--ids-out), ascending.
+    std::vector<std::int64_t> delivered() const {
+        std::vector<std::int64_t> all = delivered_;
+        std::sort(all.begin(), all.end());
+        return all;
+    }
+
+private:
+    void save(std::uint64_t e, const std::vector<std::int64_t>& ids) {
+        if (std::optional<SavedState> s = input_.snapshot()) saver_.save(comm_, *s, e, ids);
+    }
+
+    template <class Range>
+    EpochReport report(std::uint64_t e, const Range& range, const BatchCounts& c,
                        const std::vector<std::int64_t>& ids, bool resumed) {
         EpochReport r;
         if (!a_.verify) {
-            r = count_epoch(comm_, e, batches);
+            r = count_epoch(comm_, e, c.batches);
         } else {
-            // The interrupted run's ids count when it kept a log (its count is in the state
-            // file, which every rank read); without one only this run's part is checked.
-            const bool with_prior = resumed && !local_.resume->ids_path.empty();
-            const std::uint64_t prior = with_prior ? local_.resume->ids_count : 0;
+            // The interrupted run's ids count when they are known (a stream's state, a file
+            // run's id log); without them only this run's part is checked.
+            const bool with_prior = resumed && local_.prior_count > 0;
+            const std::uint64_t prior = with_prior ? local_.prior_count : 0;
             Expectation x;
-            x.num_samples = loader_.num_samples();
+            x.num_samples = num_samples_;
             x.prior = with_prior ? &local_.prior_ids : nullptr;
-            x.expected = stopped_ ? prior + comm_.allreduce_sum(ids.size())
-                                  : prior + range.totals().valid_samples;
-            r = verify_epoch(comm_, e, ids, batches, x);
+            x.expected =
+                stopped_ ? prior + comm_.allreduce_sum(ids.size()) : input_.expected(range, prior);
+            r = verify_epoch(comm_, e, ids, c.batches, x);
             r.prior_ids = prior;
         }
         r.resumed = resumed;
         r.interrupted = stopped_;
-        const EpochPlan& p = range.plan();
-        r.step_ratio_worst = p.worst_step_byte_ratio;
-        r.step_ratio_mean = p.mean_step_byte_ratio;
-        r.unbalanced_worst = p.unbalanced_worst_step_byte_ratio;
-        r.unbalanced_mean = p.unbalanced_mean_step_byte_ratio;
+        input_.note_epoch(range, r);
+        add_batch_counts(comm_, c, r);
         return r;
     }
 
     const Communicator& comm_;
     const StageArgs& a_;
-    Loader& loader_;
-    LocalChecks& local_;
-    BatchStaging& staging_;
+    Input& input_;
+    const LocalChecks& local_;
+    std::uint64_t num_samples_;
     Progress& progress_;
     Checkpointer saver_;
     std::uint64_t steps_ = 0;
     bool stopped_ = false;
     std::uint64_t last_epoch_ = 0;
     std::vector<std::int64_t> last_ids_;
+    RankTotals totals_;
+    double seconds_ = 0;
+    std::vector<std::int64_t> delivered_;
 };
 
-Loader open_loader(const Communicator& comm, const Source& source, const LocalChecks& local) {
-    if (!local.resume) return Loader(comm, source, local.options);
-    return Loader::restore(comm, source, local.options, local.resume->loader);
+// Collective: stages every epoch of `input` and reports. Returns the exit code.
+template <class Input>
+int stage_input(const Communicator& comm, const StageArgs& a, const LocalChecks& local,
+                Input& input, StageOutcome o) {
+    o.world_size = comm.size();
+    o.input_kind = input_kind_name(local.input.kind);
+    input.describe(a, o);
+    if (local.resume) {
+        o.resumed_from = state_json(local.resume);
+        o.resume_note = "resuming at " + state_note(*local.resume, o.num_samples);
+    }
+    if (comm.rank() == 0 && !a.quiet) print_header(a, o);
+
+    Progress progress = Progress::for_rank(comm.rank(), a.quiet, a.first_epoch, a.epochs);
+    StageRun<Input> run(comm, a, input, local, o.num_samples, progress);
+    const std::uint64_t first = local.resume ? local.resume->epoch() : a.first_epoch;
+    for (std::uint64_t e = first; e < a.first_epoch + a.epochs && !run.done(); ++e) {
+        EpochReport r = run.stage_epoch(e);
+        o.all_ok = o.all_ok && r.ok;
+        o.epochs.push_back(std::move(r));
+    }
+    const std::optional<SavedState> saved = run.finish();
+    o.state = state_json(saved);
+    if (saved) o.state_note = state_note(*saved, o.num_samples);
+    o.stopped_after = run.stopped() ? run.steps() : 0;
+    o.state_saves = run.saves();
+    o.ranks = run.gather_totals();
+    o.tier = gather_tier(comm, a.stage, input.tier_stats());
+    o.tier.two_phase = a.two_phase;
+    if (comm.rank() == 0 && !a.quiet) print_summary(a, o);
+    run_agreed(comm, [&] {
+        if (comm.rank() != 0) return;
+        if (!a.ids_out.empty()) {
+            std::string text;
+            for (std::int64_t id : run.delivered()) text += std::to_string(id) + "\n";
+            write_file_atomically(a.ids_out, text, "--ids-out file");
+        }
+        if (!a.json.empty()) write_stage_json(a, o);
+    });
+    return a.verify && !o.all_ok ? 1 : 0;
 }
 
 }  // namespace
 
 int run_stage(Communicator& comm, const StageArgs& a) {
-    LocalChecks local = run_agreed_value(comm, [&] { return check_locally(comm, a); });
+    const LocalChecks local = run_agreed_value(comm, [&] { return check_locally(comm, a); });
     require_same(comm, stage_argument_values(a), "stage: ranks were given different arguments",
                  kSameCommandAdvice);
     // --timeout is agreed now: from here on every collective of the CLI's own communicator
     // (format agreement, opening, --verify and --json gathers) runs under the watchdog too.
-    comm.set_timeout(local.options.timeout);
+    comm.set_timeout(std::chrono::seconds(a.timeout_seconds));
+    if (a.stream()) {
+        StreamInput input(comm, a, local.resume);
+        return stage_input(comm, a, local, input, StageOutcome{});
+    }
     require_same_format(comm, a, local.format);
-
     const auto source = open_source(comm, a, local.format);
-    Loader loader = open_loader(comm, *source, local);
     StageOutcome o;
-    o.world_size = comm.size();
-    o.num_samples = loader.num_samples();
     o.fields = source->fields();
     o.source = source->statistics();
-    if (local.resume) o.resume = local.resume->loader;
-    if (comm.rank() == 0 && !a.quiet) print_header(a, o);
-
-    BatchStaging staging(loader);
-    Progress progress = Progress::for_rank(comm.rank(), a.quiet, a.first_epoch, a.epochs);
-    StageRun run(comm, a, loader, local, staging, progress);
-    const std::uint64_t first = local.resume ? local.resume->loader.epoch : a.first_epoch;
-    for (std::uint64_t e = first; e < a.first_epoch + a.epochs && !run.done(); ++e) {
-        const auto t0 = std::chrono::steady_clock::now();
-        EpochReport r = run.stage_epoch(e);
-        note_epoch_tier(comm, loader.stats(), std::chrono::steady_clock::now() - t0, r);
-        o.all_ok = o.all_ok && r.ok;
-        o.epochs.push_back(std::move(r));
+    if (a.budget()) {
+        BudgetInput input(comm, *source, a, local.input.kind);
+        return stage_input(comm, a, local, input, std::move(o));
     }
-    run.save_final();
-    o.stopped_after = run.stopped() ? run.steps() : 0;
-    o.saved = loader.state();
-    o.ranks = gather_rank_totals(comm, loader.stats(), staging.stats());
-    o.tier = gather_tier(comm, a.stage, loader.stats());
-    o.tier.two_phase = a.two_phase;
-    if (comm.rank() == 0 && !a.quiet) print_summary(a, o);
-    run_agreed(comm, [&] {
-        if (!a.json.empty() && comm.rank() == 0) write_stage_json(a, o);
-    });
-    return a.verify && !o.all_ok ? 1 : 0;
+    FileInput input(comm, *source, a, local.resume);
+    return stage_input(comm, a, local, input, std::move(o));
 }
 
 }  // namespace mpistage::cli

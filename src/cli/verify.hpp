@@ -36,9 +36,26 @@ struct EpochReport {
     double step_ratio_mean = 0;
     double unbalanced_worst = 0;
     double unbalanced_mean = 0;
-    /// The tier that served the epoch ("memory" or "file") and the slowest rank's seconds.
+    /// The tier that served the epoch ("memory", "file" or "stream") and the slowest rank's
+    /// seconds.
     std::string tier = "file";
     double seconds = 0;
+    /// Steps of the epoch (in this run; equal on every rank), batches with a valid sample and
+    /// steps yielding only padding over all ranks, padding slots, batches of one sample over a
+    /// budget, and the fewest / most valid samples of a real batch (over all ranks).
+    std::uint64_t steps = 0;
+    std::uint64_t real_batches = 0;
+    std::uint64_t padding_steps = 0;
+    std::uint64_t padding_slots = 0;
+    std::uint64_t oversize = 0;
+    std::uint64_t min_batch_samples = 0;
+    std::uint64_t max_batch_samples = 0;
+    /// Valid samples over all ranks (in this run).
+    std::uint64_t valid_samples = 0;
+    /// Budget batches only (else < 0): the plan's padding waste (padding to the longest sample
+    /// of a batch, in bytes or tokens) with and without bucketing.
+    double padding_waste = -1;
+    double unbucketed_padding_waste = -1;
 };
 
 /// Collective: the batch counts of every rank for `epoch` (no exactly-once check).

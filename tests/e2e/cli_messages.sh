@@ -156,7 +156,7 @@ python3 - "$work/report.json" "$readme" <<'PY' || fail "JSON report"
 import json, re, sys
 r = json.load(open(sys.argv[1]))
 readme = open(sys.argv[2]).read()
-assert r["schema_version"] == 1, r.get("schema_version")
+assert r["schema_version"] == 2, r.get("schema_version")
 for rank in r["ranks"]:
     want = rank["bytes"] / rank["seconds"] / 1e6
     assert abs(rank["mb_per_s"] - want) <= 1e-6 * max(1.0, want), (rank, want)

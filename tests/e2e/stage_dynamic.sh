@@ -54,7 +54,7 @@ for np in 1 2 3; do
             || { cat "$work/out.txt"; fail "-np $np $mode exited non-zero"; }
         grep '^exactly-once: OK$' "$work/out.txt" >/dev/null \
             || { cat "$work/out.txt"; fail "-np $np $mode: not exactly once"; }
-        python3 - "$work/report.json" "$readme" "$np" "$records" "$oversize" <<'PY' \
+        python3 - "$work/report.json" "$readme" "$np" "$records" "$oversize" "$tfr" <<'PY' \
             || fail "-np $np $mode: JSON report"
 import json, sys
 r = json.load(open(sys.argv[1]))
@@ -70,7 +70,8 @@ for e in r["epochs"]:
     assert e["oversize_batches"] == oversize, (e["oversize_batches"], oversize)
     assert 1 <= e["min_batch_samples"] <= e["max_batch_samples"] <= 512, e
     assert e["real_batches"] + e["padding_steps"] == e["steps"] * np_, e
-    assert 0 <= e["padding_waste"] < 1, e
+    assert 0 <= e["budget"]["padding_waste"] < 1, e
+    assert r["input"] == {"kind": "tfrecord", "batching": "budget", "paths": [sys.argv[6]]}, r
 assert sum(k["samples"] for k in r["ranks"]) == 2 * records, r["ranks"]
 def keys(node):
     if isinstance(node, dict):

@@ -40,19 +40,22 @@ stage() {  # stage NP OUT ARGS...: runs the CLI, keeps its output in OUT
         --query "$query" "$@" >"$out" 2>&1 || { cat "$out"; fail "-np $np $* exited non-zero"; }
 }
 
-expect_ok() {  # expect_ok NP ARGS...: exactly once, equal batch counts
+expect_ok() {  # expect_ok NP ARGS...: exactly once, equal batch counts (from the JSON report)
     local np="$1"; shift
-    stage "$np" "$work/out.txt" "$@" --verify
+    stage "$np" "$work/out.txt" "$@" --verify --json "$work/report.json"
     grep -q '^exactly-once: OK$' "$work/out.txt" || { cat "$work/out.txt"; fail "-np $np $*: not exactly once"; }
-    grep -q 'batches per rank (equal on every rank), 100000 rows delivered' "$work/out.txt" \
-        || { cat "$work/out.txt"; fail "-np $np $*: batch counts differ or rows missing"; }
-    # Independent check of the per-rank lines: equal batch counts, rows add up to the table.
-    python3 - "$work/out.txt" <<'PY' || fail "per-rank table check: -np $np $*"
-import re, sys
-rows = [tuple(map(int, m.groups())) for m in
-        re.finditer(r"^rank \d+: (\d+) batches, (\d+) rows", open(sys.argv[1]).read(), re.M)]
-assert len({b for b, _ in rows}) == 1, rows
-assert sum(r for _, r in rows) == 100000, rows
+    # Independent check of the report: equal batch counts, rows add up to the table.
+    python3 - "$work/report.json" "$np" <<'PY' || { cat "$work/out.txt"; fail "report check: -np $np $*"; }
+import json, sys
+r = json.load(open(sys.argv[1]))
+np_ = int(sys.argv[2])
+assert r["status"] == "ok" and r["world_size"] == np_ and r["input"]["kind"] == "sqlite", r
+assert r["num_samples"] == 100000, r["num_samples"]
+[e] = r["epochs"]
+assert len(set(e["batches_per_rank"])) == 1 and len(e["batches_per_rank"]) == np_, e
+assert e["exactly_once"] and e["duplicates"] == 0 and e["missing"] == 0, e
+assert sum(e["valid_samples_per_rank"]) == 100000, e
+assert sum(k["samples"] for k in r["ranks"]) == 100000, r["ranks"]
 PY
     echo "ok: -np $np $*"
 }
@@ -62,10 +65,11 @@ expect_ok 3 --shard chunk
 expect_ok 3 --shard hash:id
 expect_ok 3 --shard chunk --batch-bytes 65536
 grep -q 'oversize batches' "$work/out.txt" || fail "no oversize report"
-python3 - "$work/out.txt" <<'PY' || fail "the 100 kB rows must be flagged oversize"
-import re, sys
-n = sum(int(x) for x in re.findall(r"(\d+) oversize batches", open(sys.argv[1]).read()))
-assert n > 0, n
+python3 - "$work/report.json" <<'PY' || fail "the 100 kB rows must be flagged oversize"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["epochs"][0]["oversize_batches"] > 0, r["epochs"]
+assert sum(k["oversize_batches"] for k in r["ranks"]) == r["epochs"][0]["oversize_batches"]
 PY
 expect_ok 2 --shard hash:id --batch-bytes 65536 --on-dry mask
 expect_ok 4 --shard chunk --chunk-rows 1000 --on-dry mask
@@ -82,7 +86,7 @@ for shard in chunk hash:id; do
         rm -f "$work/state.json"
         stage 3 "$work/first.txt" --shard "$shard" --stop-after-steps 137 \
             --save-state "$work/state.json" --ids-out "$work/first.ids" --verify
-        grep -q '^exactly-once: OK$' "$work/first.txt" || { cat "$work/first.txt"; fail "first part"; }
+        grep -q '^exactly-once so far: OK' "$work/first.txt" || { cat "$work/first.txt"; fail "first part"; }
         [ -s "$work/state.json" ] || fail "--save-state wrote nothing"
         stage "$np_resume" "$work/second.txt" --shard "$shard" --resume "$work/state.json" \
             --ids-out "$work/second.ids" --verify

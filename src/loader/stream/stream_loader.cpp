@@ -187,6 +187,27 @@ void StreamLoader::Impl::rebalance(const std::vector<detail::RankStep>& ranks) {
     for (const auto& msg : comm.alltoallv(outgoing)) detail::decode_items(msg, queue);
 }
 
+StreamLoader::EpochBatches StreamLoader::epoch(std::uint64_t epoch) {
+    if (epoch_started_ && epoch != epoch_) {
+        // A new pass: every stream from its first sample; the counters of a pass start again.
+        Impl& m = *impl_;
+        if (m.failure) throw_error(m.failure->kind, m.failure->message);
+        m.cursors.clear();
+        m.next_cursor = 0;
+        m.queue.clear();
+        m.resumed = StreamState{};
+        m.steps = 0;
+        m.delivered_before = 0;
+        m.delivered_here = 0;
+        m.finished = false;
+        m.last_oversize = false;
+        run_agreed(m.comm, [&] { m.open_cursors(); });
+    }
+    epoch_ = epoch;
+    epoch_started_ = true;
+    return EpochBatches(*this);
+}
+
 bool StreamLoader::last_oversize() const noexcept {
     return impl_->last_oversize;
 }

@@ -1,14 +1,15 @@
 /// @file
 /// The command line's unknown-word and choice messages (src/cli/suggest.cpp) and the format
-/// flags check (src/cli/format_flags.cpp), on the real `mpistage` command description.
+/// applicability table (src/cli/flag_rules.cpp), on the real `mpistage` command description.
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "cli/args.hpp"
-#include "cli/format_flags.hpp"
+#include "cli/flag_rules.hpp"
 #include "cli/suggest.hpp"
 #include "mpistage/error.hpp"
 
@@ -104,32 +105,76 @@ TEST(Suggest, ChoicesAreListedInHelpAndCheckedWithSuggestion) {
     }
 }
 
-TEST(FormatFlags, FlagsOfOtherFormatsAreRefused) {
+// Runs the applicability check for `a` read as `kind` (file "train.h5" or database "rows.db").
+std::string refusal(const mpistage::cli::StageArgs& a, mpistage::cli::InputKind kind,
+                    bool budget = false) {
+    const bool db = kind == mpistage::cli::InputKind::sqlite;
+    return error_of([&] {
+        mpistage::cli::refuse_inapplicable_flags(a, {kind, budget, db ? "rows.db" : "train.h5"});
+    });
+}
+
+TEST(FlagRules, FlagsOfOtherFormatsAreRefused) {
+    using mpistage::cli::InputKind;
     mpistage::cli::StageArgs a;
     a.files = {"train.h5"};
-    a.features = {"label:int64"};
-    std::string msg = error_of([&] { mpistage::cli::check_flags_apply(a, "hdf5"); });
+    a.given = {"files", "--feature"};
+    std::string msg = refusal(a, InputKind::hdf5);
     EXPECT_NE(msg.find("--feature does not apply to hdf5 input ('train.h5' detected as hdf5)"),
               std::string::npos)
         << msg;
-    EXPECT_EQ(error_of([&] { mpistage::cli::check_flags_apply(a, "tfrecord"); }), "");
-    a.features.clear();
-    a.on_corrupt = "skip";
-    msg = error_of([&] { mpistage::cli::check_flags_apply(a, "idx"); });
+    EXPECT_EQ(refusal(a, InputKind::tfrecord), "");
+    a.given = {"files", "--on-corrupt"};
+    msg = refusal(a, InputKind::idx);
     EXPECT_NE(msg.find("--on-corrupt does not apply to idx input"), std::string::npos) << msg;
-    a.on_corrupt = "error";
-    a.index_paths = {"x.idx"};
+    a.given = {"files", "--index", "--format"};
     a.format = "hdf5";
-    msg = error_of([&] { mpistage::cli::check_flags_apply(a, "hdf5"); });
+    msg = refusal(a, InputKind::hdf5);
     EXPECT_NE(msg.find("--index does not apply to hdf5 input ('train.h5' given as --format hdf5)"),
               std::string::npos)
         << msg;
-    a.index_paths.clear();
-    a.fields = {"images"};
-    EXPECT_EQ(error_of([&] { mpistage::cli::check_flags_apply(a, "hdf5"); }), "");
-    EXPECT_EQ(error_of([&] { mpistage::cli::check_flags_apply(a, "idx"); }), "");
-    msg = error_of([&] { mpistage::cli::check_flags_apply(a, "tfrecord"); });
+    a.given = {"files", "--field"};
+    EXPECT_EQ(refusal(a, InputKind::hdf5), "");
+    EXPECT_EQ(refusal(a, InputKind::idx), "");
+    msg = refusal(a, InputKind::tfrecord);
     EXPECT_NE(msg.find("--field does not apply to tfrecord input"), std::string::npos) << msg;
+}
+
+TEST(FlagRules, BudgetAndStreamRefusalsNameFlagAndInput) {
+    using mpistage::cli::InputKind;
+    mpistage::cli::StageArgs a;
+    a.given = {"files", "--batch-bytes", "--remainder"};
+    a.batch_bytes = 100;
+    std::string msg = refusal(a, InputKind::tfrecord, true);
+    EXPECT_NE(msg.find("stage: --remainder does not combine with --batch-bytes/--batch-tokens "
+                       "(budget batches of tfrecord input"),
+              std::string::npos)
+        << msg;
+    a.given = {"--sqlite", "--query", "--shuffle"};
+    msg = refusal(a, InputKind::sqlite);
+    EXPECT_NE(msg.find("stage: --shuffle does not apply to sqlite input ('rows.db')"),
+              std::string::npos)
+        << msg;
+    a.given = {"files", "--on-dry"};
+    msg = refusal(a, InputKind::hdf5);
+    EXPECT_NE(msg.find("stage: --on-dry does not apply to hdf5 input"), std::string::npos) << msg;
+    a.given = {"--sqlite", "--query", "--epochs", "--json", "--compute-us", "--batch-bytes"};
+    EXPECT_EQ(refusal(a, InputKind::sqlite), "");
+}
+
+// A flag added to the stage command must get a row in the applicability table (taken effect,
+// or refused by name for the inputs it does not apply to).
+TEST(FlagRules, EveryStageOptionHasARule) {
+    mpistage::cli::CommandLine cl;
+    const std::vector<std::string> ruled = mpistage::cli::ruled_stage_flags();
+    for (const CLI::Option* o : cl.stage_command().get_options()) {
+        EXPECT_NE(std::find(ruled.begin(), ruled.end(), o->get_name()), ruled.end())
+            << o->get_name() << " has no rule in src/cli/flag_rules.cpp";
+    }
+    for (const std::string& flag : ruled) {
+        EXPECT_NE(cl.stage_command().get_option_no_throw(flag), nullptr)
+            << flag << " is in the table but not an option of stage";
+    }
 }
 
 }  // namespace

@@ -1,0 +1,324 @@
+// The inputs of `mpistage stage`: files with fixed batches, files with budget batches, and
+// --sqlite streams (see stage_inputs.hpp).
+#include "cli/stage_inputs.hpp"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "mpistage/error.hpp"
+
+namespace mpistage::cli {
+
+namespace {
+
+LoaderOptions loader_options(const StageArgs& a) {
+    LoaderOptions o;
+    o.plan.batch_size = a.batch_size;
+    o.plan.seed = a.seed;
+    o.plan.shuffle = parse_shuffle(a.shuffle);
+    o.plan.sharding = parse_sharding(a.sharding);
+    o.plan.remainder = parse_remainder(a.remainder);
+    o.plan.balance_steps = a.balance_steps;
+    o.prefetch = a.prefetch;
+    o.io_threads = a.threads;
+    o.timeout = std::chrono::seconds(a.timeout_seconds);
+    o.verify_files = a.verify_files;
+    o.device = a.device;
+    o.log_device_fallback = !a.quiet;
+    o.stage = parse_stage(a.stage);
+    o.stage_budget_bytes = a.stage_budget;
+    o.stage_ranks_per_node =
+        static_cast<int>(std::min<std::uint64_t>(a.stage_ranks_per_node, 1 << 30));
+    o.two_phase = a.two_phase;
+    return o;
+}
+
+Loader open_loader(const Communicator& comm, const Source& source, const StageArgs& a,
+                   const std::optional<SavedState>& resume) {
+    if (!resume) return Loader(comm, source, loader_options(a));
+    return Loader::restore(comm, source, loader_options(a), resume->loader);
+}
+
+// The input part of the report every kind shares.
+void describe_common(const StageArgs& a, StageOutcome& o) {
+    o.batching = a.budget() ? "budget" : "fixed";
+    o.paths = a.stream() ? std::vector<std::string>{a.sqlite} : a.files;
+    o.batch_size = a.budget() ? a.max_batch_samples : a.batch_size;
+}
+
+nlohmann::json budget_json(const StageArgs& a) {
+    return {{"batch_bytes", a.batch_bytes},
+            {"batch_tokens", a.batch_tokens},
+            {"max_batch_samples", a.max_batch_samples},
+            {"bucket_window", a.bucket_window},
+            {"waste_unit", a.batch_tokens > 0 ? "tokens" : "bytes"}};
+}
+
+std::string file_state_note(const LoaderState& s, std::uint64_t num_samples) {
+    return "epoch " + std::to_string(s.epoch) + ", step " + std::to_string(s.steps_consumed) +
+           ", " + std::to_string(s.samples_consumed) + " of " + std::to_string(num_samples) +
+           " samples consumed";
+}
+
+}  // namespace
+
+std::size_t token_field_index(const std::vector<FieldInfo>& fields, const std::string& name,
+                              const std::string& input) {
+    std::string ragged;
+    for (std::size_t f = 0; f < fields.size(); ++f) {
+        if (fields[f].name == name && fields[f].ragged) return f;
+        if (fields[f].ragged) ragged += (ragged.empty() ? "'" : ", '") + fields[f].name + "'";
+    }
+    std::size_t count = 0;
+    std::size_t only = 0;
+    for (std::size_t f = 0; f < fields.size(); ++f) {
+        if (fields[f].ragged) {
+            ++count;
+            only = f;
+        }
+    }
+    if (name.empty() && count == 1) return only;
+    throw ConfigError("stage: --batch-tokens counts the elements of a ragged field, and " +
+                      (name.empty() ? std::string("the input has not exactly one")
+                                    : "--token-field '" + name + "' is not one") +
+                      " (ragged fields of the " + input +
+                      " input: " + (ragged.empty() ? std::string("none") : ragged) + ")");
+}
+
+// ---- files, fixed batches --------------------------------------------------------------------
+
+FileInput::FileInput(const Communicator& comm, const Source& source, const StageArgs& a,
+                     const std::optional<SavedState>& resume)
+    : loader_(open_loader(comm, source, a, resume)), staging_(loader_) {}
+
+void FileInput::note_epoch(const EpochRange& r, EpochReport& rep) const {
+    const EpochPlan& p = r.plan();
+    rep.step_ratio_worst = p.worst_step_byte_ratio;
+    rep.step_ratio_mean = p.mean_step_byte_ratio;
+    rep.unbalanced_worst = p.unbalanced_worst_step_byte_ratio;
+    rep.unbalanced_mean = p.unbalanced_mean_step_byte_ratio;
+}
+
+std::optional<SavedState> FileInput::snapshot() const {
+    SavedState s;
+    s.loader = loader_.state();
+    return s;
+}
+
+RankTotals FileInput::totals() const {
+    const LoaderStats& s = loader_.stats();
+    RankTotals t;
+    t.bytes = s.bytes_read;
+    t.wait_seconds = s.wait_time.count();
+    t.wait_io_seconds = s.wait_io_time.count();
+    t.wait_peers_seconds = s.wait_peers_time.count();
+    t.records_moved = s.records_moved;
+    t.device = s.device.index;
+    t.h2d_bytes = staging_.stats().bytes_copied;
+    t.h2d_seconds = staging_.stats().copy_seconds;
+    return t;
+}
+
+namespace {
+
+nlohmann::json plan_json(const PlanOptions& p) {
+    return {{"seed", p.seed},
+            {"shuffle", to_string(p.shuffle)},
+            {"sharding", to_string(p.sharding)},
+            {"balance_steps", p.balance_steps}};
+}
+
+}  // namespace
+
+void FileInput::describe(const StageArgs& a, StageOutcome& o) const {
+    describe_common(a, o);
+    const LoaderOptions& opt = loader_.options();
+    o.options = plan_json(opt.plan);
+    o.options.update({{"batch_size", opt.plan.batch_size},
+                      {"remainder", to_string(opt.plan.remainder)},
+                      {"prefetch", opt.prefetch},
+                      {"io_threads", opt.io_threads},
+                      {"timeout_seconds", opt.timeout.count()},
+                      {"verify_files", opt.verify_files},
+                      {"device", opt.device},
+                      {"stage", to_string(opt.stage)},
+                      {"stage_budget_bytes", opt.stage_budget_bytes},
+                      {"stage_ranks_per_node", opt.stage_ranks_per_node},
+                      {"two_phase", opt.two_phase}});
+    o.num_samples = loader_.num_samples();
+    o.remainder = a.remainder;
+    o.shuffle = a.shuffle;
+    o.sharding = a.sharding;
+}
+
+// ---- files, budget batches -------------------------------------------------------------------
+
+std::unique_ptr<DynamicLoader> open_budget_loader(const Communicator& comm, const Source& source,
+                                                  const DynamicLoaderOptions& options) {
+    return std::make_unique<DynamicLoader>(comm, source, options);
+}
+
+BudgetInput::BudgetInput(const Communicator& comm, const Source& source, const StageArgs& a,
+                         InputKind kind) {
+    options_.plan.seed = a.seed;
+    options_.plan.shuffle = parse_shuffle(a.shuffle);
+    options_.plan.sharding = parse_sharding(a.sharding);
+    options_.batching.batch_bytes = a.batch_bytes;
+    options_.batching.batch_tokens = a.batch_tokens;
+    options_.batching.max_batch_samples = a.max_batch_samples;
+    options_.batching.bucket_window = a.bucket_window;
+    options_.timeout = std::chrono::seconds(a.timeout_seconds);
+    run_agreed(comm, [&] {
+        options_.validate();
+        if (a.batch_tokens > 0) {
+            options_.token_field =
+                token_field_index(source.fields(), a.token_field, input_kind_name(kind));
+        }
+    });
+    loader_ = open_budget_loader(comm, source, options_);
+}
+
+BudgetEpoch BudgetInput::epoch(std::uint64_t e) {
+    loader_->start_epoch(e);
+    return BudgetEpoch(*loader_);
+}
+
+void BudgetInput::note_epoch(const BudgetEpoch&, EpochReport& rep) const {
+    rep.padding_waste = loader_->plan().waste.ratio();
+    rep.unbucketed_padding_waste = loader_->plan().unbucketed_waste.ratio();
+}
+
+std::optional<SavedState> BudgetInput::snapshot() const {
+    return std::nullopt;  // the budget loader has no state yet (--save-state is refused)
+}
+
+RankTotals BudgetInput::totals() const {
+    RankTotals t;
+    t.bytes = loader_->stats().bytes_read;
+    t.oversize = loader_->stats().oversize_batches;
+    return t;
+}
+
+void BudgetInput::describe(const StageArgs& a, StageOutcome& o) const {
+    describe_common(a, o);
+    o.num_samples = loader_->num_samples();
+    o.options = plan_json(options_.plan);
+    o.options.update(
+        {{"timeout_seconds", options_.timeout.count()}, {"token_field", options_.token_field}});
+    o.remainder = "mask";
+    o.shuffle = a.shuffle;
+    o.sharding = a.sharding;
+    o.budget = budget_json(a);
+}
+
+// ---- streams ---------------------------------------------------------------------------------
+
+namespace {
+
+StreamOptions stream_options(const StageArgs& a, SqliteOptions& sqlite) {
+    StreamOptions o;
+    sqlite.path = a.sqlite;
+    sqlite.query = a.query;
+    if (a.shard == "chunk") {
+        o.sharding = StreamSharding::chunk;
+    } else if (a.shard.rfind("hash:", 0) == 0 && a.shard.size() > 5) {
+        o.sharding = StreamSharding::hash;
+        sqlite.key_column = a.shard.substr(5);
+    } else {
+        throw ConfigError("stage: --shard must be chunk or hash:COLUMN, not '" + a.shard + "'");
+    }
+    if (a.on_dry != "rebalance" && a.on_dry != "mask") {
+        throw ConfigError("stage: --on-dry must be rebalance or mask, not '" + a.on_dry + "'");
+    }
+    o.remainder = a.on_dry == "mask" ? StreamRemainder::mask : StreamRemainder::rebalance;
+    o.chunk_size = a.chunk_rows;
+    o.batch_bytes = a.batch_bytes;
+    o.batch_tokens = a.batch_tokens;
+    o.batch_size = a.budget() ? a.max_batch_samples : a.batch_size;
+    o.timeout = std::chrono::seconds(a.timeout_seconds);
+    o.validate();
+    return o;
+}
+
+}  // namespace
+
+StreamInput::StreamInput(const Communicator& comm, const StageArgs& a,
+                         const std::optional<SavedState>& resume) {
+    SqliteOptions sqlite;
+    StreamOptions options = run_agreed_value(comm, [&] { return stream_options(a, sqlite); });
+    source_ = std::make_unique<SqliteSource>(comm, sqlite);
+    if (a.batch_tokens > 0) {
+        run_agreed(comm, [&] {
+            options.token_field = token_field_index(source_->fields(), a.token_field, "sqlite");
+        });
+    }
+    const StreamState* state = resume && resume->stream ? &*resume->stream : nullptr;
+    loader_ = std::make_unique<StreamLoader>(comm, *source_, options, state);
+    rows_ = run_agreed_value(comm, [&] { return source_->count_rows(); });
+    tier_.tier = "stream";
+}
+
+std::optional<SavedState> StreamInput::snapshot() const {
+    SavedState s;
+    s.stream = loader_->state();
+    s.stream_epoch = loader_->current_epoch();
+    return s;
+}
+
+RankTotals StreamInput::totals() const {
+    const StreamStats& s = loader_->stats();
+    RankTotals t;
+    t.bytes = s.payload_bytes;
+    t.records_moved = s.items_sent;
+    t.oversize = s.oversize_batches;
+    return t;
+}
+
+void StreamInput::describe(const StageArgs& a, StageOutcome& o) const {
+    describe_common(a, o);
+    o.num_samples = rows_;
+    const StreamOptions& opt = loader_->options();
+    o.options = {{"batch_size", opt.batch_size},
+                 {"batch_bytes", opt.batch_bytes},
+                 {"batch_tokens", opt.batch_tokens},
+                 {"token_field", opt.token_field},
+                 {"chunk_size", opt.chunk_size},
+                 {"sharding", opt.sharding == StreamSharding::hash ? "hash" : "chunk"},
+                 {"remainder", opt.remainder == StreamRemainder::mask ? "mask" : "rebalance"},
+                 {"timeout_seconds", opt.timeout.count()}};
+    o.remainder = a.on_dry;
+    o.shuffle = "none";
+    o.sharding = a.shard;
+    o.fields = source_->fields();
+    if (a.budget()) o.budget = budget_json(a);
+    o.stream = {{"sqlite", a.sqlite},
+                {"query", a.query},
+                {"shard", a.shard},
+                {"chunk_rows", loader_->options().chunk_size},
+                {"on_dry", a.on_dry}};
+}
+
+std::vector<std::int64_t> StreamInput::consumed_ids(const StreamState& state) {
+    std::vector<std::int64_t> ids;
+    for (std::size_t s = 0; s < state.streams.size(); ++s) {
+        const StreamPosition& p = state.streams[s];
+        std::size_t k = 0;
+        for (std::uint64_t pos = 0; pos < p.next; ++pos) {
+            while (k < p.pending.size() && p.pending[k].second <= pos) ++k;
+            const bool pending = k < p.pending.size() && p.pending[k].first <= pos;
+            if (!pending) ids.push_back(stream_item_id(s, pos));
+        }
+    }
+    return ids;
+}
+
+std::string state_note(const SavedState& s, std::uint64_t num_samples) {
+    if (s.stream) {
+        return "epoch " + std::to_string(s.stream_epoch) + ", step " +
+               std::to_string(s.stream->steps) + ", " + std::to_string(s.stream->delivered) +
+               " of " + std::to_string(num_samples) + " rows delivered";
+    }
+    return file_state_note(s.loader, num_samples);
+}
+
+}  // namespace mpistage::cli

@@ -1,0 +1,148 @@
+#pragma once
+// The inputs of `mpistage stage`, each opened from the one StageArgs and served to the one
+// stage loop (stage_command.cpp) through the same small interface (internal to the CLI):
+//   epoch(e)            a range of HostBatch (`for (const auto& batch : input.epoch(e))`)
+//   planned_steps(r)    steps of the range when known before the first batch (0: a stream)
+//   consume(b)          the last hop of a batch (device staging of files), after it was counted
+//   last_oversize()     the last batch is one sample over a budget
+//   expected(r, prior)  distinct valid ids the whole epoch yields over all ranks (--verify)
+//   note_epoch(r, rep)  what the input adds to the epoch's report (byte balance, padding waste)
+//   snapshot()          collective: the state --save-state writes (none: budget batches)
+//   totals(), tier_stats(), describe(o)
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cli/args.hpp"
+#include "cli/checkpoint.hpp"
+#include "cli/flag_rules.hpp"
+#include "cli/report.hpp"
+#include "cli/stage_device.hpp"
+#include "mpistage/dynamic_loader.hpp"
+#include "mpistage/loader.hpp"
+#include "mpistage/sqlite_source.hpp"
+#include "mpistage/stream.hpp"
+
+namespace mpistage::cli {
+
+/// Local: index in `fields` of the ragged field named `name` ("" = the only ragged field);
+/// `input` names the input kind in the error. @throws ConfigError naming --batch-tokens,
+/// --token-field and the ragged fields.
+std::size_t token_field_index(const std::vector<FieldInfo>& fields, const std::string& name,
+                              const std::string& input);
+
+/// Local: where a saved state stands, in words ("epoch 1, step 20, 640 of 1000 samples
+/// consumed"), for the report.
+std::string state_note(const SavedState& s, std::uint64_t num_samples);
+
+/// FILE input with fixed-size batches: the library's `Loader`.
+class FileInput {
+public:
+    /// Collective: opens the loader over `source` (from `resume` when given).
+    FileInput(const Communicator& comm, const Source& source, const StageArgs& a,
+              const std::optional<SavedState>& resume);
+    EpochRange epoch(std::uint64_t e) { return loader_.epoch(e); }
+    std::uint64_t planned_steps(const EpochRange& r) const noexcept { return r.steps(); }
+    void consume(const HostBatch& b) { staging_.add(b); }
+    bool last_oversize() const noexcept { return false; }
+    std::uint64_t expected(const EpochRange& r, std::uint64_t prior) const {
+        return prior + r.totals().valid_samples;
+    }
+    void note_epoch(const EpochRange& r, EpochReport& rep) const;
+    /// Collective: the loader state.
+    std::optional<SavedState> snapshot() const;
+    /// This rank's counters beyond what the loop counts (bytes, waits, moves, device).
+    RankTotals totals() const;
+    const LoaderStats& tier_stats() const noexcept { return loader_.stats(); }
+    /// Fills the input part of the report (sizes, options, fields).
+    void describe(const StageArgs& a, StageOutcome& o) const;
+
+private:
+    Loader loader_;
+    BatchStaging staging_;
+};
+
+/// A small range over the batches of one budget epoch (`start_epoch` + `next`).
+class BudgetEpoch {
+public:
+    explicit BudgetEpoch(DynamicLoader& loader) : loader_(&loader) {}
+    class iterator {
+    public:
+        iterator() = default;
+        explicit iterator(DynamicLoader* loader) : loader_(loader) { ++*this; }
+        const HostBatch& operator*() const noexcept { return batch_; }
+        iterator& operator++() {
+            if (loader_ && !loader_->next(batch_)) loader_ = nullptr;
+            return *this;
+        }
+        bool operator!=(const iterator& o) const noexcept { return loader_ != o.loader_; }
+
+    private:
+        DynamicLoader* loader_ = nullptr;
+        HostBatch batch_;
+    };
+    iterator begin() { return iterator(loader_); }
+    iterator end() { return iterator(); }
+
+private:
+    DynamicLoader* loader_;
+};
+
+/// FILE input with batches sized by a byte or token budget.
+class BudgetInput {
+public:
+    /// Collective: opens the budget loader (open_budget_loader).
+    BudgetInput(const Communicator& comm, const Source& source, const StageArgs& a, InputKind kind);
+    BudgetEpoch epoch(std::uint64_t e);
+    std::uint64_t planned_steps(const BudgetEpoch&) const noexcept { return loader_->steps(); }
+    void consume(const HostBatch&) {}
+    bool last_oversize() const noexcept { return loader_->last_oversize(); }
+    std::uint64_t expected(const BudgetEpoch&, std::uint64_t prior) const {
+        return prior + loader_->num_samples();
+    }
+    void note_epoch(const BudgetEpoch&, EpochReport& rep) const;
+    std::optional<SavedState> snapshot() const;
+    RankTotals totals() const;
+    const LoaderStats& tier_stats() const noexcept { return tier_; }
+    void describe(const StageArgs& a, StageOutcome& o) const;
+
+private:
+    std::unique_ptr<DynamicLoader> loader_;
+    DynamicLoaderOptions options_;
+    LoaderStats tier_;
+};
+
+/// Collective: the loader of budget batches. The one place the CLI makes it; to become a
+/// `Loader` with a budget plan policy (issue 22, item 1).
+std::unique_ptr<DynamicLoader> open_budget_loader(const Communicator& comm, const Source& source,
+                                                  const DynamicLoaderOptions& options);
+
+/// A --sqlite query as a stream; each epoch is one pass of the query.
+class StreamInput {
+public:
+    /// Collective: opens the database and the stream loader (from `resume` when given).
+    StreamInput(const Communicator& comm, const StageArgs& a,
+                const std::optional<SavedState>& resume);
+    StreamLoader::EpochBatches epoch(std::uint64_t e) { return loader_->epoch(e); }
+    std::uint64_t planned_steps(const StreamLoader::EpochBatches&) const noexcept { return 0; }
+    void consume(const HostBatch&) {}
+    bool last_oversize() const noexcept { return loader_->last_oversize(); }
+    std::uint64_t expected(const StreamLoader::EpochBatches&, std::uint64_t) const { return rows_; }
+    void note_epoch(const StreamLoader::EpochBatches&, EpochReport&) const {}
+    std::optional<SavedState> snapshot() const;
+    RankTotals totals() const;
+    const LoaderStats& tier_stats() const noexcept { return tier_; }
+    void describe(const StageArgs& a, StageOutcome& o) const;
+    /// Rank 0: the ids `state` had delivered in its pass (the prior run's, for --verify).
+    static std::vector<std::int64_t> consumed_ids(const StreamState& state);
+
+private:
+    std::unique_ptr<SqliteSource> source_;
+    std::unique_ptr<StreamLoader> loader_;
+    std::uint64_t rows_ = 0;
+    LoaderStats tier_;
+};
+
+}  // namespace mpistage::cli
