@@ -4,12 +4,17 @@
 
 #include "cli/args.hpp"
 #include "mpistage/comm.hpp"
+#include "mpistage/loader.hpp"
 
 namespace mpistage::cli {
 
 /// Collective: `mpistage stage`. Returns the exit code: 0, or 1 when --verify found a
 /// violation. @throws Error subclasses, identical on every rank.
 int run_stage(Communicator& comm, const StageArgs& a);
+
+/// Local: the loader options the stage flags ask for (the budget mode adds its batch budget).
+/// @throws ConfigError for unknown sharding, shuffle, remainder or stage names.
+LoaderOptions loader_options(const StageArgs& a);
 
 /// Collective: `mpistage convert idx` (rank 0 converts, the others wait for the outcome).
 /// @throws Error subclasses, identical on every rank.

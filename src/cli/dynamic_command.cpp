@@ -1,11 +1,17 @@
 // `mpistage stage FILE --batch-bytes N` (or --batch-tokens N): stage file inputs in batches
-// sized by a budget, equal steps on every rank, with steps, samples per batch, oversize batches
-// and padding waste in the report; --verify checks every sample exactly once per epoch.
+// sized by a budget, served by the one Loader (its prefetch ring, I/O threads, memory tier and
+// state), equal steps on every rank, with steps, samples per batch, oversize batches and
+// padding waste in the report; --verify checks every sample exactly once per epoch (across an
+// interrupted run too, with --save-state/--resume).
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <thread>
 
 #include "cli/args.hpp"
+#include "cli/atomic_file.hpp"
+#include "cli/checkpoint.hpp"
+#include "cli/commands.hpp"
 #include "cli/dynamic_args.hpp"
 #include "cli/dynamic_report.hpp"
 #include "cli/format_flags.hpp"
@@ -13,7 +19,7 @@
 #include "cli/report.hpp"
 #include "cli/stream_args.hpp"
 #include "mpistage/config.hpp"
-#include "mpistage/dynamic_loader.hpp"
+#include "mpistage/loader.hpp"
 #if MPISTAGE_HAVE_TORCH
 #include "mpistage/torch.hpp"
 #endif
@@ -22,18 +28,16 @@ namespace mpistage::cli {
 
 namespace {
 
-// Local: flags of file staging that dynamic batching does not have.
+// Local: flags of file staging that budget batches do not have.
 // @throws ConfigError naming the flag.
 void refuse_flags(const DynamicStageArgs& d, const StageArgs& a) {
     const char* const why =
-        " does not combine with --batch-bytes/--batch-tokens (dynamic "
-        "batching of FILE input; see README, Dynamic batching)";
+        " does not combine with --batch-bytes/--batch-tokens (budget batches of FILE input; "
+        "see README, Dynamic batching)";
     auto refuse = [&](const std::string& flag) { throw ConfigError("stage: " + flag + why); };
     if (a.balance_steps) refuse("--balance-steps");
-    if (a.stage != "none") refuse("--stage " + a.stage);
-    for (const char* flag : {"--batch-size", "--remainder", "--save-state", "--save-every",
-                             "--stop-after-steps", "--resume", "--prefetch", "--threads",
-                             "--verify-files", "--stage-budget", "--stage-ranks-per-node"}) {
+    if (a.two_phase) refuse("--two-phase");
+    for (const char* flag : {"--batch-size", "--remainder"}) {
         if (d.given(flag)) refuse(flag);
     }
     if (a.device != "auto" && a.device != "cpu") refuse("--device " + a.device);
@@ -43,27 +47,38 @@ void refuse_flags(const DynamicStageArgs& d, const StageArgs& a) {
 
 struct DynamicLocal {
     std::string format;
-    DynamicLoaderOptions options;
+    LoaderOptions options;
+    /// --resume: the saved state (every rank reads it; the loader checks they agree).
+    std::optional<SavedState> resume;
+    /// Rank 0 with --verify: the ids the resumed epoch consumed before (its id log).
+    std::vector<std::int64_t> prior_ids;
 };
 
 // Local: checks before any collective that depends on the arguments.
 DynamicLocal check_dynamic_locally(const Communicator& comm, const DynamicStageArgs& d,
                                    const StreamStageArgs& s, const StageArgs& a) {
     refuse_flags(d, a);
+    if (a.save_every > 0 && a.save_state.empty()) {
+        throw ConfigError("stage: --save-every needs --save-state FILE");
+    }
     probe_stage_inputs(a);
     if (!a.json.empty() && comm.rank() == 0) check_json_destination(a.json);
+    if (!a.save_state.empty() && comm.rank() == 0) {
+        check_destination(a.save_state, "--save-state file");
+    }
     DynamicLocal c;
     c.format = detect_format(a);
     check_flags_apply(a, c.format);
-    c.options.plan.seed = a.seed;
-    c.options.plan.shuffle = parse_shuffle(a.shuffle);
-    c.options.plan.sharding = parse_sharding(a.sharding);
-    c.options.batching.batch_bytes = s.batch_bytes;
-    c.options.batching.batch_tokens = d.batch_tokens;
-    c.options.batching.max_batch_samples = s.max_batch_samples;
-    c.options.batching.bucket_window = d.bucket_window;
-    c.options.timeout = std::chrono::seconds(a.timeout_seconds);
+    c.options = loader_options(a);
+    c.options.plan.budget.batch_bytes = s.batch_bytes;
+    c.options.plan.budget.batch_tokens = d.batch_tokens;
+    c.options.plan.budget.max_batch_samples = s.max_batch_samples;
+    c.options.plan.budget.bucket_window = d.bucket_window;
     c.options.validate();
+    if (!a.resume.empty()) {
+        c.resume = read_saved_state(a.resume);
+        if (a.verify && comm.rank() == 0) c.prior_ids = read_id_log(*c.resume);
+    }
     return c;
 }
 
@@ -82,20 +97,27 @@ std::size_t token_field_index(const Source& source, const std::string& name) {
                       "fields: " + (ragged.empty() ? std::string("none") : ragged) + ")");
 }
 
-/// One epoch on this rank: what it yielded.
-struct DynamicEpochRun {
-    std::vector<std::int64_t> ids;
+/// This run's steps over all epochs and where --stop-after-steps stopped it.
+struct RunProgress {
     std::uint64_t steps = 0;
+    bool stopped = false;
+    std::uint64_t last_epoch = 0;
+    std::vector<std::int64_t> last_ids;
 };
 
-DynamicEpochRun run_epoch(DynamicLoader& loader, std::uint64_t e, const StageArgs& a,
-                          DynamicRankTotals& t) {
-    DynamicEpochRun run;
-    loader.start_epoch(e);
+/// Collective: one epoch (or the rest of a resumed one) on this rank, with its report.
+DynamicEpochReport run_epoch(const Communicator& comm, Loader& loader, std::uint64_t e,
+                             const StageArgs& a, const DynamicLocal& local, Checkpointer& saver,
+                             RunProgress& run, DynamicRankTotals& t) {
+    const bool resumed =
+        local.resume && local.resume->loader.epoch == e && local.resume->loader.steps_consumed > 0;
+    std::vector<std::int64_t> ids;
+    std::uint64_t batches = 0;
     const auto t0 = std::chrono::steady_clock::now();
+    EpochRange range = loader.epoch(e);
     HostBatch b;
-    while (loader.next(b)) {
-        ++run.steps;
+    while (range.next(b)) {
+        ++batches;
 #if MPISTAGE_HAVE_TORCH
         const TorchBatch tb = to_torch(b);
         if (tb.index.size(0) != static_cast<std::int64_t>(b.size())) {
@@ -109,12 +131,39 @@ DynamicEpochRun run_epoch(DynamicLoader& loader, std::uint64_t e, const StageArg
             t.max_samples = std::max<std::uint64_t>(t.max_samples, b.num_valid());
         }
         for (std::size_t j = 0; a.verify && j < b.size(); ++j) {
-            if (b.valid()[j]) run.ids.push_back(b.index()[j]);
+            if (b.valid()[j]) ids.push_back(b.index()[j]);
         }
-        if (a.compute_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(a.compute_ms));
+        const auto compute = std::chrono::microseconds(a.compute_ms * 1000 + a.compute_us);
+        if (compute.count() > 0) std::this_thread::sleep_for(compute);
+        ++run.steps;
+        if (a.save_every > 0 && run.steps % a.save_every == 0) {
+            saver.save(comm, loader.state(), e, ids);
+        }
+        if (a.stop_after_steps > 0 && run.steps == a.stop_after_steps) {
+            run.stopped = range.steps() > batches;
+            if (run.stopped) break;
+        }
     }
     t.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    return run;
+    DynamicEpochReport r;
+    // The interrupted run's ids count when it kept a log (its count is in the state file).
+    const bool with_prior = resumed && !local.resume->ids_path.empty();
+    const std::uint64_t prior = with_prior ? local.resume->ids_count : 0;
+    Expectation x;
+    x.num_samples = loader.num_samples();
+    x.prior = with_prior ? &local.prior_ids : nullptr;
+    x.expected =
+        run.stopped ? prior + comm.allreduce_sum(ids.size()) : prior + range.totals().valid_samples;
+    r.base = a.verify ? verify_epoch(comm, e, ids, batches, x) : count_epoch(comm, e, batches);
+    r.base.prior_ids = a.verify ? prior : 0;
+    r.base.resumed = resumed;
+    r.base.interrupted = run.stopped;
+    add_plan_totals(r, range.plan());
+    r.mean_samples =
+        r.batches ? static_cast<double>(x.num_samples) / static_cast<double>(r.batches) : 0.0;
+    run.last_epoch = e;
+    run.last_ids = std::move(ids);
+    return r;
 }
 
 std::vector<NamedValue> dynamic_values(const DynamicStageArgs& d, const StreamStageArgs& s) {
@@ -123,6 +172,11 @@ std::vector<NamedValue> dynamic_values(const DynamicStageArgs& d, const StreamSt
             {"--batch-tokens", std::to_string(d.batch_tokens)},
             {"--token-field", d.token_field},
             {"--bucket-window", std::to_string(d.bucket_window)}};
+}
+
+Loader open_loader(const Communicator& comm, const Source& source, const DynamicLocal& local) {
+    if (!local.resume) return Loader(comm, source, local.options);
+    return Loader::restore(comm, source, local.options, local.resume->loader);
 }
 
 }  // namespace
@@ -138,43 +192,48 @@ int run_dynamic_stage(Communicator& comm, const DynamicStageArgs& d, const Strea
     require_same_format(comm, a, local.format);
     const auto source = open_source(comm, a, local.format);
     if (d.batch_tokens > 0) {
-        run_agreed(comm,
-                   [&] { local.options.token_field = token_field_index(*source, d.token_field); });
+        run_agreed(comm, [&] {
+            local.options.plan.budget.token_field = token_field_index(*source, d.token_field);
+        });
     }
-    DynamicLoader loader(comm, *source, local.options);
+    Loader loader = open_loader(comm, *source, local);
     DynamicOutcome o;
     o.world_size = comm.size();
     o.num_samples = loader.num_samples();
-    o.batching = local.options.batching;
+    o.batching = local.options.plan.budget;
     o.unit = d.batch_tokens > 0 ? "tokens" : "bytes";
     if (comm.rank() == 0 && !a.quiet) {
-        std::printf("stage %s: %llu samples, %d ranks, dynamic batches: %s\n",
+        std::printf("stage %s: %llu samples, %d ranks, dynamic batches: %s, tier %s\n",
                     join_words(a.files).c_str(), static_cast<unsigned long long>(o.num_samples),
-                    comm.size(), o.batching.describe().c_str());
+                    comm.size(), o.batching.describe().c_str(), loader.stats().tier.c_str());
     }
+    Checkpointer saver(a.save_state, a.verify,
+                       local.resume ? local.resume->loader.epoch : a.first_epoch, local.prior_ids);
+    RunProgress run;
     DynamicRankTotals mine;
-    for (std::uint64_t e = a.first_epoch; e < a.first_epoch + a.epochs; ++e) {
-        const DynamicEpochRun run = run_epoch(loader, e, a, mine);
-        DynamicEpochReport r;
-        Expectation x;
-        x.num_samples = o.num_samples;
-        x.expected = o.num_samples;
-        r.base = a.verify ? verify_epoch(comm, e, run.ids, run.steps, x)
-                          : count_epoch(comm, e, run.steps);
-        add_plan_totals(r, loader.plan());
-        r.mean_samples =
-            r.batches ? static_cast<double>(o.num_samples) / static_cast<double>(r.batches) : 0.0;
+    const std::uint64_t first = local.resume ? local.resume->loader.epoch : a.first_epoch;
+    for (std::uint64_t e = first; e < a.first_epoch + a.epochs; ++e) {
+        if (run.stopped || (a.stop_after_steps > 0 && run.steps >= a.stop_after_steps)) break;
+        DynamicEpochReport r = run_epoch(comm, loader, e, a, local, saver, run, mine);
         o.all_ok = o.all_ok && r.base.ok;
         o.epochs.push_back(std::move(r));
     }
-    const DynamicLoaderStats& st = loader.stats();
+    saver.save(comm, loader.state(), run.last_epoch, run.last_ids);
+    const LoaderStats& st = loader.stats();
     mine.samples = st.valid_samples;
     mine.batches = st.batches;
-    mine.padding_steps = st.padding_steps;
+    mine.padding_steps = st.padding_slots;  // one masked slot per padding batch
     mine.bytes = st.bytes_read;
     mine.oversize = st.oversize_batches;
     o.ranks = gather_dynamic_totals(comm, mine);
-    if (comm.rank() == 0 && !a.quiet) print_dynamic_report(o, a.verify);
+    if (comm.rank() == 0 && !a.quiet) {
+        print_dynamic_report(o, a.verify);
+        if (run.stopped) {
+            std::printf("stopped after %llu steps (--stop-after-steps)%s\n",
+                        static_cast<unsigned long long>(run.steps),
+                        a.save_state.empty() ? "" : "; state saved");
+        }
+    }
     run_agreed(comm, [&] {
         if (!a.json.empty() && comm.rank() == 0) {
             write_dynamic_json(a.json, o, a.verify, a.shuffle, a.sharding);

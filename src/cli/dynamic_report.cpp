@@ -38,21 +38,24 @@ nlohmann::json epoch_json(const DynamicEpochReport& r, bool verify) {
         e["missing"] = r.base.missing;
         e["out_of_range"] = r.base.out_of_range;
         e["exactly_once"] = r.base.ok;
+        e["prior_run_samples"] = r.base.prior_ids;
     }
+    e["resumed"] = r.base.resumed;
+    e["interrupted"] = r.base.interrupted;
     return e;
 }
 
 }  // namespace
 
-void add_plan_totals(DynamicEpochReport& r, const DynamicEpochPlan& p) {
-    r.steps = p.steps;
-    r.batches = p.total_batches;
-    r.padding_steps = p.total_padding_steps;
-    r.oversize = p.total_oversize;
-    r.min_samples = p.min_batch_samples;
-    r.max_samples = p.max_batch_samples;
-    r.padding_waste = p.waste.ratio();
-    r.unbucketed_padding_waste = p.unbucketed_waste.ratio();
+void add_plan_totals(DynamicEpochReport& r, const EpochPlan& p) {
+    r.steps = p.first_step + p.steps;
+    r.batches = p.budget.batches;
+    r.padding_steps = p.budget.padding_steps;
+    r.oversize = p.budget.oversize_batches;
+    r.min_samples = p.budget.min_batch_samples;
+    r.max_samples = p.budget.max_batch_samples;
+    r.padding_waste = p.budget.waste.ratio();
+    r.unbucketed_padding_waste = p.budget.unbucketed_waste.ratio();
 }
 
 std::vector<DynamicRankTotals> gather_dynamic_totals(const Communicator& comm,

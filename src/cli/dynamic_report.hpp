@@ -8,7 +8,7 @@
 
 #include "cli/verify.hpp"
 #include "mpistage/comm.hpp"
-#include "mpistage/dynamic_plan.hpp"
+#include "mpistage/plan.hpp"
 
 namespace mpistage::cli {
 
@@ -44,15 +44,15 @@ struct DynamicRankTotals {
 struct DynamicOutcome {
     int world_size = 1;
     std::uint64_t num_samples = 0;
-    DynamicBatchOptions batching;
+    BatchBudget batching;
     std::string unit;  ///< "bytes" or "tokens" (padding waste unit)
     std::vector<DynamicEpochReport> epochs;
     std::vector<DynamicRankTotals> ranks;
     bool all_ok = true;
 };
 
-/// The plan's totals of an epoch (identical on every rank) into `r`.
-void add_plan_totals(DynamicEpochReport& r, const DynamicEpochPlan& p);
+/// The budget plan's totals of an epoch (identical on every rank) into `r`.
+void add_plan_totals(DynamicEpochReport& r, const EpochPlan& p);
 
 /// Collective: every rank's totals, indexed by rank, on every rank (one allgather).
 std::vector<DynamicRankTotals> gather_dynamic_totals(const Communicator& comm,

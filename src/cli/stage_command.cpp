@@ -25,28 +25,6 @@ namespace mpistage::cli {
 
 namespace {
 
-LoaderOptions loader_options(const StageArgs& a) {
-    LoaderOptions o;
-    o.plan.batch_size = a.batch_size;
-    o.plan.seed = a.seed;
-    o.plan.shuffle = parse_shuffle(a.shuffle);
-    o.plan.sharding = parse_sharding(a.sharding);
-    o.plan.remainder = parse_remainder(a.remainder);
-    o.plan.balance_steps = a.balance_steps;
-    o.prefetch = a.prefetch;
-    o.io_threads = a.threads;
-    o.timeout = std::chrono::seconds(a.timeout_seconds);
-    o.verify_files = a.verify_files;
-    o.device = a.device;
-    o.log_device_fallback = !a.quiet;
-    o.stage = parse_stage(a.stage);
-    o.stage_budget_bytes = a.stage_budget;
-    o.stage_ranks_per_node =
-        static_cast<int>(std::min<std::uint64_t>(a.stage_ranks_per_node, 1 << 30));
-    o.two_phase = a.two_phase;
-    return o;
-}
-
 struct LocalChecks {
     std::string format;
     LoaderOptions options;
@@ -198,6 +176,28 @@ Loader open_loader(const Communicator& comm, const Source& source, const LocalCh
 }
 
 }  // namespace
+
+LoaderOptions loader_options(const StageArgs& a) {
+    LoaderOptions o;
+    o.plan.batch_size = a.batch_size;
+    o.plan.seed = a.seed;
+    o.plan.shuffle = parse_shuffle(a.shuffle);
+    o.plan.sharding = parse_sharding(a.sharding);
+    o.plan.remainder = parse_remainder(a.remainder);
+    o.plan.balance_steps = a.balance_steps;
+    o.prefetch = a.prefetch;
+    o.io_threads = a.threads;
+    o.timeout = std::chrono::seconds(a.timeout_seconds);
+    o.verify_files = a.verify_files;
+    o.device = a.device;
+    o.log_device_fallback = !a.quiet;
+    o.stage = parse_stage(a.stage);
+    o.stage_budget_bytes = a.stage_budget;
+    o.stage_ranks_per_node =
+        static_cast<int>(std::min<std::uint64_t>(a.stage_ranks_per_node, 1 << 30));
+    o.two_phase = a.two_phase;
+    return o;
+}
 
 int run_stage(Communicator& comm, const StageArgs& a) {
     LocalChecks local = run_agreed_value(comm, [&] { return check_locally(comm, a); });
