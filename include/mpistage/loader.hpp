@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mpistage/comm.hpp"
@@ -42,7 +43,12 @@ Stage parse_stage(const std::string& s);
 /// Options of a loader. Fields of `plan` must be equal on every rank (checked collectively);
 /// `prefetch` and `io_threads` may differ between ranks.
 struct LoaderOptions {
-    /// Batch size, seed, sharding, shuffle and remainder policy (docs/architecture.md, plan).
+    /// Batch size or batch budget, seed, sharding, shuffle and remainder policy
+    /// (docs/architecture.md, plan). With a budget (`plan.budget`) batches vary in size: the
+    /// ring's slots hold the largest batch of an epoch's plan (of any rank; reallocated, with
+    /// the same memory check, when a later epoch has a larger one), and every other part of
+    /// the loader (prefetch, I/O threads, memory tier, device, agreement, state and restore)
+    /// is the same.
     PlanOptions plan;
     /// Batches read ahead of the consumer: the ring has this many host buffers (at most one per
     /// batch of an epoch), allocated once. 1 ≤ prefetch ≤ kMaxPrefetch. Resident batch memory is
@@ -109,7 +115,7 @@ struct LoaderOptions {
 
     /// @throws ConfigError for a prefetch depth or thread count out of range, a negative
     ///         timeout, a device that is not auto/cpu/cuda[:N], invalid plan options, or
-    ///         `two_phase` without global sharding or with staging.
+    ///         `two_phase` without global sharding, with staging or with a batch budget.
     void validate() const;
 };
 
@@ -146,11 +152,26 @@ struct HostField {
 class HostBatch {
 public:
     HostBatch() = default;
+    /// A batch over memory that `lease` keeps alive (the library builds batches with it; a
+    /// trainer rarely needs to). `index` and `valid` have `size` entries, `num_valid` of them
+    /// 1; `fields` point into the leased memory (fixed fields `size × sample_bytes` bytes,
+    /// ragged fields `size + 1` offsets). Not checked here; nothing is copied.
+    HostBatch(std::uint64_t epoch, std::uint64_t step, std::size_t size, const std::int64_t* index,
+              const std::uint8_t* valid, std::size_t num_valid, std::vector<HostField> fields,
+              std::shared_ptr<void> lease)
+        : epoch_(epoch),
+          step_(step),
+          batch_size_(size),
+          index_(index),
+          valid_(valid),
+          num_valid_(num_valid),
+          fields_(std::move(fields)),
+          lease_(std::move(lease)) {}
     /// Epoch this batch belongs to.
     std::uint64_t epoch() const noexcept { return epoch_; }
     /// Position of the batch in the epoch (0-based); equal on all ranks for the same step.
     std::uint64_t step() const noexcept { return step_; }
-    /// Slots in the batch (B).
+    /// Slots in the batch (B; with a batch budget it varies from batch to batch).
     std::size_t size() const noexcept { return batch_size_; }
     /// Global sample id of each slot (int64 [B]); kPaddingId (−1) for masked slots.
     const std::int64_t* index() const noexcept { return index_; }
@@ -164,10 +185,6 @@ public:
     const std::shared_ptr<void>& lease() const noexcept { return lease_; }
 
 private:
-    friend class Loader;
-    friend class EpochRange;
-    friend class StreamLoader;  // streams yield the same batches (mpistage/stream.hpp)
-    friend class DynamicLoader;  // budget-sized batches (mpistage/dynamic_loader.hpp)
     std::uint64_t epoch_ = 0;
     std::uint64_t step_ = 0;
     std::size_t batch_size_ = 0;
@@ -180,9 +197,13 @@ private:
 
 /// Counters of one rank, accumulated over all epochs since construction.
 struct LoaderStats {
+    /// Batches returned (with a batch budget, padding batches included).
     std::uint64_t batches = 0;
     std::uint64_t valid_samples = 0;
+    /// Slots with valid = 0 (with a batch budget: the masked padding batches, one slot each).
     std::uint64_t padding_slots = 0;
+    /// Budget batches of one sample over the budget.
+    std::uint64_t oversize_batches = 0;
     /// Bytes read from the source (payload bytes of all fields).
     std::uint64_t bytes_read = 0;
     /// Time the consumer spent waiting inside `next()` for data and agreement
@@ -303,12 +324,15 @@ public:
     ///   same bytes, same step numbers);
     /// - another world size (`global` sharding only): exactly the samples at epoch positions
     ///   ≥ `state.samples_consumed`, each once, in equal batch counts on every rank.
-    /// Later epochs are whole. `options.plan` must match the state's seed, sharding, shuffle
-    /// and remainder (and batch size with `byte_range`); `balance_steps` may differ.
+    /// Later epochs are whole. `options.plan` must match the state's seed, sharding, shuffle,
+    /// remainder and batch budget (and batch size with `byte_range`); `balance_steps` may
+    /// differ. With a batch budget and `global` sharding "positions" are those of the batch
+    /// order (docs/resume.md, "Budget batches"): the resumed job gets exactly the batches the
+    /// saved one did not consume, dealt in turn from rank 0.
     /// @throws ConfigError, identical on every rank, when the state differs between ranks, is
     ///         of another format version, of another dataset (fingerprint, N or skipped
-    ///         records), has an incompatible option, or is a `byte_range` state at another
-    ///         world size; and as the constructor.
+    ///         records), has an incompatible option, is a `byte_range` state at another
+    ///         world size, or (budget) does not end at a batch; and as the constructor.
     static Loader restore(const Communicator& comm, const Source& source, LoaderOptions options,
                           const LoaderState& state);
 
@@ -325,7 +349,8 @@ public:
 
     /// Global number of samples N.
     std::uint64_t num_samples() const noexcept;
-    /// Totals over all ranks of one epoch (identical for every epoch).
+    /// Totals over all ranks of one epoch (identical for every epoch with fixed batches; with
+    /// a batch budget those of epoch 0, and each epoch's own are `EpochRange::totals`).
     const EpochTotals& totals() const noexcept;
     /// This rank's counters.
     const LoaderStats& stats() const noexcept;

@@ -4,6 +4,7 @@
 /// list of batch slots. It makes no MPI calls, so serial tests can simulate any world size; the
 /// loader feeds it the collectively agreed N (see docs/architecture.md, plan).
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -44,9 +45,38 @@ enum class Remainder {
     mask,
 };
 
+/// Budget batches: a batch holds as many samples as fit a byte or token budget instead of a
+/// fixed count (docs/architecture.md, "Budget batches"). Active when `batch_bytes` or
+/// `batch_tokens` is set. Every rank must pass the same values.
+struct BatchBudget {
+    /// Byte budget of a batch: the sum of `Source::sample_bytes` (payload bytes of all fields)
+    /// of its samples; 0 = off.
+    std::uint64_t batch_bytes = 0;
+    /// Token budget of a batch: samples × the batch's longest sample in tokens (what a trainer
+    /// padding to the longest sample computes on), as `StreamOptions::batch_tokens`; 0 = off.
+    std::uint64_t batch_tokens = 0;
+    /// Most samples in one batch (≥ 1), whatever the budget.
+    std::uint64_t max_batch_samples = 4096;
+    /// Length bucketing: the samples that `bucket_window` consecutive batches would hold are
+    /// sorted by length (tokens with a token budget, else bytes; ties by order) and batched
+    /// again, so similar lengths share a batch and padding shrinks. 0 or 1 = off.
+    std::uint64_t bucket_window = 0;
+    /// With a token budget: index (in `Source::fields()`) of the ragged field whose length in
+    /// elements counts as tokens. The loader computes a sample's tokens from
+    /// `Source::sample_bytes` minus the fixed fields, divided by the element size, so the
+    /// source must have no other ragged field: exact for raw TFRecord payloads; for decoded
+    /// `tf.train.Example` features it counts the encoded record.
+    std::size_t token_field = 0;
+
+    /// True when a budget is set (batches are sized by it, not by `PlanOptions::batch_size`).
+    bool active() const noexcept { return batch_bytes > 0 || batch_tokens > 0; }
+    /// Local: the options as text (for option agreement and fingerprints).
+    std::string describe() const;
+};
+
 /// Options that decide the sample sequence. Every rank must pass the same values.
 struct PlanOptions {
-    /// Samples per batch on each rank (B). Must be ≥ 1.
+    /// Samples per batch on each rank (B). Must be ≥ 1. Not used with a `budget`.
     std::uint64_t batch_size = 32;
     /// Seed of every shuffle.
     std::uint64_t seed = 0;
@@ -62,9 +92,17 @@ struct PlanOptions {
     /// same, so exactly-once, determinism and resume hold. Needs the size of every sample
     /// (`Source::sample_bytes`); the plan of an epoch then costs O(N log(W·B)) time per rank.
     bool balance_steps = false;
+    /// Budget batches instead of `batch_size` samples per batch (see BatchBudget). Then every
+    /// sample of the epoch is in exactly one batch of one rank and `remainder` is not used:
+    /// ranks with fewer batches than the epoch's steps yield masked padding batches of one
+    /// slot (index kPaddingId, valid 0). `byte_range` packs each rank's shard in its order;
+    /// `global` packs the whole epoch order (independent of W) and deals batch k to rank
+    /// k mod W.
+    BatchBudget budget;
 
-    /// @throws ConfigError for a zero batch size, a shuffle that does not fit the sharding, or
-    ///         `balance_steps` with `byte_range` sharding.
+    /// @throws ConfigError for a zero batch size, a shuffle that does not fit the sharding,
+    ///         `balance_steps` with `byte_range` sharding or with a budget, or a budget with
+    ///         `max_batch_samples` 0.
     void validate() const;
 };
 
@@ -79,15 +117,66 @@ Remainder parse_remainder(const std::string& s);
 /// Sample id used for an empty (masked) slot.
 constexpr std::int64_t kPaddingId = -1;
 
-/// One rank's plan for one epoch: `steps` batches of `batch_size` slots each.
-struct EpochPlan {
-    /// Batches this rank yields; equal on every rank (a pure function of N, W, B, remainder).
+/// Padding counts of a set of budget batches, in the budget's unit (tokens with a token
+/// budget, else bytes): `padded_units` = Σ over batches of (longest sample × count − sum of
+/// samples), `slot_units` = Σ longest sample × count. Padding waste = padded_units / slot_units.
+struct PaddingWaste {
+    std::uint64_t padded_units = 0;
+    std::uint64_t slot_units = 0;
+    /// padded_units / slot_units (0 when there are no batches).
+    double ratio() const noexcept;
+};
+
+/// Report of a budget plan over all ranks and the whole epoch (identical on every rank).
+struct BudgetTotals {
+    /// Real (non-padding) batches, padding steps (Σ over ranks of steps − own batches) and
+    /// batches of one sample over the budget.
+    std::uint64_t batches = 0;
+    std::uint64_t padding_steps = 0;
+    std::uint64_t oversize_batches = 0;
+    /// The fewest and most samples in a real batch.
+    std::uint64_t min_batch_samples = 0;
+    std::uint64_t max_batch_samples = 0;
+    PaddingWaste waste;
+    /// The same waste without bucketing (equal to `waste` when `bucket_window` ≤ 1).
+    PaddingWaste unbucketed_waste;
+};
+
+/// Counts over all ranks for one epoch (identical on every rank).
+struct EpochTotals {
     std::uint64_t steps = 0;
+    std::uint64_t valid_samples = 0;
+    std::uint64_t padding_slots = 0;
+    std::uint64_t dropped_samples = 0;
+};
+
+/// One rank's plan for one epoch: `steps` batches. Fixed batches have `batch_size` slots each;
+/// budget batches have variable sizes given by `batch_offsets` (see `batch_begin`).
+struct EpochPlan {
+    /// Batches this rank yields; equal on every rank (a pure function of N, W, B, remainder,
+    /// or of N, W, the budget and the sample costs).
+    std::uint64_t steps = 0;
+    /// Fixed batches: slots of every batch (B). Budget batches: the most slots of any batch of
+    /// any rank in the whole epoch (≥ 1), which sizes the loader's ring slots.
     std::uint64_t batch_size = 0;
-    /// Sample id of each slot, `steps * batch_size` entries in yield order; kPaddingId for masked.
+    /// Sample id of each slot, in yield order (`batch_begin(steps)` entries); kPaddingId for
+    /// masked slots.
     std::vector<std::int64_t> ids;
     /// 1 where the slot is a real, first occurrence of its sample in this epoch.
     std::vector<std::uint8_t> valid;
+    /// Budget batches: `steps + 1` offsets into `ids`/`valid`, step s holding the slots
+    /// `[batch_offsets[s], batch_offsets[s+1])`. Empty for fixed batches.
+    std::vector<std::uint64_t> batch_offsets;
+    /// Budget batches: one entry per step, 1 when the batch is one sample over the budget.
+    std::vector<std::uint8_t> oversize;
+    /// Budget batches: `steps + 1` entries; entry s = samples of this epoch the whole job has
+    /// consumed before step s of this plan (counting a resumed epoch's earlier part), so a
+    /// state taken after s steps records entry s. Empty for fixed batches.
+    std::vector<std::uint64_t> job_samples_before;
+    /// Totals over all ranks of this plan (of a resumed epoch: its remaining part).
+    EpochTotals totals;
+    /// Budget batches: the report over all ranks and the whole epoch.
+    BudgetTotals budget;
     /// This rank's owned shard `[shard_begin, shard_end)` (byte_range), for reporting.
     std::uint64_t shard_begin = 0;
     std::uint64_t shard_end = 0;
@@ -102,6 +191,21 @@ struct EpochPlan {
     /// `balance_steps` for comparison.
     double unbalanced_worst_step_byte_ratio = 0;
     double unbalanced_mean_step_byte_ratio = 0;
+
+    /// True for budget batches (variable sizes).
+    bool budgeted() const noexcept { return !batch_offsets.empty(); }
+    /// First slot of step `step` (≤ steps) in `ids`/`valid`.
+    std::uint64_t batch_begin(std::uint64_t step) const noexcept {
+        return budgeted() ? batch_offsets[step] : step * batch_size;
+    }
+    /// Slots of step `step` (< steps).
+    std::uint64_t batch_slots(std::uint64_t step) const noexcept {
+        return batch_begin(step + 1) - batch_begin(step);
+    }
+    /// True when step `step` (< steps) is a budget batch of one sample over the budget.
+    bool batch_oversize(std::uint64_t step) const noexcept {
+        return step < oversize.size() && oversize[step] != 0;
+    }
 };
 
 /// Where an epoch's plan starts. A fresh epoch is `{0, 0}`; a resumed one comes from a saved
@@ -111,33 +215,32 @@ struct EpochStart {
     /// with `byte_range` sharding also where the plan resumes, which needs the same W).
     std::uint64_t step = 0;
     /// `global` sharding: positions `[0, position)` of the epoch order were consumed by the
-    /// job (at any world size); the plan covers positions from here. ≤ N.
+    /// job (at any world size); the plan covers positions from here. ≤ N. With a budget the
+    /// order is the batch order (the epoch order with each bucketing window sorted by length)
+    /// and `position` must be the end of a batch: the samples of a prefix of the epoch's
+    /// W-independent batch list.
     std::uint64_t position = 0;
 };
 
-/// Bytes of sample `id` (for `PlanOptions::balance_steps` and byte-balance reports).
+/// Bytes of sample `id` (for `PlanOptions::balance_steps`, byte-balance reports and byte
+/// budgets). Must be a pure function of `id`, identical on every rank.
 using SampleBytesFn = std::function<std::uint64_t(std::uint64_t)>;
-
-/// Counts over all ranks for one epoch (identical on every rank).
-struct EpochTotals {
-    std::uint64_t steps = 0;
-    std::uint64_t valid_samples = 0;
-    std::uint64_t padding_slots = 0;
-    std::uint64_t dropped_samples = 0;
-};
+/// Tokens of sample `id` (for token budgets). Pure, identical on every rank.
+using SampleTokensFn = std::function<std::uint64_t(std::uint64_t)>;
 
 /// Start of each rank's shard for `byte_range` after skew correction: rank r owns
 /// `[begin[r], begin[r+1])`, with N/W samples plus one for the first N mod W ranks.
 /// Returns W+1 entries. @throws ConfigError when world_size < 1.
 std::vector<std::uint64_t> balanced_shard_begins(std::uint64_t num_samples, int world_size);
 
-/// Totals of an epoch. Pure. @throws ConfigError for N = 0 or world_size < 1.
+/// Totals of an epoch of fixed batches (those of budget batches come with their plan,
+/// `EpochPlan::totals`). Pure. @throws ConfigError for N = 0, world_size < 1 or a budget.
 EpochTotals plan_totals(std::uint64_t num_samples, int world_size, const PlanOptions& options);
 
 /// Totals of the part of an epoch that starts at `start` (all ranks; `valid_samples` counts
 /// only the remaining part). Pure.
 /// @throws ConfigError for N = 0, world_size < 1, a `start` beyond the epoch (byte_range: more
-///         steps than the epoch has; global: a position > N).
+///         steps than the epoch has; global: a position > N), or a budget.
 EpochTotals plan_totals(std::uint64_t num_samples, int world_size, const PlanOptions& options,
                         const EpochStart& start);
 
@@ -152,11 +255,23 @@ EpochPlan plan_epoch(std::uint64_t num_samples, int world_size, int rank,
 /// remaining ones; with another W (`global` sharding only) they hold exactly the samples at
 /// positions ≥ start.position, each once, in equal batch counts. `sample_bytes` is required
 /// when `options.balance_steps` is set, and optional otherwise (it only fills the byte-balance
-/// report). Pure. @throws ConfigError as `plan_totals`, and for a rank outside [0, W) or
-/// `balance_steps` without `sample_bytes`.
+/// report).
+///
+/// With a budget (`options.budget`) the plan has budget batches: `sample_bytes` is required,
+/// and `sample_tokens` with a token budget. `byte_range` resumes at `start.step` (same W);
+/// `global` resumes after the prefix of the W-independent batch list that holds
+/// `start.position` samples and deals the remaining batches in turn from rank 0, so with the
+/// same W the batches are exactly the uninterrupted plan's remaining ones. Every rank's batch
+/// count is needed for the step count, so a budget plan costs O(N) calls of `sample_bytes`
+/// (and `sample_tokens`) and O(N/W) memory (O(N) with `global`).
+///
+/// Pure. @throws ConfigError as `plan_totals` (except for the budget), and for a rank outside
+/// [0, W), `balance_steps` without `sample_bytes`, a budget without the cost functions it
+/// needs, or a budget `start.position` that is not the end of a batch.
 EpochPlan plan_epoch(std::uint64_t num_samples, int world_size, int rank,
                      const PlanOptions& options, std::uint64_t epoch, const EpochStart& start,
-                     const SampleBytesFn& sample_bytes = {});
+                     const SampleBytesFn& sample_bytes = {},
+                     const SampleTokensFn& sample_tokens = {});
 
 /// Every rank's sample ids of step `step` (0 = the first step of the plan from `start`) of
 /// `epoch` with `global` sharding: W·B entries, rank r's batch at [r·B, (r+1)·B) in its yield
@@ -164,8 +279,8 @@ EpochPlan plan_epoch(std::uint64_t num_samples, int world_size, int rank,
 /// .ids[step·B + j]` (kPaddingId for masked slots). Used by the two-phase reads, where every
 /// rank must know who consumes each sample of a step. Memory O(W·B) (8 bytes a slot, plus
 /// 24 bytes a slot with `balance_steps`); time O(W·B), O(W·B log(W·B)) with `balance_steps`.
-/// Pure. @throws ConfigError as `plan_epoch`, for `byte_range` sharding, and for a step ≥ the
-/// steps of the plan.
+/// Pure. @throws ConfigError as `plan_epoch`, for `byte_range` sharding, a budget, and for a
+/// step ≥ the steps of the plan.
 std::vector<std::int64_t> global_step_ids(std::uint64_t num_samples, int world_size,
                                           const PlanOptions& options, std::uint64_t epoch,
                                           const EpochStart& start, std::uint64_t step,

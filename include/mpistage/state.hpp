@@ -19,8 +19,9 @@ namespace mpistage {
 /// of W), so a job can resume at any world size. With `byte_range` sharding the shards depend
 /// on W, and the state resumes only at the same world size.
 struct LoaderState {
-    /// Version of this layout; `from_json` refuses other versions.
-    static constexpr int kFormatVersion = 1;
+    /// Version of this layout; `from_json` also reads version 1 (fixed batches only, no
+    /// budget keys) and refuses others.
+    static constexpr int kFormatVersion = 2;
 
     int format_version = kFormatVersion;
     /// Identity of the dataset independent of paths (so staged copies resume): FNV-1a 64 (hex)
@@ -33,7 +34,7 @@ struct LoaderState {
     /// shift every later id: a different count is a different dataset.
     std::uint64_t skipped_records = 0;
     /// The options that decide the sequence (batch size, seed, sharding, shuffle, remainder,
-    /// balance_steps).
+    /// balance_steps, the batch budget).
     PlanOptions plan;
     /// World size of the job that saved the state.
     int world_size = 1;
@@ -43,8 +44,10 @@ struct LoaderState {
     /// world size; after a resume at another W, the steps of the runs at each W are summed).
     std::uint64_t steps_consumed = 0;
     /// Samples of `epoch` consumed by the whole job: with `global` sharding the resume
-    /// position in the epoch order (≤ N); with `byte_range`, the valid samples yielded by all
-    /// ranks (a report; the resume point is `steps_consumed`).
+    /// position in the epoch order (≤ N; with a batch budget, in the batch order: the samples
+    /// of the consumed prefix of the epoch's W-independent batch list); with `byte_range`,
+    /// the valid samples yielded by all ranks (a report; the resume point is
+    /// `steps_consumed`).
     std::uint64_t samples_consumed = 0;
 
     /// The state as one JSON object (nlohmann-json; keys documented in docs/resume.md).

@@ -4,6 +4,7 @@
 
 #include "cli/args.hpp"
 #include "mpistage/comm.hpp"
+#include "mpistage/loader.hpp"
 
 namespace mpistage::cli {
 

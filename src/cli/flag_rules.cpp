@@ -52,6 +52,9 @@ struct Rule {
 constexpr const char* kFixedOnly =
     "it is for fixed-size batches of FILE input (docs: README, \"mpistage stage\")";
 constexpr const char* kStreamOnly = "it is for --sqlite input";
+constexpr const char* kFileOnly =
+    "it is for FILE input served by the loader (streams have no prefetch ring, memory tier or "
+    "device staging)";
 
 // Every option of the stage command, in --help order. A flag added to args.cpp without a row
 // here fails every run that gives it, and the unit test that compares the two lists.
@@ -74,25 +77,26 @@ constexpr Rule kRules[] = {
     {"--remainder", fixed_files,
      "budget batches mask the steps of ranks with no batch left; "
      "streams use --on-dry"},
-    {"--prefetch", fixed_files, kFixedOnly},
-    {"--threads", fixed_files, kFixedOnly},
+    {"--prefetch", files, kFileOnly},
+    {"--threads", files, kFileOnly},
     {"--verify", any_input, ""},
     {"--timeout", any_input, ""},
-    {"--verify-files", fixed_files, kFixedOnly},
+    {"--verify-files", files, kFileOnly},
     {"--json", any_input, ""},
     {"--quiet", any_input, ""},
-    {"--save-state", fixed_batches, "budget batches cannot be saved or resumed yet"},
-    {"--save-every", fixed_batches, "budget batches cannot be saved or resumed yet"},
-    {"--stop-after-steps", fixed_batches, "budget batches cannot be saved or resumed yet"},
-    {"--resume", fixed_batches, "budget batches cannot be saved or resumed yet"},
+    {"--save-state", any_input, ""},
+    {"--save-every", any_input, ""},
+    {"--stop-after-steps", any_input, ""},
+    {"--resume", any_input, ""},
     {"--balance-steps", fixed_files, "it balances fixed-size global batches of FILE input"},
     {"--compute-ms", any_input, ""},
     {"--compute-us", any_input, ""},
-    {"--device", fixed_files, kFixedOnly},
-    {"--stage", fixed_files, kFixedOnly},
-    {"--stage-budget", fixed_files, kFixedOnly},
-    {"--stage-ranks-per-node", fixed_files, kFixedOnly},
-    {"--two-phase", fixed_files, kFixedOnly},
+    {"--device", files, kFileOnly},
+    {"--stage", files, kFileOnly},
+    {"--stage-budget", files, kFileOnly},
+    {"--stage-ranks-per-node", files, kFileOnly},
+    {"--two-phase", fixed_files,
+     "it exchanges fixed-size global batches of FILE input (not budget batches or streams)"},
     {"--batch-bytes", any_input, ""},
     {"--batch-tokens", any_input, ""},
     {"--max-batch-samples", budget_batches,

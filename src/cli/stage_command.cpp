@@ -170,7 +170,7 @@ public:
         auto range = input_.epoch(e);
         const std::uint64_t planned = input_.planned_steps(range);
         for (const HostBatch& batch : range) {
-            c.add(batch, input_.last_oversize());
+            c.add(batch, input_.oversize(range, batch));
             progress_.step(e, first_step + c.batches, planned ? first_step + planned : 0);
             if (a_.verify || !a_.ids_out.empty()) {
                 for (std::size_t j = 0; j < batch.size(); ++j) {
@@ -344,11 +344,7 @@ int run_stage(Communicator& comm, const StageArgs& a) {
     StageOutcome o;
     o.fields = source->fields();
     o.source = source->statistics();
-    if (a.budget()) {
-        BudgetInput input(comm, *source, a, local.input.kind);
-        return stage_input(comm, a, local, input, std::move(o));
-    }
-    FileInput input(comm, *source, a, local.resume);
+    FileInput input(comm, *source, a, local.resume, local.input.kind);
     return stage_input(comm, a, local, input, std::move(o));
 }
 

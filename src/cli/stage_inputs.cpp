@@ -30,13 +30,24 @@ LoaderOptions loader_options(const StageArgs& a) {
     o.stage_ranks_per_node =
         static_cast<int>(std::min<std::uint64_t>(a.stage_ranks_per_node, 1 << 30));
     o.two_phase = a.two_phase;
+    o.plan.budget.batch_bytes = a.batch_bytes;
+    o.plan.budget.batch_tokens = a.batch_tokens;
+    o.plan.budget.max_batch_samples = a.max_batch_samples;
+    o.plan.budget.bucket_window = a.bucket_window;
     return o;
 }
 
+// Collective: the loader of FILE input, fixed or budget batches (the token field is agreed).
 Loader open_loader(const Communicator& comm, const Source& source, const StageArgs& a,
-                   const std::optional<SavedState>& resume) {
-    if (!resume) return Loader(comm, source, loader_options(a));
-    return Loader::restore(comm, source, loader_options(a), resume->loader);
+                   const std::optional<SavedState>& resume, InputKind kind) {
+    LoaderOptions o = loader_options(a);
+    if (a.batch_tokens > 0) {
+        o.plan.budget.token_field = run_agreed_value(comm, [&] {
+            return token_field_index(source.fields(), a.token_field, input_kind_name(kind));
+        });
+    }
+    if (!resume) return Loader(comm, source, o);
+    return Loader::restore(comm, source, o, resume->loader);
 }
 
 // The input part of the report every kind shares.
@@ -88,8 +99,8 @@ std::size_t token_field_index(const std::vector<FieldInfo>& fields, const std::s
 // ---- files, fixed batches --------------------------------------------------------------------
 
 FileInput::FileInput(const Communicator& comm, const Source& source, const StageArgs& a,
-                     const std::optional<SavedState>& resume)
-    : loader_(open_loader(comm, source, a, resume)), staging_(loader_) {}
+                     const std::optional<SavedState>& resume, InputKind kind)
+    : loader_(open_loader(comm, source, a, resume, kind)), staging_(loader_) {}
 
 void FileInput::note_epoch(const EpochRange& r, EpochReport& rep) const {
     const EpochPlan& p = r.plan();
@@ -97,6 +108,10 @@ void FileInput::note_epoch(const EpochRange& r, EpochReport& rep) const {
     rep.step_ratio_mean = p.mean_step_byte_ratio;
     rep.unbalanced_worst = p.unbalanced_worst_step_byte_ratio;
     rep.unbalanced_mean = p.unbalanced_mean_step_byte_ratio;
+    if (p.budgeted()) {
+        rep.padding_waste = p.budget.waste.ratio();
+        rep.unbucketed_padding_waste = p.budget.unbucketed_waste.ratio();
+    }
 }
 
 std::optional<SavedState> FileInput::snapshot() const {
@@ -113,6 +128,7 @@ RankTotals FileInput::totals() const {
     t.wait_io_seconds = s.wait_io_time.count();
     t.wait_peers_seconds = s.wait_peers_time.count();
     t.records_moved = s.records_moved;
+    t.oversize = s.oversize_batches;
     t.device = s.device.index;
     t.h2d_bytes = staging_.stats().bytes_copied;
     t.h2d_seconds = staging_.stats().copy_seconds;
@@ -145,70 +161,14 @@ void FileInput::describe(const StageArgs& a, StageOutcome& o) const {
                       {"stage_budget_bytes", opt.stage_budget_bytes},
                       {"stage_ranks_per_node", opt.stage_ranks_per_node},
                       {"two_phase", opt.two_phase}});
+    if (opt.plan.budget.active()) {
+        o.options.update({{"token_field", opt.plan.budget.token_field}});
+        o.budget = budget_json(a);
+    }
     o.num_samples = loader_.num_samples();
-    o.remainder = a.remainder;
+    o.remainder = opt.plan.budget.active() ? "mask" : a.remainder;
     o.shuffle = a.shuffle;
     o.sharding = a.sharding;
-}
-
-// ---- files, budget batches -------------------------------------------------------------------
-
-std::unique_ptr<DynamicLoader> open_budget_loader(const Communicator& comm, const Source& source,
-                                                  const DynamicLoaderOptions& options) {
-    return std::make_unique<DynamicLoader>(comm, source, options);
-}
-
-BudgetInput::BudgetInput(const Communicator& comm, const Source& source, const StageArgs& a,
-                         InputKind kind) {
-    options_.plan.seed = a.seed;
-    options_.plan.shuffle = parse_shuffle(a.shuffle);
-    options_.plan.sharding = parse_sharding(a.sharding);
-    options_.batching.batch_bytes = a.batch_bytes;
-    options_.batching.batch_tokens = a.batch_tokens;
-    options_.batching.max_batch_samples = a.max_batch_samples;
-    options_.batching.bucket_window = a.bucket_window;
-    options_.timeout = std::chrono::seconds(a.timeout_seconds);
-    run_agreed(comm, [&] {
-        options_.validate();
-        if (a.batch_tokens > 0) {
-            options_.token_field =
-                token_field_index(source.fields(), a.token_field, input_kind_name(kind));
-        }
-    });
-    loader_ = open_budget_loader(comm, source, options_);
-}
-
-BudgetEpoch BudgetInput::epoch(std::uint64_t e) {
-    loader_->start_epoch(e);
-    return BudgetEpoch(*loader_);
-}
-
-void BudgetInput::note_epoch(const BudgetEpoch&, EpochReport& rep) const {
-    rep.padding_waste = loader_->plan().waste.ratio();
-    rep.unbucketed_padding_waste = loader_->plan().unbucketed_waste.ratio();
-}
-
-std::optional<SavedState> BudgetInput::snapshot() const {
-    return std::nullopt;  // the budget loader has no state yet (--save-state is refused)
-}
-
-RankTotals BudgetInput::totals() const {
-    RankTotals t;
-    t.bytes = loader_->stats().bytes_read;
-    t.oversize = loader_->stats().oversize_batches;
-    return t;
-}
-
-void BudgetInput::describe(const StageArgs& a, StageOutcome& o) const {
-    describe_common(a, o);
-    o.num_samples = loader_->num_samples();
-    o.options = plan_json(options_.plan);
-    o.options.update(
-        {{"timeout_seconds", options_.timeout.count()}, {"token_field", options_.token_field}});
-    o.remainder = "mask";
-    o.shuffle = a.shuffle;
-    o.sharding = a.sharding;
-    o.budget = budget_json(a);
 }
 
 // ---- streams ---------------------------------------------------------------------------------

@@ -4,10 +4,10 @@
 //   epoch(e)            a range of HostBatch (`for (const auto& batch : input.epoch(e))`)
 //   planned_steps(r)    steps of the range when known before the first batch (0: a stream)
 //   consume(b)          the last hop of a batch (device staging of files), after it was counted
-//   last_oversize()     the last batch is one sample over a budget
+//   oversize(r, b)      batch b of range r is one sample over a budget
 //   expected(r, prior)  distinct valid ids the whole epoch yields over all ranks (--verify)
 //   note_epoch(r, rep)  what the input adds to the epoch's report (byte balance, padding waste)
-//   snapshot()          collective: the state --save-state writes (none: budget batches)
+//   snapshot()          collective: the state --save-state writes
 //   totals(), tier_stats(), describe(o)
 #include <cstdint>
 #include <memory>
@@ -20,7 +20,6 @@
 #include "cli/flag_rules.hpp"
 #include "cli/report.hpp"
 #include "cli/stage_device.hpp"
-#include "mpistage/dynamic_loader.hpp"
 #include "mpistage/loader.hpp"
 #include "mpistage/sqlite_source.hpp"
 #include "mpistage/stream.hpp"
@@ -37,16 +36,20 @@ std::size_t token_field_index(const std::vector<FieldInfo>& fields, const std::s
 /// consumed"), for the report.
 std::string state_note(const SavedState& s, std::uint64_t num_samples);
 
-/// FILE input with fixed-size batches: the library's `Loader`.
+/// FILE input: the library's `Loader`, with fixed-size batches or batches sized by a byte or
+/// token budget (`PlanOptions::budget`, from --batch-bytes/--batch-tokens).
 class FileInput {
 public:
-    /// Collective: opens the loader over `source` (from `resume` when given).
+    /// Collective: opens the loader over `source` (from `resume` when given). `kind` names
+    /// the input in errors (a --token-field that is not a ragged field).
     FileInput(const Communicator& comm, const Source& source, const StageArgs& a,
-              const std::optional<SavedState>& resume);
+              const std::optional<SavedState>& resume, InputKind kind);
     EpochRange epoch(std::uint64_t e) { return loader_.epoch(e); }
     std::uint64_t planned_steps(const EpochRange& r) const noexcept { return r.steps(); }
     void consume(const HostBatch& b) { staging_.add(b); }
-    bool last_oversize() const noexcept { return false; }
+    bool oversize(const EpochRange& r, const HostBatch& b) const noexcept {
+        return r.plan().batch_oversize(b.step() - r.plan().first_step);
+    }
     std::uint64_t expected(const EpochRange& r, std::uint64_t prior) const {
         return prior + r.totals().valid_samples;
     }
@@ -64,61 +67,6 @@ private:
     BatchStaging staging_;
 };
 
-/// A small range over the batches of one budget epoch (`start_epoch` + `next`).
-class BudgetEpoch {
-public:
-    explicit BudgetEpoch(DynamicLoader& loader) : loader_(&loader) {}
-    class iterator {
-    public:
-        iterator() = default;
-        explicit iterator(DynamicLoader* loader) : loader_(loader) { ++*this; }
-        const HostBatch& operator*() const noexcept { return batch_; }
-        iterator& operator++() {
-            if (loader_ && !loader_->next(batch_)) loader_ = nullptr;
-            return *this;
-        }
-        bool operator!=(const iterator& o) const noexcept { return loader_ != o.loader_; }
-
-    private:
-        DynamicLoader* loader_ = nullptr;
-        HostBatch batch_;
-    };
-    iterator begin() { return iterator(loader_); }
-    iterator end() { return iterator(); }
-
-private:
-    DynamicLoader* loader_;
-};
-
-/// FILE input with batches sized by a byte or token budget.
-class BudgetInput {
-public:
-    /// Collective: opens the budget loader (open_budget_loader).
-    BudgetInput(const Communicator& comm, const Source& source, const StageArgs& a, InputKind kind);
-    BudgetEpoch epoch(std::uint64_t e);
-    std::uint64_t planned_steps(const BudgetEpoch&) const noexcept { return loader_->steps(); }
-    void consume(const HostBatch&) {}
-    bool last_oversize() const noexcept { return loader_->last_oversize(); }
-    std::uint64_t expected(const BudgetEpoch&, std::uint64_t prior) const {
-        return prior + loader_->num_samples();
-    }
-    void note_epoch(const BudgetEpoch&, EpochReport& rep) const;
-    std::optional<SavedState> snapshot() const;
-    RankTotals totals() const;
-    const LoaderStats& tier_stats() const noexcept { return tier_; }
-    void describe(const StageArgs& a, StageOutcome& o) const;
-
-private:
-    std::unique_ptr<DynamicLoader> loader_;
-    DynamicLoaderOptions options_;
-    LoaderStats tier_;
-};
-
-/// Collective: the loader of budget batches. The one place the CLI makes it; to become a
-/// `Loader` with a budget plan policy (issue 22, item 1).
-std::unique_ptr<DynamicLoader> open_budget_loader(const Communicator& comm, const Source& source,
-                                                  const DynamicLoaderOptions& options);
-
 /// A --sqlite query as a stream; each epoch is one pass of the query.
 class StreamInput {
 public:
@@ -128,7 +76,9 @@ public:
     StreamLoader::EpochBatches epoch(std::uint64_t e) { return loader_->epoch(e); }
     std::uint64_t planned_steps(const StreamLoader::EpochBatches&) const noexcept { return 0; }
     void consume(const HostBatch&) {}
-    bool last_oversize() const noexcept { return loader_->last_oversize(); }
+    bool oversize(const StreamLoader::EpochBatches&, const HostBatch&) const noexcept {
+        return loader_->last_oversize();
+    }
     std::uint64_t expected(const StreamLoader::EpochBatches&, std::uint64_t) const { return rows_; }
     void note_epoch(const StreamLoader::EpochBatches&, EpochReport&) const {}
     std::optional<SavedState> snapshot() const;

@@ -1,4 +1,5 @@
 // One epoch seen by the consumer: ordered batches from the prefetcher, one agreement per step.
+#include "loader/batch_builder.hpp"
 #include "loader/loader_impl.hpp"
 
 namespace mpistage {
@@ -26,33 +27,6 @@ const EpochPlan& EpochRange::plan() const noexcept {
 }
 const EpochTotals& EpochRange::totals() const noexcept {
     return impl_->totals;
-}
-
-HostBatch EpochRange::Impl::make_batch(const detail::Slot& slot,
-                                       std::shared_ptr<void> lease) const {
-    const auto& fields = loader->source.fields();
-    HostBatch b;
-    b.epoch_ = epoch;
-    b.step_ = plan.first_step + slot.step;
-    b.batch_size_ = plan.batch_size;
-    b.index_ = slot.ids;
-    b.valid_ = slot.valid;
-    b.num_valid_ = slot.num_valid;
-    b.fields_.resize(fields.size());
-    for (std::size_t f = 0; f < fields.size(); ++f) {
-        HostField& hf = b.fields_[f];
-        hf.info = &fields[f];
-        if (fields[f].ragged) {
-            hf.data = slot.ragged_values[f].data();
-            hf.size_bytes = slot.ragged_values[f].size();
-            hf.offsets = slot.ragged_offsets[f].data();
-        } else {
-            hf.data = slot.field_data[f];
-            hf.size_bytes = fields[f].sample_bytes * plan.batch_size;
-        }
-    }
-    b.lease_ = std::move(lease);
-    return b;
 }
 
 void EpochRange::Impl::agree_window() {
@@ -122,11 +96,13 @@ bool EpochRange::next(HostBatch& out) {
     l.stats.wait_time += Clock::now() - t0;
     l.stats.batches += 1;
     l.stats.valid_samples += slot->num_valid;
-    l.stats.padding_slots += d.plan.batch_size - slot->num_valid;
+    l.stats.padding_slots += slot->size - slot->num_valid;
+    l.stats.oversize_batches += d.plan.batch_oversize(slot->step) ? 1 : 0;
     l.stats.bytes_read += slot->bytes;
     ++d.next_consume;
     l.progress.consumed = d.next_consume;
-    out = d.make_batch(*slot, std::move(lease));
+    out = detail::batch_from_slot(l.source.fields(), *slot, d.epoch, d.plan.first_step + slot->step,
+                                  std::move(lease));
     return true;
 }
 

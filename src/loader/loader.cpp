@@ -27,6 +27,11 @@ void LoaderOptions::validate() const {
     }
     (void)parse_device(device);
     check_timeout(timeout, "loader");
+    if (two_phase && plan.budget.active()) {
+        throw ConfigError(
+            "loader: two-phase reads exchange fixed batches; they do not combine "
+            "with a batch budget (batch_bytes/batch_tokens)");
+    }
     if (two_phase && (plan.sharding != Sharding::global || stage != Stage::none)) {
         throw ConfigError("loader: two-phase reads need global sharding and stage none; got "
                           "sharding " + to_string(plan.sharding) + " and stage " +
@@ -43,6 +48,7 @@ void Loader::Impl::require_same_options() const {
                   {"sharding", to_string(p.sharding)},
                   {"shuffle", to_string(p.shuffle)},
                   {"remainder", to_string(p.remainder)},
+                  {"batching", p.budget.active() ? p.budget.describe() : "fixed"},
                   {"num_samples", std::to_string(num_samples)},
                   {"dataset fingerprint", "hash " + std::to_string(dataset)},
                   {"timeout", std::to_string(options.timeout.count()) + " s"},
@@ -72,18 +78,55 @@ void Loader::Impl::compute_cut() {
     stats.records_moved = (cut - overlap) + ((begins[r + 1] - begins[r]) - overlap);
 }
 
-void Loader::Impl::allocate_ring() {
+void Loader::Impl::make_cost_functions() {
+    const BatchBudget& budget = options.plan.budget;
+    if (!budget.active()) return;
     const auto& fields = source.fields();
-    const std::uint64_t b = options.plan.batch_size;
-    std::uint64_t sample_bytes = 0;
-    for (const auto& f : fields) sample_bytes += f.ragged ? 0 : f.sample_bytes;
+    std::uint64_t fixed = 0;
+    std::size_t ragged = 0;
+    for (const FieldInfo& f : fields) {
+        fixed += f.ragged ? 0 : f.sample_bytes;
+        ragged += f.ragged ? 1 : 0;
+    }
+    const Source* src = &source;
+    sample_bytes = [src](std::uint64_t id) { return src->sample_bytes(id); };
+    if (budget.batch_tokens == 0) return;
+    const std::size_t t = budget.token_field;
+    if (t >= fields.size() || !fields[t].ragged) {
+        throw ConfigError("loader: the token field (index " + std::to_string(t) +
+                          (t < fields.size() ? ", '" + fields[t].name + "'" : std::string()) +
+                          ") is not a ragged field of the source");
+    }
+    if (ragged != 1) {
+        throw ConfigError(
+            "loader: a token budget needs a source with exactly one ragged field "
+            "(tokens come from the sample's bytes); this one has " +
+            std::to_string(ragged));
+    }
+    const std::uint64_t element = std::max<std::uint64_t>(1, dtype_size(fields[t].dtype));
+    sample_tokens = [src, fixed, element](std::uint64_t id) {
+        const std::uint64_t bytes = src->sample_bytes(id);
+        return (bytes > fixed ? bytes - fixed : 0) / element;
+    };
+}
+
+EpochPlan Loader::Impl::plan_of(std::uint64_t e, const EpochStart& start) const {
+    SampleBytesFn sizes = sample_bytes;
+    if (options.plan.balance_steps) {
+        sizes = [&src = source](std::uint64_t id) { return src.sample_bytes(id); };
+    }
+    return plan_epoch(num_samples, comm.size(), comm.rank(), options.plan, e, start, sizes,
+                      sample_tokens);
+}
+
+void Loader::Impl::allocate_ring(std::uint64_t b, std::uint64_t slots) {
+    const auto& fields = source.fields();
+    std::uint64_t sample_bytes_each = 0;
+    for (const auto& f : fields) sample_bytes_each += f.ragged ? 0 : f.sample_bytes;
     const std::uint64_t bytes = detail::slot_bytes(fields, b);
-    // More slots than batches in an epoch would only hold memory.
-    const std::uint64_t slots =
-        std::max<std::uint64_t>(1, std::min<std::uint64_t>(options.prefetch, totals.steps));
     detail::check_host_budget(checked_mul(slots, bytes, "loader: prefetch ring"), comm.node_size(),
-                              std::to_string(slots) + " slots x batch_size " + std::to_string(b) +
-                                  " x " + std::to_string(sample_bytes) + " bytes per sample",
+                              std::to_string(slots) + " slots x " + std::to_string(b) + " samples" +
+                                  " x " + std::to_string(sample_bytes_each) + " bytes per sample",
                               "lower the batch size or prefetch depth");
     // One line per node when `auto` falls back to the CPU; pinned blocks are allocated with
     // the chosen device current (no context on another device), the caller's device restored.
@@ -117,10 +160,26 @@ Loader::Loader(const Communicator& comm, const Source& source, LoaderOptions opt
     detail::check_same_contents(d.comm, source, d.num_samples, d.options.verify_files);
     d.comm.set_context({"loader: construction", -1, -1, "", -1});
     run_agreed(d.comm, [&] { d.record_identity(); });
-    run_agreed(d.comm,
-               [&] { d.totals = plan_totals(d.num_samples, d.comm.size(), d.options.plan); });
+    std::uint64_t capacity = d.options.plan.batch_size;
+    run_agreed(d.comm, [&] {
+        d.make_cost_functions();
+        if (d.options.plan.budget.active()) {
+            // Budget batches: the ring's slots hold the largest batch of epoch 0's plan (of
+            // any rank); an epoch with a larger batch reallocates the ring (see `epoch`).
+            const EpochPlan first = d.plan_of(0, {});
+            d.totals = first.totals;
+            capacity = first.batch_size;
+        } else {
+            d.totals = plan_totals(d.num_samples, d.comm.size(), d.options.plan);
+        }
+    });
     agree_or_throw(d.comm, capture([&] { d.compute_cut(); }));
-    run_agreed(d.comm, [&] { d.allocate_ring(); });
+    // More slots than batches in an epoch would only hold memory.
+    run_agreed(d.comm, [&] {
+        d.allocate_ring(capacity,
+                        std::max<std::uint64_t>(
+                            1, std::min<std::uint64_t>(d.options.prefetch, d.totals.steps)));
+    });
     d.comm.set_context({"loader: stage " + to_string(d.options.stage), -1, -1, "", -1});
     d.tier =
         detail::build_memory_tier(d.comm, source, d.options, detail::ring_bytes(*d.ring), d.stats);
@@ -177,15 +236,17 @@ EpochRange Loader::epoch(std::uint64_t e) {
     const EpochStart start = d.start_of(e);
     d.resume.reset();
     run_agreed(d.comm, [&] {
-        SampleBytesFn sizes;
-        if (d.options.plan.balance_steps) {
-            sizes = [&src = d.source](std::uint64_t id) { return src.sample_bytes(id); };
+        impl->plan = d.plan_of(e, start);
+        impl->totals = impl->plan.totals;
+        // Budget batches: the plan's largest batch (the same on every rank) may exceed the
+        // ring's slots; the ring is then reallocated (batches still held keep the old one).
+        if (impl->plan.batch_size > d.ring->batch_capacity) {
+            d.allocate_ring(impl->plan.batch_size,
+                            std::max<std::uint64_t>(
+                                1, std::min<std::uint64_t>(d.options.prefetch, impl->plan.steps)));
         }
-        impl->totals = plan_totals(d.num_samples, d.comm.size(), d.options.plan, start);
-        impl->plan = plan_epoch(d.num_samples, d.comm.size(), d.comm.rank(), d.options.plan, e,
-                                start, sizes);
     });
-    d.progress = {true, e, start, 0, impl->plan.steps};
+    d.progress = {true, e, start, 0, impl->plan.steps, impl->plan.job_samples_before};
     detail::StepReader step_reader;
     if (d.options.two_phase) {  // collective: every rank has the same options
         step_reader = detail::two_phase_step_reader(d.comm, d.source, d.num_samples,

@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "mpistage/loader.hpp"
 #include "pipeline/prefetch.hpp"
@@ -39,7 +40,12 @@ struct Loader::Impl {
         EpochStart start;
         std::uint64_t consumed = 0;
         std::uint64_t steps = 0;
+        /// Budget batches: `EpochPlan::job_samples_before` of the epoch's plan.
+        std::vector<std::uint64_t> job_samples_before;
     } progress;
+    /// Budget batches: the sample costs the planner packs by (built at construction).
+    SampleBytesFn sample_bytes;
+    SampleTokensFn sample_tokens;
     /// Set by `restore` until the next `epoch()` call.
     std::optional<LoaderState> resume;
     /// The memory tier when `options.stage` staged the data (destroyed, collectively, first).
@@ -58,8 +64,14 @@ struct Loader::Impl {
     void require_same_options() const;
     /// Collective: the byte-range cut and the skew-correction statistics.
     void compute_cut();
-    /// Not collective: allocates the ring (checked against the node's memory).
-    void allocate_ring();
+    /// Not collective: allocates the ring of `slots` slots of `batch_capacity` samples each
+    /// (checked against the node's memory).
+    void allocate_ring(std::uint64_t batch_capacity, std::uint64_t slots);
+    /// Not collective: the cost functions of a batch budget (`sample_bytes`, `sample_tokens`).
+    /// @throws ConfigError for a token field that is not the source's only ragged field.
+    void make_cost_functions();
+    /// Not collective: the plan of `epoch` from `start` on this rank (pure).
+    EpochPlan plan_of(std::uint64_t epoch, const EpochStart& start) const;
     /// Collective: checks `state` against this loader (see Loader::restore) and keeps it.
     void apply_resume(const LoaderState& state);
     /// Not collective: reads samples 0, N/2 and N−1 for `dataset_fingerprint`.
@@ -101,8 +113,6 @@ struct EpochRange::Impl {
         }
         if (loader) loader->epoch_active = false;
     }
-    /// The batch of `slot` (owning `lease`).
-    HostBatch make_batch(const detail::Slot& slot, std::shared_ptr<void> lease) const;
     /// Collective: takes the slot of step `next_consume` (waiting for it) and every later one
     /// already read, then agrees once on how many of them every rank holds error-free.
     /// @throws the agreed error of the earliest failed step, on every rank.

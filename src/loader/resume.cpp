@@ -80,9 +80,14 @@ void Loader::Impl::apply_resume(const LoaderState& state) {
                        to_string(o.shuffle), origin);
         require_option(s.remainder == o.remainder, "remainder", to_string(s.remainder),
                        to_string(o.remainder), origin);
+        require_option(s.budget.describe() == o.budget.describe(), "budget",
+                       s.budget.active() ? s.budget.describe() : "none",
+                       o.budget.active() ? o.budget.describe() : "none", origin);
         if (o.sharding == Sharding::byte_range) {
-            require_option(s.batch_size == o.batch_size, "batch_size",
-                           std::to_string(s.batch_size), std::to_string(o.batch_size), origin);
+            if (!o.budget.active()) {
+                require_option(s.batch_size == o.batch_size, "batch_size",
+                               std::to_string(s.batch_size), std::to_string(o.batch_size), origin);
+            }
             if (state.world_size != comm.size()) {
                 throw ConfigError(
                     "loader: cannot resume: the state was saved by " +
@@ -93,9 +98,14 @@ void Loader::Impl::apply_resume(const LoaderState& state) {
                     "resumes at any world size)");
             }
         }
-        // The resume point must lie inside the epoch (plan_totals throws otherwise).
-        (void)plan_totals(num_samples, comm.size(), o, {state.steps_consumed,
-                                                        state.samples_consumed});
+        // The resume point must lie inside the epoch (the planner throws otherwise; with a
+        // budget also when it is not the end of a batch).
+        const EpochStart start{state.steps_consumed, state.samples_consumed};
+        if (o.budget.active()) {
+            (void)plan_of(state.epoch, start);
+        } else {
+            (void)plan_totals(num_samples, comm.size(), o, start);
+        }
     });
     resume = state;
 }
@@ -138,7 +148,9 @@ LoaderState Loader::state() const {
     s.epoch = p.epoch;
     s.steps_consumed = p.start.step + p.consumed;
     const PlanOptions& o = d.options.plan;
-    if (o.sharding == Sharding::global) {
+    if (!p.job_samples_before.empty()) {  // budget batches: counted by the plan
+        s.samples_consumed = p.job_samples_before[p.consumed];
+    } else if (o.sharding == Sharding::global) {
         const std::uint64_t width = static_cast<std::uint64_t>(d.comm.size()) * o.batch_size;
         s.samples_consumed = std::min(d.num_samples, p.start.position + p.consumed * width);
     } else {

@@ -19,6 +19,11 @@ std::string LoaderState::to_json() const {
         {"shuffle", to_string(plan.shuffle)},
         {"remainder", to_string(plan.remainder)},
         {"balance_steps", plan.balance_steps},
+        {"batch_bytes", plan.budget.batch_bytes},
+        {"batch_tokens", plan.budget.batch_tokens},
+        {"max_batch_samples", plan.budget.max_batch_samples},
+        {"bucket_window", plan.budget.bucket_window},
+        {"token_field", plan.budget.token_field},
         {"world_size", world_size},
         {"epoch", epoch},
         {"steps_consumed", steps_consumed},
@@ -54,9 +59,9 @@ LoaderState LoaderState::from_json(const std::string& text, const std::string& o
     if (!j.is_object()) throw ConfigError("state " + origin + " is not a JSON object");
     LoaderState s;
     s.format_version = get_key<int>(j, "format_version", origin);
-    if (s.format_version != kFormatVersion) {
+    if (s.format_version != kFormatVersion && s.format_version != 1) {
         throw ConfigError("state " + origin + " has format version " +
-                          std::to_string(s.format_version) + "; this build reads version " +
+                          std::to_string(s.format_version) + "; this build reads versions 1 and " +
                           std::to_string(kFormatVersion));
     }
     s.dataset_fingerprint = get_key<std::string>(j, "dataset_fingerprint", origin);
@@ -72,6 +77,14 @@ LoaderState LoaderState::from_json(const std::string& text, const std::string& o
         throw ConfigError("state " + origin + ": " + e.what());
     }
     s.plan.balance_steps = get_key<bool>(j, "balance_steps", origin);
+    if (s.format_version >= 2) {  // version 1 had fixed batches only
+        s.plan.budget.batch_bytes = get_key<std::uint64_t>(j, "batch_bytes", origin);
+        s.plan.budget.batch_tokens = get_key<std::uint64_t>(j, "batch_tokens", origin);
+        s.plan.budget.max_batch_samples = get_key<std::uint64_t>(j, "max_batch_samples", origin);
+        s.plan.budget.bucket_window = get_key<std::uint64_t>(j, "bucket_window", origin);
+        s.plan.budget.token_field = get_key<std::size_t>(j, "token_field", origin);
+    }
+    s.format_version = kFormatVersion;
     s.world_size = get_key<int>(j, "world_size", origin);
     s.epoch = get_key<std::uint64_t>(j, "epoch", origin);
     s.steps_consumed = get_key<std::uint64_t>(j, "steps_consumed", origin);

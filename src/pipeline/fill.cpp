@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "mpistage/error.hpp"
 #include "pipeline/slot_sink.hpp"
 
 namespace mpistage::detail {
@@ -11,10 +12,11 @@ namespace {
 /// Copies the step's ids and mask into the slot and lists the positions to read.
 void prepare(Slot& slot, const std::vector<FieldInfo>& fields, const EpochPlan& plan,
              std::uint64_t step) {
-    const std::size_t b = plan.batch_size;
-    const std::int64_t* ids = plan.ids.data() + step * b;
-    const std::uint8_t* valid = plan.valid.data() + step * b;
+    const std::size_t b = plan.batch_slots(step);
+    const std::int64_t* ids = plan.ids.data() + plan.batch_begin(step);
+    const std::uint8_t* valid = plan.valid.data() + plan.batch_begin(step);
     slot.step = step;
+    slot.size = b;
     slot.num_valid = 0;
     slot.bytes = 0;
     slot.read_ids.clear();
@@ -51,7 +53,11 @@ void fill_slot(Slot& slot, const Source& source, const EpochPlan& plan, std::uin
 
 void fill_slot_with(Slot& slot, const std::vector<FieldInfo>& fields, const EpochPlan& plan,
                     std::uint64_t step, const SampleReader& read) {
-    const std::size_t b = plan.batch_size;
+    const std::size_t b = plan.batch_slots(step);
+    if (b > slot.capacity) {  // the loader sizes its ring from the plan's largest batch
+        throw Error("loader: batch " + std::to_string(step) + " has " + std::to_string(b) +
+                    " slots but the ring's slots hold " + std::to_string(slot.capacity));
+    }
     prepare(slot, fields, plan, step);
     bool any_ragged = false;
     for (const auto& f : fields) any_ragged = any_ragged || f.ragged;

@@ -48,9 +48,11 @@ std::shared_ptr<Ring> make_ring(const std::vector<FieldInfo>& fields, std::uint6
                                 std::uint64_t count, bool pinned) {
     const std::uint64_t bytes = slot_bytes(fields, b);
     auto ring = std::make_shared<Ring>();
+    ring->batch_capacity = b;
     for (std::uint64_t i = 0; i < count; ++i) {
         auto slot = std::make_unique<Slot>();
         slot->block = HostBlock(bytes, pinned);
+        slot->capacity = b;
         std::byte* p = slot->block.data();
         for (const auto& f : fields) {
             if (f.ragged) {

@@ -26,6 +26,10 @@ struct Slot {
     std::vector<std::uint64_t> read_ids;  // scratch: ids to read
     std::vector<std::size_t> read_pos;    // scratch: their batch positions
     std::uint64_t step = 0;
+    /// Samples the slot can hold (its fixed fields are [capacity, ...]).
+    std::uint64_t capacity = 0;
+    /// Slots of the batch held (≤ capacity).
+    std::size_t size = 0;
     std::size_t num_valid = 0;
     std::uint64_t bytes = 0;
 };
@@ -37,6 +41,8 @@ struct Ring {
     std::condition_variable cv;
     std::vector<std::unique_ptr<Slot>> slots;
     std::deque<Slot*> free;
+    /// Samples one slot holds (its fixed fields are [batch_capacity, ...]).
+    std::uint64_t batch_capacity = 0;
 
     /// Thread-safe: puts `s` back into the free list.
     void release(Slot* s);
@@ -52,7 +58,8 @@ std::uint64_t slot_bytes(const std::vector<FieldInfo>& fields, std::uint64_t b);
 /// once the ring is built (slots are never added later).
 std::uint64_t ring_bytes(const Ring& ring);
 
-/// Allocates `count` slots of `slot_bytes(fields, b)` bytes, pinned when `pinned`.
+/// Allocates `count` slots of `slot_bytes(fields, b)` bytes (batches of up to `b` samples),
+/// pinned when `pinned`.
 /// @throws CudaError, std::bad_alloc.
 std::shared_ptr<Ring> make_ring(const std::vector<FieldInfo>& fields, std::uint64_t b,
                                 std::uint64_t count, bool pinned);

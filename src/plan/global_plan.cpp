@@ -171,6 +171,9 @@ std::vector<std::int64_t> global_step_ids(std::uint64_t num_samples, int world_s
     if (options.sharding != Sharding::global) {
         throw ConfigError("plan: the ids of a whole step exist only with global sharding");
     }
+    if (options.budget.active()) {
+        throw ConfigError("plan: the ids of a whole step are for fixed batches, not a budget");
+    }
     if (options.balance_steps && !sample_bytes) {
         throw ConfigError("plan: balance_steps needs the size of every sample");
     }

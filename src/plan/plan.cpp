@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "mpistage/error.hpp"
+#include "plan/budget_plan.hpp"
 #include "plan/plan_detail.hpp"
 
 namespace mpistage {
@@ -46,6 +47,14 @@ void PlanOptions::validate() const {
     if (balance_steps && sharding != Sharding::global) {
         throw ConfigError("plan: balance_steps needs sharding 'global' (byte_range shards are "
                           "balanced by bytes already)");
+    }
+    if (budget.active() && budget.max_batch_samples == 0) {
+        throw ConfigError("plan: max_batch_samples (--max-batch-samples) must be ≥ 1");
+    }
+    if (budget.active() && balance_steps) {
+        throw ConfigError(
+            "plan: balance_steps balances fixed batches; it does not combine with "
+            "a batch budget (batch_bytes/batch_tokens)");
     }
 }
 
@@ -111,6 +120,11 @@ EpochTotals plan_totals(std::uint64_t num_samples, int world_size, const PlanOpt
                         const EpochStart& start) {
     options.validate();
     detail::check_world(num_samples, world_size);
+    if (options.budget.active()) {
+        throw ConfigError(
+            "plan: the totals of budget batches depend on the sample costs; they "
+            "come with the plan (plan_epoch, EpochPlan::totals)");
+    }
     const auto w = static_cast<std::uint64_t>(world_size);
     const std::uint64_t b = options.batch_size;
     const bool drop = options.remainder == Remainder::drop;
@@ -156,16 +170,31 @@ EpochPlan plan_epoch(std::uint64_t num_samples, int world_size, int rank,
 
 EpochPlan plan_epoch(std::uint64_t num_samples, int world_size, int rank,
                      const PlanOptions& options, std::uint64_t epoch, const EpochStart& start,
-                     const SampleBytesFn& sample_bytes) {
-    const EpochTotals totals = plan_totals(num_samples, world_size, options, start);
+                     const SampleBytesFn& sample_bytes, const SampleTokensFn& sample_tokens) {
+    options.validate();
+    detail::check_world(num_samples, world_size);
     if (rank < 0 || rank >= world_size) {
         throw ConfigError("plan: rank " + std::to_string(rank) + " outside world of size " +
                           std::to_string(world_size));
     }
+    EpochPlan plan;
+    if (options.budget.active()) {
+        if (!sample_bytes || (options.budget.batch_tokens > 0 && !sample_tokens)) {
+            throw ConfigError(std::string("plan: a batch budget needs the ") +
+                              (sample_bytes ? "tokens" : "size") + " of every sample");
+        }
+        plan.first_step = start.step;
+        const detail::SampleCostFn cost = [&](std::uint64_t id) {
+            return detail::SampleCost{sample_bytes(id), sample_tokens ? sample_tokens(id) : 0};
+        };
+        detail::plan_budget(num_samples, world_size, rank, options, epoch, start, cost, plan);
+        return plan;
+    }
+    const EpochTotals totals = plan_totals(num_samples, world_size, options, start);
     if (options.balance_steps && !sample_bytes) {
         throw ConfigError("plan: balance_steps needs the size of every sample");
     }
-    EpochPlan plan;
+    plan.totals = totals;
     plan.steps = totals.steps;
     plan.batch_size = options.batch_size;
     plan.first_step = start.step;
@@ -223,8 +252,8 @@ std::string plan_fingerprint(std::uint64_t num_samples, int world_size, const Pl
     return "N=" + std::to_string(num_samples) + ";W=" + std::to_string(world_size) +
            ";B=" + std::to_string(o.batch_size) + ";seed=" + std::to_string(o.seed) +
            ";sharding=" + to_string(o.sharding) + ";shuffle=" + to_string(o.shuffle) +
-           ";remainder=" + to_string(o.remainder) +
-           (o.balance_steps ? ";balance_steps" : "");
+           ";remainder=" + to_string(o.remainder) + (o.balance_steps ? ";balance_steps" : "") +
+           (o.budget.active() ? ";budget:" + o.budget.describe() : std::string());
 }
 
 }  // namespace mpistage

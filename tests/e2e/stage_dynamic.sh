@@ -3,7 +3,7 @@
 # sizes written by Python (its own CRC32C), staged with `--batch-bytes` at 1-3 ranks with
 # --verify: exactly once, equal steps, the oversize count equal to the records over the budget
 # (counted by Python), every JSON key documented in the README; flags that do not combine are a
-# ConfigError.
+# ConfigError; --stage memory, --prefetch, --threads and a 4 -> 3 rank resume work.
 # Usage: stage_dynamic.sh MPISTAGE_CLI WORK_DIR [TEST_DATA_DIR FASHION_MNIST_DIR (unused)]
 set -euo pipefail
 cli="$1"; work="$2"
@@ -87,9 +87,34 @@ PY
     done
 done
 
+# Budget batches are served by the one Loader: the memory tier, prefetch and I/O threads, and
+# a state saved at 4 ranks resumes at 3 under global sharding, exactly once across both runs.
+common="--batch-bytes $budget --max-batch-samples 512 --sharding global --shuffle global --seed 5"
+# shellcheck disable=SC2086
+timeout 300 "$mpiexec" -np 4 --oversubscribe "$cli" stage "$tfr" $common --stage memory \
+    --prefetch 3 --threads 2 --save-state "$work/s.json" --stop-after-steps 3 --verify \
+    >"$work/out.txt" 2>&1 || { cat "$work/out.txt"; fail "save at 4 ranks exited non-zero"; }
+grep -q 'tier memory' "$work/out.txt" || { cat "$work/out.txt"; fail "--stage memory not used"; }
+grep -q '^exactly-once: OK$' "$work/out.txt" || { cat "$work/out.txt"; fail "4 ranks: verify"; }
+# shellcheck disable=SC2086
+timeout 300 "$mpiexec" -np 3 --oversubscribe "$cli" stage "$tfr" $common --prefetch 2 \
+    --threads 3 --resume "$work/s.json" --verify --json "$work/resumed.json" \
+    >"$work/out.txt" 2>&1 || { cat "$work/out.txt"; fail "resume at 3 ranks exited non-zero"; }
+grep -q '^exactly-once: OK$' "$work/out.txt" \
+    || { cat "$work/out.txt"; fail "4 -> 3 ranks: not exactly once across both runs"; }
+python3 - "$work/resumed.json" "$records" <<'PY' || fail "resumed JSON report"
+import json, sys
+r = json.load(open(sys.argv[1]))
+e = r["epochs"][0]
+assert e["exactly_once"] and e["duplicates"] == 0 and e["missing"] == 0, e
+assert e["resumed"] and not e["interrupted"], e
+assert e["prior_run_samples"] > 0, e
+assert e["prior_run_samples"] + sum(e["valid_samples_per_rank"]) == int(sys.argv[2]), e
+PY
+
 # Flags of fixed batches are refused, the same way on every rank.
-for extra in "--balance-steps --sharding global" "--stage memory" "--batch-size 8" \
-             "--remainder mask"; do
+for extra in "--balance-steps --sharding global" "--two-phase --sharding global" \
+             "--batch-size 8" "--remainder mask"; do
     # shellcheck disable=SC2086
     if timeout 120 "$mpiexec" -np 2 --oversubscribe "$cli" stage "$tfr" --batch-bytes "$budget" \
         $extra >"$work/out.txt" 2>&1; then

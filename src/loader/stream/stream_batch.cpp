@@ -2,21 +2,10 @@
 #include <algorithm>
 #include <cstring>
 
+#include "loader/batch_builder.hpp"
 #include "loader/stream/stream_impl.hpp"
 
 namespace mpistage {
-
-namespace {
-
-/// Owns the memory of one stream batch; HostBatch::lease keeps it alive.
-struct StreamBatchStore {
-    std::vector<std::int64_t> index;
-    std::vector<std::uint8_t> valid;
-    std::vector<std::vector<std::byte>> data;
-    std::vector<std::vector<std::int64_t>> offsets;
-};
-
-}  // namespace
 
 HostBatch StreamLoader::Impl::make_batch(const detail::BatchChoice& choice) {
     std::vector<detail::StreamItem> items;
@@ -36,7 +25,7 @@ HostBatch StreamLoader::Impl::make_batch(const detail::BatchChoice& choice) {
     const std::size_t slots = budget ? std::max<std::size_t>(1, items.size())
                                      : static_cast<std::size_t>(options.batch_size);
     const auto& infos = source.fields();
-    auto store = std::make_shared<StreamBatchStore>();
+    auto store = std::make_shared<detail::BatchStore>();
     store->index.assign(slots, kPaddingId);
     store->valid.assign(slots, 0);
     store->data.resize(infos.size());
@@ -76,23 +65,7 @@ HostBatch StreamLoader::Impl::make_batch(const detail::BatchChoice& choice) {
     last_oversize = choice.oversize;
     delivered_here += items.size();
 
-    HostBatch b;
-    b.epoch_ = 0;
-    b.step_ = steps++;
-    b.batch_size_ = slots;
-    b.index_ = store->index.data();
-    b.valid_ = store->valid.data();
-    b.num_valid_ = items.size();
-    for (std::size_t f = 0; f < infos.size(); ++f) {
-        HostField hf;
-        hf.info = &infos[f];
-        hf.data = store->data[f].data();
-        hf.size_bytes = store->data[f].size();
-        hf.offsets = infos[f].ragged ? store->offsets[f].data() : nullptr;
-        b.fields_.push_back(hf);
-    }
-    b.lease_ = std::move(store);
-    return b;
+    return detail::batch_from_store(infos, std::move(store), 0, steps++, items.size());
 }
 
 }  // namespace mpistage

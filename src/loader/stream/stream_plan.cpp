@@ -64,22 +64,8 @@ std::uint64_t PositionFilter::next_wanted(std::uint64_t p) const {
     }
 }
 
-bool BatchFitter::add(const SampleCost& c) {
-    if (full_) return false;
-    const std::uint64_t n = count_ + 1;
-    const std::uint64_t tokens = std::max(max_tokens_, c.tokens);
-    const bool over_bytes = o_->batch_bytes > 0 && bytes_ + c.size_bytes > o_->batch_bytes;
-    const bool over_tokens = o_->batch_tokens > 0 && tokens * n > o_->batch_tokens;
-    if (count_ > 0 && (over_bytes || over_tokens)) {
-        full_ = true;
-        return false;
-    }
-    oversize_ = count_ == 0 && (over_bytes || over_tokens);
-    count_ = n;
-    bytes_ += c.size_bytes;
-    max_tokens_ = tokens;
-    if (count_ >= o_->batch_size || oversize_) full_ = true;
-    return true;
+BatchLimits batch_limits(const StreamOptions& o) {
+    return BatchLimits{o.batch_size, o.batch_bytes, o.batch_tokens};
 }
 
 std::size_t bucket_of(const SampleCost& c, const StreamOptions& o) {
@@ -90,7 +76,7 @@ std::size_t bucket_of(const SampleCost& c, const StreamOptions& o) {
 
 BatchChoice choose_batch(const std::vector<SampleCost>& queue, const StreamOptions& o) {
     const std::size_t nb = o.length_buckets.size() + 1;
-    std::vector<BatchFitter> fit(nb, BatchFitter(o));
+    std::vector<BatchFitter> fit(nb, BatchFitter(batch_limits(o)));
     std::vector<std::vector<std::size_t>> members(nb);
     std::vector<std::size_t> first_seen;  // buckets in order of their oldest sample
     for (std::size_t i = 0; i < queue.size(); ++i) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "mpistage/stream.hpp"
+#include "plan/batch_fitter.hpp"
 
 namespace mpistage::detail {
 
@@ -41,34 +42,8 @@ private:
     StreamPosition resumed_;
 };
 
-/// Cost of one queued sample for batching.
-struct SampleCost {
-    std::uint64_t size_bytes = 0;
-    std::uint64_t tokens = 0;
-};
-
-/// Accumulates samples into one batch while they fit the options' limits.
-class BatchFitter {
-public:
-    explicit BatchFitter(const StreamOptions& o) : o_(&o) {}
-    /// Adds `c` when it fits (the first sample always fits); false when the batch is full.
-    bool add(const SampleCost& c);
-    std::uint64_t count() const noexcept { return count_; }
-    /// True once a sample was refused or the count limit reached.
-    bool full() const noexcept { return full_; }
-    /// True when the only sample exceeds a budget.
-    bool oversize() const noexcept { return oversize_; }
-    std::uint64_t size_bytes() const noexcept { return bytes_; }
-    std::uint64_t max_tokens() const noexcept { return max_tokens_; }
-
-private:
-    const StreamOptions* o_;
-    std::uint64_t count_ = 0;
-    std::uint64_t bytes_ = 0;
-    std::uint64_t max_tokens_ = 0;
-    bool full_ = false;
-    bool oversize_ = false;
-};
+/// The limits of one stream batch: `batch_size` samples, `batch_bytes`, `batch_tokens`.
+BatchLimits batch_limits(const StreamOptions& o);
 
 /// Length bucket of a sample (index into `length_buckets`, one past for longer samples; 0
 /// without buckets). Length is tokens with a token budget, else bytes.

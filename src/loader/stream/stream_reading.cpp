@@ -91,7 +91,7 @@ void StreamLoader::Impl::fill(std::uint64_t extra, std::vector<std::string>& out
     }
     // Per-bucket fitters over the queue, extended as items arrive: O(1) per item.
     const std::size_t nb = options.length_buckets.size() + 1;
-    std::vector<detail::BatchFitter> fit(nb, detail::BatchFitter(options));
+    std::vector<detail::BatchFitter> fit(nb, detail::BatchFitter(detail::batch_limits(options)));
     auto add = [&](const detail::StreamItem& it) {
         const detail::SampleCost c{it.size_bytes, it.tokens};
         fit[detail::bucket_of(c, options)].add(c);

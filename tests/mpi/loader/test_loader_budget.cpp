@@ -1,4 +1,5 @@
-// DynamicLoader at 1-4 ranks: budget-sized batches of a generated TFRecord file with
+// The Loader with a batch budget (PlanOptions::budget) at 1-4 ranks: budget-sized batches of a
+// generated TFRecord file with
 // heavy-tailed record sizes and of an HDF5 file. Payloads are checked against the generators
 // (independent of mpistage), every sample exactly once, equal steps on every rank, every batch
 // within budget or one flagged oversize sample, and a read error on one rank is the same
@@ -14,41 +15,20 @@
 
 #include "../hdf5_test_util.hpp"
 #include "../tfrecord_test_util.hpp"
-#include "mpistage/dynamic_loader.hpp"
+#include "budget_test_util.hpp"
 #include "mpistage/hash.hpp"
 #include "mpistage/hdf5_source.hpp"
+#include "mpistage/loader.hpp"
 #include "mpistage/tfrecord_source.hpp"
 
 namespace {
 
 using namespace mpistage;
 
-constexpr std::uint64_t kRecords = 700;
-
-/// Payload length of record i: Pareto-like, 1 byte .. 40 kB (a few over the budgets below).
-std::uint64_t record_length(std::uint64_t i) {
-    const double u = (static_cast<double>(mix64(i + 99) >> 11) + 1.0) / 9007199254740993.0;
-    return static_cast<std::uint64_t>(std::min(40000.0, 30.0 / std::pow(u, 1.0 / 1.1)));
-}
-std::uint8_t payload_byte(std::uint64_t i, std::uint64_t k) {
-    return static_cast<std::uint8_t>((i * 31 + k * 7) & 0xFF);
-}
-
-/// Collective: rank 0 writes kRecords records of the lengths above; returns the path.
-std::string write_variable_tfrecord(const Communicator& comm) {
-    const std::string path = tfrecord_test::shared_tmp_dir(comm) + "/variable.tfrecord";
-    if (comm.rank() == 0) {
-        std::vector<std::uint8_t> bytes;
-        for (std::uint64_t i = 0; i < kRecords; ++i) {
-            std::vector<std::uint8_t> payload(record_length(i));
-            for (std::uint64_t k = 0; k < payload.size(); ++k) payload[k] = payload_byte(i, k);
-            tfrecord::append_record(bytes, payload.data(), payload.size());
-        }
-        tfrecord_test::spit(path, bytes);
-    }
-    comm.barrier();
-    return path;
-}
+using budget_test::kRecords;
+using budget_test::payload_byte;
+using budget_test::record_length;
+using budget_test::write_variable_tfrecord;
 
 /// What one rank saw in an epoch.
 struct Seen {
@@ -70,15 +50,16 @@ void expect_exactly_once_equal_steps(const Communicator& comm, const Seen& s) {
     EXPECT_EQ(comm.allreduce_min(s.steps), comm.allreduce_max(s.steps)) << "unequal steps";
 }
 
-Seen run_tfrecord_epoch(const Communicator& comm, DynamicLoader& loader, std::uint64_t epoch,
-                        std::uint64_t budget) {
+Seen run_tfrecord_epoch(const Communicator& comm, Loader& loader, std::uint64_t epoch,
+                        std::uint64_t budget, EpochPlan& plan) {
     Seen s;
     s.count.assign(kRecords, 0);
-    loader.start_epoch(epoch);
-    HostBatch b;
-    while (loader.next(b)) {
+    EpochRange range = loader.epoch(epoch);
+    plan = range.plan();
+    for (const HostBatch& b : range) {
         ++s.steps;
-        s.oversize += loader.last_oversize() ? 1 : 0;
+        const bool last_oversize = range.plan().batch_oversize(b.step());
+        s.oversize += last_oversize ? 1 : 0;
         EXPECT_GE(b.size(), 1u);
         const HostField& f = b.fields().at(0);
         std::uint64_t bytes = 0;
@@ -100,57 +81,67 @@ Seen run_tfrecord_epoch(const Communicator& comm, DynamicLoader& loader, std::ui
         }
         const bool single_over = b.num_valid() == 1 && bytes > budget;
         s.over_budget += bytes > budget && !single_over ? 1 : 0;
-        EXPECT_EQ(loader.last_oversize(), single_over);
+        EXPECT_EQ(last_oversize, single_over);
     }
     (void)comm;
     return s;
 }
 
-TEST(DynamicLoader, TfRecordHeavyTailedBudgetExactlyOnceEqualSteps) {
+TEST(LoaderBudget, TfRecordHeavyTailedBudgetExactlyOnceEqualSteps) {
     Communicator comm(MPI_COMM_WORLD);
     const std::string path = write_variable_tfrecord(comm);
     TfRecordSource src(comm, {path});
     ASSERT_EQ(src.num_samples(), kRecords);
     for (const Sharding sharding : {Sharding::byte_range, Sharding::global}) {
-        DynamicLoaderOptions o;
+        LoaderOptions o;
         o.plan.sharding = sharding;
         o.plan.shuffle = sharding == Sharding::global ? Shuffle::global : Shuffle::local;
         o.plan.seed = 5;
-        o.batching.batch_bytes = 16384;
-        o.batching.bucket_window = sharding == Sharding::global ? 4 : 0;
-        DynamicLoader loader(comm, src, o);
+        o.plan.budget.batch_bytes = 16384;
+        o.plan.budget.bucket_window = sharding == Sharding::global ? 4 : 0;
+        o.pin_memory = false;
+        Loader loader(comm, src, o);
         for (std::uint64_t epoch : {0u, 1u}) {
-            const Seen s = run_tfrecord_epoch(comm, loader, epoch, o.batching.batch_bytes);
+            EpochPlan plan;
+            const Seen s = run_tfrecord_epoch(comm, loader, epoch, o.plan.budget.batch_bytes, plan);
             expect_exactly_once_equal_steps(comm, s);
             EXPECT_EQ(s.bad_payload, 0u);
             EXPECT_EQ(s.over_budget, 0u);
             EXPECT_EQ(s.empty_valid, 0u) << "a padding slot carries data";
-            EXPECT_EQ(s.steps, loader.steps());
+            EXPECT_EQ(s.steps, plan.steps);
             // The generator's lengths give the oversize count independently.
             std::uint64_t over = 0;
             for (std::uint64_t i = 0; i < kRecords; ++i) over += record_length(i) > 16384 ? 1 : 0;
             EXPECT_EQ(comm.allreduce_sum(s.oversize), over);
-            EXPECT_EQ(loader.plan().total_oversize, over);
+            EXPECT_EQ(plan.budget.oversize_batches, over);
         }
+        EXPECT_EQ(
+            comm.allreduce_sum(loader.stats().oversize_batches), 2 * [] {
+                std::uint64_t over = 0;
+                for (std::uint64_t i = 0; i < kRecords; ++i)
+                    over += record_length(i) > 16384 ? 1 : 0;
+                return over;
+            }());
         EXPECT_EQ(comm.allreduce_sum(loader.stats().valid_samples), 2 * kRecords);
     }
     src.close();
     comm.free();
 }
 
-TEST(DynamicLoader, TfRecordTokenBudget) {
+TEST(LoaderBudget, TfRecordTokenBudget) {
     Communicator comm(MPI_COMM_WORLD);
     const std::string path = write_variable_tfrecord(comm);
     TfRecordSource src(comm, {path});
-    DynamicLoaderOptions o;
-    o.batching.batch_tokens = 20000;  // uint8 payload: one token per byte
-    DynamicLoader loader(comm, src, o);
-    loader.start_epoch(0);
+    LoaderOptions o;
+    o.plan.budget.batch_tokens = 20000;  // uint8 payload: one token per byte
+    o.pin_memory = false;
+    Loader loader(comm, src, o);
+    EpochRange range = loader.epoch(0);
     std::vector<int> count(kRecords, 0);
     std::uint64_t steps = 0;
     std::uint64_t over = 0;
     HostBatch b;
-    while (loader.next(b)) {
+    while (range.next(b)) {
         ++steps;
         std::uint64_t longest = 0;
         for (std::size_t j = 0; j < b.size(); ++j) {
@@ -159,7 +150,7 @@ TEST(DynamicLoader, TfRecordTokenBudget) {
             longest = std::max(longest, record_length(static_cast<std::uint64_t>(b.index()[j])));
         }
         const bool fits = longest * b.num_valid() <= 20000;
-        over += !fits && !(b.num_valid() == 1 && loader.last_oversize()) ? 1 : 0;
+        over += !fits && !(b.num_valid() == 1 && range.plan().batch_oversize(b.step())) ? 1 : 0;
     }
     EXPECT_EQ(over, 0u) << "batches over the token budget";
     std::vector<int> total(kRecords, 0);
@@ -171,21 +162,22 @@ TEST(DynamicLoader, TfRecordTokenBudget) {
     comm.free();
 }
 
-TEST(DynamicLoader, Hdf5FixedFieldsBatchesOfWhatFits) {
+TEST(LoaderBudget, Hdf5FixedFieldsBatchesOfWhatFits) {
     const std::string path = h5t::shared_files().generated_contiguous;
     Communicator comm(MPI_COMM_WORLD);
     Hdf5Options h5;
     h5.fields = {"images", "labels"};
     Hdf5Source src(comm, path, h5);
-    DynamicLoaderOptions o;
+    LoaderOptions o;
     o.plan.shuffle = Shuffle::local;
-    o.batching.batch_bytes = 5000;  // 784 image bytes + 8 label bytes per sample: 6 fit
-    DynamicLoader loader(comm, src, o);
-    loader.start_epoch(3);
+    o.plan.budget.batch_bytes = 5000;  // 784 image bytes + 8 label bytes per sample: 6 fit
+    o.pin_memory = false;
+    Loader loader(comm, src, o);
+    EpochRange range = loader.epoch(3);
     std::vector<int> count(h5t::kGeneratedRows, 0);
     std::uint64_t steps = 0, bad = 0, too_many = 0;
     HostBatch b;
-    while (loader.next(b)) {
+    while (range.next(b)) {
         ++steps;
         too_many += b.num_valid() > 5000 / (h5t::kPixels + 8) ? 1 : 0;
         const HostField* images = nullptr;
@@ -247,36 +239,55 @@ private:
     std::vector<FieldInfo> fields_;
 };
 
-TEST(DynamicLoader, ReadErrorOnOneRankIsTheSameErrorEverywhere) {
+TEST(LoaderBudget, ReadErrorOnOneRankIsTheSameErrorEverywhere) {
     Communicator comm(MPI_COMM_WORLD);
     FailingSource src(77);  // in the last rank's shard at every world size
-    DynamicLoaderOptions o;
-    o.batching.batch_bytes = 64;
-    DynamicLoader loader(comm, src, o);
-    loader.start_epoch(0);
-    tfrecord_test::expect_agreed_error(comm,
-                                       [&] {
-                                           HostBatch b;
-                                           while (loader.next(b)) {
-                                           }
-                                       },
-                                       ErrorKind::io, {"failing source: sample 77"});
+    for (const std::size_t threads : {std::size_t{0}, std::size_t{2}}) {
+        LoaderOptions o;
+        o.plan.budget.batch_bytes = 64;
+        o.io_threads = threads;
+        o.prefetch = 3;
+        o.pin_memory = false;
+        Loader loader(comm, src, o);
+        tfrecord_test::expect_agreed_error(comm,
+                                           [&] {
+                                               EpochRange range = loader.epoch(0);
+                                               HostBatch b;
+                                               while (range.next(b)) {
+                                               }
+                                           },
+                                           ErrorKind::io, {"failing source: sample 77"});
+    }
     comm.free();
 }
 
-TEST(DynamicLoader, DifferentBudgetsOnRanksAreAConfigError) {
+TEST(LoaderBudget, DifferentBudgetsOnRanksAreAConfigError) {
     Communicator comm(MPI_COMM_WORLD);
     FailingSource src(1000);
-    DynamicLoaderOptions o;
-    o.batching.batch_bytes = 64 + static_cast<std::uint64_t>(comm.rank());
+    LoaderOptions o;
+    o.plan.budget.batch_bytes = 64 + static_cast<std::uint64_t>(comm.rank());
+    o.pin_memory = false;
     if (comm.size() > 1) {
-        tfrecord_test::expect_agreed_error(comm, [&] { DynamicLoader loader(comm, src, o); },
+        tfrecord_test::expect_agreed_error(comm, [&] { Loader loader(comm, src, o); },
                                            ErrorKind::config,
                                            {"options differ across ranks", "batching"});
     }
-    DynamicLoaderOptions none;  // no budget: the same ConfigError everywhere
-    tfrecord_test::expect_agreed_error(comm, [&] { DynamicLoader loader(comm, src, none); },
-                                       ErrorKind::config, {"--batch-bytes"});
+    // An unusable budget: the same ConfigError everywhere (no budget at all is fixed batches).
+    LoaderOptions none;
+    none.plan.budget.batch_bytes = 64;
+    none.plan.budget.max_batch_samples = 0;
+    tfrecord_test::expect_agreed_error(comm, [&] { Loader loader(comm, src, none); },
+                                       ErrorKind::config, {"--max-batch-samples"});
+    LoaderOptions tokens;  // a token budget needs a ragged token field; this source has none
+    tokens.plan.budget.batch_tokens = 64;
+    tfrecord_test::expect_agreed_error(comm, [&] { Loader loader(comm, src, tokens); },
+                                       ErrorKind::config, {"not a ragged field"});
+    LoaderOptions two_phase;
+    two_phase.plan.budget.batch_bytes = 64;
+    two_phase.plan.sharding = Sharding::global;
+    two_phase.two_phase = true;
+    tfrecord_test::expect_agreed_error(comm, [&] { Loader loader(comm, src, two_phase); },
+                                       ErrorKind::config, {"two-phase", "budget"});
     comm.free();
 }
 
