@@ -518,21 +518,25 @@ bool must_apply(const std::string& flag, const std::string& kind) {
         "--epochs",  "--first-epoch", "--json",        "--compute-us", "--compute-ms",
         "--timeout", "--quiet",       "--verify",      "--save-state", "--save-every",
         "--resume",  "--batch-bytes", "--batch-tokens"};
+    // Budget batches are served by the one Loader: its ring, threads, tier and state.
+    static const std::set<std::string> budget = {"--prefetch",         "--threads",     "--stage",
+                                                 "--save-state",       "--save-every",  "--resume",
+                                                 "--stop-after-steps", "--verify-files"};
     static const std::set<std::string> every = {"--epochs", "--json", "--verify", "--compute-us"};
-    return every.count(flag) > 0 || (kind == "sqlite" && stream.count(flag) > 0);
+    return every.count(flag) > 0 || (kind == "sqlite" && stream.count(flag) > 0) ||
+           (kind == "budget" && budget.count(flag) > 0);
 }
 
 TEST(StageFlags, EveryFlagTakesEffectOrIsRefusedForEveryInputKind) {
     const Inputs& in = inputs();
-    // Saved states to --resume from (budget batches cannot save: a file state, refused anyway).
-    for (const std::string kind : {"hdf5", "tfrecord", "idx", "sqlite"}) {
+    // Saved states to --resume from, one per input kind (budget batches save as files do).
+    for (const std::string kind : {"hdf5", "tfrecord", "idx", "budget", "sqlite"}) {
         states()[kind] = in.dir + "/state_" + kind + ".json";
         Args a = base_args(kind);
         a.insert(a.end(), {"--stop-after-steps", "3", "--save-state", states()[kind], "-q"});
         const Outcome o = stage(a);
         ASSERT_EQ(o.rc, 0) << kind << ": " << o.error << o.output;
     }
-    states()["budget"] = states()["tfrecord"];
     std::map<std::string, json> baseline;
     for (const auto& kind : kKinds) {
         const Outcome o = stage(base_args(kind));
