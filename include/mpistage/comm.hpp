@@ -63,8 +63,17 @@ struct WatchState;
 class Communicator {
 public:
     /// Collective over `user_comm`; the watchdog deadline starts at `kDefaultCollectiveTimeout`.
+    ///
+    /// Not `explicit`, on purpose: every public constructor that takes a `const Communicator&`
+    /// also accepts a plain `MPI_Comm` (`Loader loader(MPI_COMM_WORLD, source, options)`). The
+    /// conversion builds a temporary `Communicator` at that call, which duplicates and splits
+    /// `user_comm` collectively; the constructor being called is itself collective over the same
+    /// ranks, so every rank converts at the same point. The temporary lives until the end of the
+    /// call; the constructed object keeps its own duplicate. Each such call costs one
+    /// `MPI_Comm_dup` and one `MPI_Comm_split_type`: build one `Communicator` and pass it when
+    /// constructing many objects. `user_comm` is borrowed, never freed.
     /// @throws MpiError when duplication or splitting fails.
-    explicit Communicator(MPI_Comm user_comm);
+    Communicator(MPI_Comm user_comm);  // NOLINT(google-explicit-constructor): see above
     Communicator(Communicator&& other) noexcept;
     Communicator& operator=(Communicator&& other) noexcept;
     Communicator(const Communicator&) = delete;
