@@ -4,6 +4,7 @@
 
 #include "cli/suggest.hpp"
 #include "cli/version.hpp"
+#include "comm/agree.hpp"
 #include "mpistage/config.hpp"
 #include "mpistage/device.hpp"
 #include "mpistage/error.hpp"

@@ -11,6 +11,7 @@
 
 #include "cli/dynamic_args.hpp"
 #include "cli/stream_args.hpp"
+#include "comm/agree.hpp"
 #include "mpistage/comm.hpp"
 
 namespace mpistage::cli {

@@ -1,10 +1,11 @@
 // --save-state files and their id logs.
 #include "cli/checkpoint.hpp"
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <unistd.h>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -12,6 +13,7 @@
 
 #include "cli/atomic_file.hpp"
 #include "cli/verify.hpp"
+#include "comm/agree.hpp"
 #include "mpistage/error.hpp"
 #include "util/input_file.hpp"
 

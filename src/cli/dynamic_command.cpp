@@ -12,6 +12,7 @@
 #include "cli/open_source.hpp"
 #include "cli/report.hpp"
 #include "cli/stream_args.hpp"
+#include "comm/agree.hpp"
 #include "mpistage/config.hpp"
 #include "mpistage/dynamic_loader.hpp"
 

@@ -15,6 +15,7 @@
 #include "cli/report.hpp"
 #include "cli/stage_device.hpp"
 #include "cli/verify.hpp"
+#include "comm/agree.hpp"
 #include "mpistage/config.hpp"
 #include "mpistage/loader.hpp"
 

@@ -8,6 +8,7 @@
 #include "cli/args.hpp"
 #include "cli/stream_args.hpp"
 #include "cli/stream_verify.hpp"
+#include "comm/agree.hpp"
 #include "mpistage/sqlite_source.hpp"
 #include "mpistage/stream.hpp"
 

@@ -6,6 +6,8 @@
 #include <cstring>
 #include <fstream>
 
+#include "comm/agree.hpp"
+
 namespace mpistage::cli {
 
 namespace {

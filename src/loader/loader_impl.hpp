@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 
+#include "comm/agree.hpp"
 #include "mpistage/loader.hpp"
 #include "pipeline/prefetch.hpp"
 #include "pipeline/ring.hpp"

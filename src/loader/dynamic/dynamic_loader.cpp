@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "comm/agree.hpp"
 #include "mpistage/hash.hpp"
 
 namespace mpistage {

@@ -18,6 +18,7 @@
 #include "mpistage/hash.hpp"
 #include "mpistage/hdf5_source.hpp"
 #include "mpistage/tfrecord_source.hpp"
+#include "sources/tfrecord/framing.hpp"
 
 namespace {
 
