@@ -6,7 +6,9 @@
 //  2. CRC32C throughput in GB/s: ISA-L (crc32c) versus a table-driven and a bitwise reference.
 // Usage: mpirun -np W bench_tfrecord [num_records (default 1048576)] [path]
 // With more ranks than cores, the timings are not meaningful (report correctness only).
+#include <fcntl.h>
 #include <mpi.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -18,14 +20,12 @@
 #include <string>
 #include <vector>
 
-#include <fcntl.h>
-#include <unistd.h>
-
+#include "comm/agree.hpp"
 #include "mpistage/comm.hpp"
-#include "sources/tfrecord/crc32c.hpp"
 #include "mpistage/tfrecord_source.hpp"
-#include "util/posix_file.hpp"
+#include "sources/tfrecord/crc32c.hpp"
 #include "sources/tfrecord/framing.hpp"
+#include "util/posix_file.hpp"
 
 using namespace mpistage;
 using Clock = std::chrono::steady_clock;

@@ -7,6 +7,7 @@
 
 #include "mpistage/error.hpp"
 #include "mpistage/tf_example.hpp"
+#include "sources/tfrecord/example_codec.hpp"
 
 using namespace mpistage;
 

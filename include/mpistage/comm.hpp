@@ -1,12 +1,12 @@
 #pragma once
 /// @file
-/// RAII communicator and the agree-then-throw helpers that keep ranks from diverging.
+/// RAII communicator: the library's own duplicate of the user's communicator, with watched
+/// (deadline-bounded) collectives.
 
 #include <mpi.h>
 
 #include <chrono>
 #include <cstdint>
-#include <exception>
 #include <functional>
 #include <memory>
 #include <string>
@@ -72,8 +72,17 @@ struct WatchState;
 class Communicator {
 public:
     /// Collective over `user_comm`; the watchdog deadline starts at `kDefaultCollectiveTimeout`.
+    ///
+    /// Not `explicit`, on purpose: every public constructor that takes a `const Communicator&`
+    /// also accepts a plain `MPI_Comm` (`Loader loader(MPI_COMM_WORLD, source, options)`). The
+    /// conversion builds a temporary `Communicator` at that call, which duplicates and splits
+    /// `user_comm` collectively; the constructor being called is itself collective over the same
+    /// ranks, so every rank converts at the same point. The temporary lives until the end of the
+    /// call; the constructed object keeps its own duplicate. Each such call costs one
+    /// `MPI_Comm_dup` and one `MPI_Comm_split_type`: build one `Communicator` and pass it when
+    /// constructing many objects. `user_comm` is borrowed, never freed.
     /// @throws MpiError when duplication or splitting fails.
-    explicit Communicator(MPI_Comm user_comm);
+    Communicator(MPI_Comm user_comm);  // NOLINT(google-explicit-constructor): see above
     Communicator(Communicator&& other) noexcept;
     Communicator& operator=(Communicator&& other) noexcept;
     Communicator(const Communicator&) = delete;
@@ -180,65 +189,5 @@ private:
     int node_rank_ = 0;
     int node_size_ = 1;
 };
-
-/// Local outcome of a step that may fail on some ranks only.
-struct LocalStatus {
-    bool failed = false;
-    ErrorKind kind = ErrorKind::generic;
-    std::string message;
-
-    /// Captures the exception in flight (call from a `catch` block).
-    static LocalStatus from_current_exception() noexcept;
-    static LocalStatus from_exception(const std::exception_ptr& ep) noexcept;
-};
-
-/// Collective: agrees on `status` across ranks. When any rank failed, every rank throws the
-/// same exception: the type and message of the lowest failing rank, prefixed with that rank's
-/// number and the count of failing ranks. Returns normally on every rank when none failed.
-/// @throws the agreed `Error` subclass; MpiError when the agreement itself fails.
-void agree_or_throw(const Communicator& comm, const LocalStatus& status);
-
-/// Collective: like `agree_or_throw`, and when no rank failed returns the minimum of `value`
-/// over all ranks, in the same single allreduce (used by the loader to agree on how many
-/// prefetched batches every rank holds ready). Values above 2^64 − world size are clamped.
-/// @throws the agreed `Error` subclass; MpiError when the agreement itself fails.
-std::uint64_t agree_min_or_throw(const Communicator& comm, const LocalStatus& status,
-                                 std::uint64_t value);
-
-/// Collective: runs `fn` on every rank, then agrees on the outcome (see `agree_or_throw`).
-/// `fn` must not itself make collective calls that other ranks might skip.
-void run_agreed(const Communicator& comm, const std::function<void()>& fn);
-
-/// Local: runs `fn` and returns its outcome as a `LocalStatus` instead of throwing, so the
-/// caller can reach the next agreement point on every rank (then call `agree_or_throw`).
-LocalStatus capture(const std::function<void()>& fn) noexcept;
-
-/// Collective: like `run_agreed`, but returns `fn`'s result on every rank.
-/// @throws the agreed `Error` subclass when `fn` threw on any rank.
-template <class Fn>
-auto run_agreed_value(const Communicator& comm, Fn&& fn) -> decltype(fn()) {
-    decltype(fn()) out{};
-    run_agreed(comm, [&] { out = fn(); });
-    return out;
-}
-
-/// One value every rank must hold identically: a name for messages and its text form.
-struct NamedValue {
-    std::string name;  ///< what the value is, e.g. "--batch-size" or "file size of a.tfrecord"
-    std::string text;  ///< the value as text; ranks compare hashes of it, then print it
-};
-
-/// Collective: checks that every rank passed the same texts (in the same order; the list's
-/// length must be equal on all ranks). Only texts are compared; names label the message, which
-/// uses rank 0's names so it is identical everywhere. Costs one allgather of one hash per value
-/// when they agree. When they differ, every rank throws the same `ConfigError`:
-/// "`context`: ranks disagree: NAME is 'A' on rank 0 but 'B' on rank R; ... `advice`".
-/// @throws ConfigError (agreed); MpiError when a collective fails.
-void require_same(const Communicator& comm, const std::vector<NamedValue>& values,
-                  const std::string& context, const std::string& advice);
-
-/// Collective: `require_same` for one value.
-void require_same(const Communicator& comm, const std::string& name, const std::string& text,
-                  const std::string& context, const std::string& advice);
 
 }  // namespace mpistage

@@ -90,11 +90,8 @@ struct TfRecordOptions {
     void validate() const;
 };
 
-/// TFRecord framing pieces a user needs to write or address records.
+/// The descriptor of one record, as `TfRecordSource::record` returns it.
 namespace tfrecord {
-
-/// Header (length + its CRC) plus payload CRC: a record occupies `length + kFramingBytes` bytes.
-constexpr std::uint64_t kFramingBytes = 16;
 
 /// One record: 16 bytes, so exchanging every descriptor costs 16 B × N on each rank.
 struct RecordRef {
@@ -106,9 +103,6 @@ struct RecordRef {
     std::uint32_t file = 0;
 };
 static_assert(sizeof(RecordRef) == 16, "RecordRef is exchanged as 16 raw bytes");
-
-/// Appends one framed record (header, payload, payload CRC) to `out`. Pure, not collective.
-void append_record(std::vector<std::uint8_t>& out, const void* payload, std::size_t size_bytes);
 
 }  // namespace tfrecord
 

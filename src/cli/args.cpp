@@ -6,6 +6,7 @@
 
 #include "cli/suggest.hpp"
 #include "cli/version.hpp"
+#include "comm/agree.hpp"
 #include "mpistage/comm.hpp"
 #include "mpistage/config.hpp"
 #include "mpistage/device.hpp"

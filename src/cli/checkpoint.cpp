@@ -13,6 +13,7 @@
 
 #include "cli/atomic_file.hpp"
 #include "cli/verify.hpp"
+#include "comm/agree.hpp"
 #include "mpistage/error.hpp"
 #include "util/input_file.hpp"
 

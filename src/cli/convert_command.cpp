@@ -2,6 +2,7 @@
 #include <cstdio>
 
 #include "cli/commands.hpp"
+#include "comm/agree.hpp"
 #include "mpistage/convert.hpp"
 #include "mpistage/error.hpp"
 #include "util/input_file.hpp"

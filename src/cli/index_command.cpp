@@ -2,6 +2,7 @@
 #include <cstdio>
 
 #include "cli/commands.hpp"
+#include "comm/agree.hpp"
 #include "mpistage/tfrecord_source.hpp"
 #include "util/input_file.hpp"
 

@@ -3,6 +3,7 @@
 // format that differs between ranks.
 #include "cli/open_source.hpp"
 
+#include "comm/agree.hpp"
 #include "mpistage/error.hpp"
 #include "mpistage/open.hpp"
 #include "util/input_file.hpp"

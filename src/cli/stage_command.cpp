@@ -17,6 +17,8 @@
 #include "cli/report.hpp"
 #include "cli/stage_inputs.hpp"
 #include "cli/verify.hpp"
+#include "comm/agree.hpp"
+#include "mpistage/loader.hpp"
 
 namespace mpistage::cli {
 

@@ -1,5 +1,7 @@
 // The agreement vocabulary: every "same on every rank?" check and every "local error → the
 // same error everywhere" step of the library goes through these functions.
+#include "comm/agree.hpp"
+
 #include <mpi.h>
 
 #include "mpistage/comm.hpp"

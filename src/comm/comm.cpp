@@ -4,6 +4,7 @@
 #include <cstring>
 #include <utility>
 
+#include "comm/agree.hpp"
 #include "comm/watch_state.hpp"
 
 namespace mpistage {

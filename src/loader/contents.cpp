@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/agree.hpp"
 #include "mpistage/hash.hpp"
 #include "mpistage/plan.hpp"
 

@@ -3,11 +3,11 @@
 // different nodes, which metadata (shapes, sizes) does not reveal.
 
 #include <cstdint>
+#include <vector>
 
+#include "comm/agree.hpp"
 #include "mpistage/comm.hpp"
 #include "mpistage/source.hpp"
-
-#include <vector>
 
 namespace mpistage::detail {
 

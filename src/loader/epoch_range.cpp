@@ -1,4 +1,5 @@
 // One epoch seen by the consumer: ordered batches from the prefetcher, one agreement per step.
+#include "comm/agree.hpp"
 #include "loader/batch_builder.hpp"
 #include "loader/loader_impl.hpp"
 

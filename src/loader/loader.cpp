@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "comm/agree.hpp"
 #include "loader/contents.hpp"
 #include "loader/loader_impl.hpp"
 #include "mpistage/hash.hpp"

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/agree.hpp"
 #include "mpistage/loader.hpp"
 #include "pipeline/prefetch.hpp"
 #include "pipeline/ring.hpp"

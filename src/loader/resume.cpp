@@ -3,6 +3,7 @@
 #include <cinttypes>
 #include <cstdio>
 
+#include "comm/agree.hpp"
 #include "loader/contents.hpp"
 #include "loader/loader_impl.hpp"
 #include "mpistage/hash.hpp"

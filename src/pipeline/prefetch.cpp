@@ -2,6 +2,7 @@
 
 #include <system_error>
 
+#include "comm/agree.hpp"
 #include "pipeline/fill.hpp"
 
 namespace mpistage::detail {

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/agree.hpp"
 #include "mpistage/comm.hpp"
 #include "mpistage/plan.hpp"
 #include "mpistage/source.hpp"

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "comm/agree.hpp"
 #include "mpistage/error.hpp"
 #include "mpistage/hdf5_source.hpp"
 #include "mpistage/open.hpp"

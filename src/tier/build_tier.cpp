@@ -1,6 +1,7 @@
 // The stage decision (none / memory / auto against the budget) and the tier's construction.
 #include <chrono>
 
+#include "comm/agree.hpp"
 #include "tier/memory_tier.hpp"
 
 namespace mpistage::detail {

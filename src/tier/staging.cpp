@@ -4,6 +4,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "comm/agree.hpp"
 #include "sources/collective_rows.hpp"
 
 namespace mpistage::detail {

@@ -12,6 +12,7 @@
 #include <memory>
 #include <numeric>
 
+#include "comm/agree.hpp"
 #include "pipeline/fill.hpp"
 
 namespace mpistage::detail {

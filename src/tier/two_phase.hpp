@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/agree.hpp"
 #include "mpistage/comm.hpp"
 #include "mpistage/plan.hpp"
 #include "mpistage/source.hpp"

@@ -13,6 +13,9 @@ memory, device choice; no MPI, no other mpistage header but error.hpp/device.hpp
 and the loader build on, and the device staging of loader batches (stager, pool, batch parts,
 tensors, the torch view), which sits above the loader. DEVICE maps the primitives per file.
 
+A public header includes only public headers (`mpistage/...`): internal headers in `src/` are
+not installed.
+
 Outside `src/comm/` no file calls an MPI collective (COLLECTIVE below, blocking and
 non-blocking forms), except the calls in ALLOWED_CALLS, each with its reason. HDF5's collective
 calls (`H5Fopen` with the MPI-IO driver, collective `H5Dread`) are MPI-IO collectives of the
@@ -189,6 +192,10 @@ def check(root, allowed_includes, allowed_calls):
             theirs = layer_of_include(inc)
             if theirs is None:
                 continue
+            if rel.startswith("include/") and not inc.startswith("mpistage/"):
+                errors.append(f"{rel}: public header includes {inc}, an internal header that "
+                              f"is not installed")
+                continue
             if theirs == "?":
                 errors.append(f"{rel}: includes {inc}, a public header not mapped to a layer")
                 continue
@@ -229,7 +236,7 @@ def check(root, allowed_includes, allowed_calls):
 def self_test():
     """Plants one violation of each kind (and look-alikes that are not) in a scratch tree."""
     planted = {
-        "include/mpistage/comm.hpp": '#include "mpistage/error.hpp"\n',
+        "include/mpistage/comm.hpp": '#include "mpistage/error.hpp"\n#include "comm/agree.hpp"\n',
         "include/mpistage/error.hpp": "",
         "include/mpistage/unmapped.hpp": "",
         "src/util/up.cpp": '#include "loader/loader_impl.hpp"\n#include "util/ok.hpp"\n',
@@ -246,6 +253,7 @@ def self_test():
     }
     expected = [
         "include/mpistage/unmapped.hpp: public header not mapped",
+        "include/mpistage/comm.hpp: public header includes comm/agree.hpp",
         "src/util/up.cpp: layer 'util' includes loader/loader_impl.hpp",
         "src/cli/raw.cpp:3: MPI_Allreduce outside src/comm/",
         "src/pipeline/stager.cpp: layer 'pipeline' includes stage/device_stager.hpp",

@@ -13,9 +13,11 @@
 #include <string>
 #include <vector>
 
+#include "comm/agree.hpp"
 #include "mpistage/comm.hpp"
 #include "mpistage/error.hpp"
 #include "mpistage/tfrecord_source.hpp"
+#include "sources/tfrecord/framing.hpp"
 #include "tfrecord_test_util.hpp"
 
 using namespace mpistage;

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "comm/agree.hpp"
 #include "mpistage/comm.hpp"
 #include "mpistage/error.hpp"
 #include "mpistage/hash.hpp"

@@ -10,11 +10,12 @@
 #include <string>
 #include <vector>
 
-#include "test_data.hpp"
 #include "mpistage/error.hpp"
 #include "mpistage/tf_example.hpp"
 #include "mpistage/tfrecord_source.hpp"
+#include "sources/tfrecord/example_codec.hpp"
 #include "sources/tfrecord/framing.hpp"
+#include "test_data.hpp"
 #include "vec_sink.hpp"
 
 using namespace mpistage;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/agree.hpp"
 #include "loader/stream/stream_item.hpp"
 #include "loader/stream/stream_plan.hpp"
 #include "mpistage/stream.hpp"

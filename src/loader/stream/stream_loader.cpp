@@ -1,6 +1,7 @@
 // StreamLoader: construction and the collective step (agree, read more, rebalance, batch).
 #include <algorithm>
 
+#include "comm/agree.hpp"
 #include "loader/stream/stream_impl.hpp"
 #include "mpistage/hash.hpp"
 

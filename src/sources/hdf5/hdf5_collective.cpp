@@ -1,6 +1,7 @@
 // Collective bulk reads of an HDF5 source (internal; for staging whole shards).
 #include <algorithm>
 
+#include "comm/agree.hpp"
 #include "comm/blocking_watch.hpp"
 #include "sources/hdf5/hdf5_impl.hpp"
 

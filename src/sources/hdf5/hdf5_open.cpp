@@ -1,6 +1,7 @@
 // Opening an HDF5 source: the collective open and the discovery of its fields.
 #include <map>
 
+#include "comm/agree.hpp"
 #include "comm/blocking_watch.hpp"
 #include "sources/hdf5/hdf5_impl.hpp"
 #include "sources/hdf5/hdf5_types.hpp"

@@ -17,6 +17,8 @@
 #include "mpistage/tf_example.hpp"
 #include "mpistage/tfrecord_source.hpp"
 #include "sources/hdf5/hdf5_util.hpp"
+#include "sources/tfrecord/example_codec.hpp"
+#include "sources/tfrecord/framing.hpp"
 #include "util/byte_order.hpp"
 
 namespace mpistage {

@@ -1,10 +1,11 @@
 #include "mpistage/raw_source.hpp"
-#include "util/byte_order.hpp"
 
 #include <algorithm>
 #include <array>
 #include <cstring>
 
+#include "comm/agree.hpp"
+#include "util/byte_order.hpp"
 #include "util/posix_file.hpp"
 
 namespace mpistage {

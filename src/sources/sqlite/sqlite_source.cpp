@@ -6,6 +6,7 @@
 
 #include <cstring>
 
+#include "comm/agree.hpp"
 #include "mpistage/hash.hpp"
 #include "util/input_file.hpp"
 

@@ -24,8 +24,14 @@
 
 namespace mpistage::tfrecord {
 
+/// Header (length + its CRC) plus payload CRC: a record occupies `length + kFramingBytes` bytes.
+constexpr std::uint64_t kFramingBytes = 16;
+
 /// Length field plus its CRC.
 constexpr std::uint64_t kHeaderBytes = 12;
+
+/// Appends one framed record (header, payload, payload CRC) to `out`. Pure, not collective.
+void append_record(std::vector<std::uint8_t>& out, const void* payload, std::size_t size_bytes);
 
 /// Reads exactly `size_bytes` bytes at `offset_bytes` of one file into `dst`.
 /// Callers never ask beyond the file size. @throws IoError.

@@ -13,6 +13,7 @@
 
 #include "mpistage/comm.hpp"
 #include "mpistage/tfrecord_source.hpp"
+#include "sources/tfrecord/example_codec.hpp"
 #include "sources/tfrecord/framing.hpp"
 #include "util/posix_file.hpp"
 

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "mpistage/error.hpp"
+#include "sources/tfrecord/example_codec.hpp"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "the Example decoder copies little-endian wire values as native values");

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "mpistage/tf_example.hpp"
+#include "sources/tfrecord/example_codec.hpp"
 
 namespace mpistage {
 

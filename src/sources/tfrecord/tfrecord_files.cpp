@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "comm/agree.hpp"
 #include "comm/blocking_watch.hpp"
 #include "mpistage/error.hpp"
 #include "sources/tfrecord/gzip_stream.hpp"

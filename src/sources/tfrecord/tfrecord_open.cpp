@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <climits>
 
+#include "comm/agree.hpp"
 #include "index/split_agreement.hpp"
 #include "mpistage/error.hpp"
 #include "sources/tfrecord/dali_index.hpp"

@@ -9,7 +9,9 @@
 #include <sstream>
 #include <utility>
 
+#include "comm/agree.hpp"
 #include "sources/tfrecord/crc32c.hpp"
+#include "sources/tfrecord/example_codec.hpp"
 #include "sources/tfrecord/source_state.hpp"
 #include "util/byte_order.hpp"
 

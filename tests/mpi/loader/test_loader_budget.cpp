@@ -20,6 +20,7 @@
 #include "mpistage/hdf5_source.hpp"
 #include "mpistage/loader.hpp"
 #include "mpistage/tfrecord_source.hpp"
+#include "sources/tfrecord/framing.hpp"
 
 namespace {
 

@@ -17,6 +17,7 @@
 #include "mpistage/loader.hpp"
 #include "mpistage/raw_source.hpp"
 #include "mpistage/tfrecord_source.hpp"
+#include "sources/tfrecord/framing.hpp"
 
 namespace {
 

@@ -17,6 +17,8 @@
 #include "mpistage/loader.hpp"
 #include "mpistage/tf_example.hpp"
 #include "mpistage/tfrecord_source.hpp"
+#include "sources/tfrecord/example_codec.hpp"
+#include "sources/tfrecord/framing.hpp"
 
 namespace tier_test {
 

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/agree.hpp"
 #include "h5t_mpi.hpp"
 #include "mpistage/comm.hpp"
 #include "mpistage/plan.hpp"

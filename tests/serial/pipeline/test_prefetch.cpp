@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/agree.hpp"
 #include "mpistage/error.hpp"
 #include "mpistage/plan.hpp"
 #include "mpistage/source.hpp"
