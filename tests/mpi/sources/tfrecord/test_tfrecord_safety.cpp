@@ -16,7 +16,7 @@
 #include "mpistage/comm.hpp"
 #include "mpistage/error.hpp"
 #include "mpistage/tfrecord_source.hpp"
-#include "tfrecord_test_util.hpp"
+#include "../../tfrecord_test_util.hpp"
 
 using namespace mpistage;
 using namespace mpistage::tfrecord_test;
