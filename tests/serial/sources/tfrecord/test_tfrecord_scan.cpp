@@ -186,8 +186,8 @@ TEST(TfRecordSplit, EqualsSequentialScanUpTo64Ranks) {
 TEST(TfRecordSplit, EveryCutPointInHeadersAndPayloads) {
     // Two ranks with the cut at every byte position of a small nested file, then three ranks
     // with cuts sweeping two positions: never a split or skipped record. The cost grows with
-    // the square of the file: 40 records, 16 under the sanitizers (the first 16 of the same).
-    auto g = generate(5, mpistage_test::sweep_size<std::size_t>(40, 16), Sizes::uniform, true);
+    // the square of the file: 40 records, 12 under the sanitizers (the first 12 of the same).
+    auto g = generate(5, mpistage_test::sweep_size<std::size_t>(40, 12), Sizes::uniform, true);
     std::vector<ScanFile> files{memory_file("g", g.bytes.data(), g.bytes.size())};
     const std::uint64_t total = g.bytes.size();
     const auto seq = walk_cut(files, 0, total, ScanOptions{}).records;
