@@ -1,21 +1,65 @@
-# mpistage_add_mpi_test(<target> RANKS <n>... [TIMEOUT <s>] [LABELS <l>...])
-# Registers one ctest per rank count, named <target>.np<n>, run with MPIEXEC_EXECUTABLE,
-# MPIEXEC_NUMPROC_FLAG and --oversubscribe (more ranks than cores is normal in CI).
+# mpistage_add_mpi_test(<target> RANKS <n>... [NAME <name>] [ARGS <arg>...] [TIMEOUT <s>]
+#                       [LABELS <l>...])
+# Registers one ctest per rank count, named <name>.np<n> (<name> defaults to <target>), run as
+# MPIEXEC_EXECUTABLE MPIEXEC_NUMPROC_FLAG <n> --oversubscribe <target> ARGS (more ranks than
+# cores is normal in CI). Labels: LABELS, np<n>, and "sanitize" on one rank count (2 when listed,
+# else the first): the one the sanitizer suite runs. Exit code 77 (nothing to run in this build)
+# is reported as skipped.
 function(mpistage_add_mpi_test target)
-  cmake_parse_arguments(ARG "" "TIMEOUT" "RANKS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "" "TIMEOUT;NAME" "RANKS;LABELS;ARGS" ${ARGN})
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 300)
   endif()
+  if(NOT ARG_NAME)
+    set(ARG_NAME ${target})
+  endif()
+  list(GET ARG_RANKS 0 sanitize_np)
+  if(2 IN_LIST ARG_RANKS)
+    set(sanitize_np 2)
+  endif()
   foreach(np ${ARG_RANKS})
-    add_test(NAME ${target}.np${np}
+    set(labels ${ARG_LABELS} np${np})
+    if(np EQUAL sanitize_np)
+      list(APPEND labels sanitize)
+    endif()
+    add_test(NAME ${ARG_NAME}.np${np}
       COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --oversubscribe
-              ${MPIEXEC_PREFLAGS} $<TARGET_FILE:${target}> ${MPIEXEC_POSTFLAGS})
-    set_tests_properties(${target}.np${np} PROPERTIES
+              ${MPIEXEC_PREFLAGS} $<TARGET_FILE:${target}> ${MPIEXEC_POSTFLAGS} ${ARG_ARGS})
+    set_tests_properties(${ARG_NAME}.np${np} PROPERTIES
       TIMEOUT ${ARG_TIMEOUT}
-      LABELS "${ARG_LABELS};np${np}"
+      LABELS "${labels}"
       PROCESSORS ${np}
+      SKIP_RETURN_CODE 77
       ENVIRONMENT "${MPISTAGE_MPI_TEST_ENV}")
   endforeach()
+endfunction()
+
+# mpistage_test_areas(<dir> <out_var> [EXCEPT <name>...])
+# The areas of a test folder (tests/serial, tests/mpi): its subfolders holding .cpp files below
+# them, as names in <out_var>; for each area <name>, the variable <out_var>_<name> lists those
+# files (CONFIGURE_DEPENDS: a new file or area reconfigures). A .cpp directly in <dir> (other
+# than EXCEPT) is a configuration error: tests live in <dir>/<area>/, mirroring src/<area>/.
+function(mpistage_test_areas dir out_var)
+  cmake_parse_arguments(ARG "" "" "EXCEPT" ${ARGN})
+  file(GLOB entries LIST_DIRECTORIES true CONFIGURE_DEPENDS ${dir}/*)
+  set(areas)
+  foreach(entry ${entries})
+    get_filename_component(name ${entry} NAME)
+    if(NOT IS_DIRECTORY ${entry})
+      if(name MATCHES "\\.cpp$" AND NOT name IN_LIST ARG_EXCEPT)
+        file(RELATIVE_PATH rel ${PROJECT_SOURCE_DIR} ${entry})
+        message(FATAL_ERROR "${rel}: tests live in ${dir}/<area>/, where <area> mirrors the "
+          "src/ folder of the code under test")
+      endif()
+      continue()
+    endif()
+    file(GLOB_RECURSE sources CONFIGURE_DEPENDS ${entry}/*.cpp)
+    if(sources)
+      list(APPEND areas ${name})
+      set(${out_var}_${name} ${sources} PARENT_SCOPE)
+    endif()
+  endforeach()
+  set(${out_var} ${areas} PARENT_SCOPE)
 endfunction()
 
 # Run-time options of the sanitizer build (cmake/MpistageSanitize.cmake) for tests under

@@ -1,12 +1,22 @@
 #!/usr/bin/env bash
-# The tests, from a fresh Debian 12 machine: install what is missing, build, run the whole
-# suite with ctest (MPI tests at 1, 2, 3 and 4 ranks), then a second build with ASan + UBSan
-# (MPISTAGE_SANITIZE=ON, in build-asan) running the serial tests and the MPI tests at 2 ranks.
+# The tests, from a fresh Debian 12 machine: install what is missing, build (warnings are
+# errors), run the main suite with ctest, then a second build with ASan + UBSan
+# (MPISTAGE_SANITIZE=ON, in build-asan, without libtorch, benchmarks and examples) running the
+# sanitizer suite there.
+#
+#   main suite       everything but the labels stress, fuzz and heavy: the serial tests (label
+#                    serial, one process each), every MPI test file at its rank counts (labels
+#                    mpi, np1-np4; see tests/mpi/CMakeLists.txt), e2e, example, install, hpc,
+#                    torch, cuda (skipped without a GPU)
+#   sanitizer suite  labels serial and sanitize: the serial tests (leak detection on) and every
+#                    MPI test file at one rank count (2 when it has 2); heavy sweeps run there
+#                    at a smaller size
 #
 #   scripts/test.sh [extra ctest args for the main suite]
 #
 # Environment:
-#   MPISTAGE_STRESS=1    also run the long stress tests (label "stress"; excluded by default)
+#   MPISTAGE_STRESS=1    also run the long stress tests (label "stress") and, in the sanitizer
+#                        build, the heavy sweeps at full size (label "heavy")
 #   MPISTAGE_SANITIZE=0  skip the sanitizer build
 #   MPISTAGE_FUZZ=1      also build the libFuzzer targets with clang-14 (build-fuzz) and run each
 #                        for MPISTAGE_FUZZ_SECONDS (default 60; label "fuzz"; off by default,
@@ -24,8 +34,12 @@ fuzz_dir="${FUZZ_BUILD_DIR:-$here/build-fuzz}"
 if [ "$(id -u)" -eq 0 ]; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fi
-exclude=(-LE 'stress|fuzz')
-[ "${MPISTAGE_STRESS:-0}" = "1" ] && exclude=(-LE fuzz)
+exclude=(-LE 'stress|fuzz|heavy')
+asan_select=(-L 'serial|sanitize')
+if [ "${MPISTAGE_STRESS:-0}" = "1" ]; then
+    exclude=(-LE fuzz)
+    asan_select=(-L 'serial|sanitize|heavy')
+fi
 status=0
 (cd "$build_dir" && ctest --output-on-failure -j"$(nproc)" "${exclude[@]}" "$@") || status=1
 
@@ -37,8 +51,7 @@ if [ "${MPISTAGE_SANITIZE:-1}" = "1" ]; then
     "$here/scripts/build.sh" "$asan_dir" RelWithDebInfo -DMPISTAGE_SANITIZE=ON \
         -DMPISTAGE_WERROR=ON -DMPISTAGE_WITH_TORCH=OFF -DMPISTAGE_BUILD_BENCHMARKS=OFF \
         -DMPISTAGE_BUILD_EXAMPLES=OFF
-    (cd "$asan_dir" && ctest --output-on-failure -j"$(nproc)" -L 'serial|np2' -LE stress) ||
-        status=1
+    (cd "$asan_dir" && ctest --output-on-failure -j"$(nproc)" "${asan_select[@]}") || status=1
 fi
 
 if [ "${MPISTAGE_FUZZ:-0}" = "1" ]; then

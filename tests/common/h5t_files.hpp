@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 #include <hdf5.h>
 #include <mpi.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <cstddef>
@@ -22,6 +21,7 @@
 
 #include "h5t_h5dump.hpp"
 #include "h5t_mpi.hpp"
+#include "prepared_data.hpp"
 
 namespace h5t {
 
@@ -59,23 +59,6 @@ inline bool write_hdf5(const std::string& path, const std::vector<DatasetSpec>& 
         H5Sclose(space);
     }
     return H5Fclose(file) >= 0 && ok;
-}
-
-/// Not collective: gunzips `gz` into `out` with zlib. True on success.
-inline bool gunzip_file(const std::string& gz, const std::string& out) {
-    gzFile in = gzopen(gz.c_str(), "rb");
-    if (!in) return false;
-    std::ofstream o(out, std::ios::binary);
-    std::vector<char> buf(1 << 20);
-    int n = 0;
-    bool ok = true;
-    while ((n = gzread(in, buf.data(), static_cast<unsigned>(buf.size()))) > 0) {
-        o.write(buf.data(), n);
-    }
-    if (n < 0) ok = false;
-    gzclose(in);
-    o.close();
-    return ok && o.good();
 }
 
 // ---- the generated "MNIST-like" dataset: row i is a known function of i -------------------
@@ -117,16 +100,24 @@ inline bool make_generated_file(const std::string& path, std::uint64_t n, bool c
     return ok == 1;
 }
 
+/// Collective: the decompressed Fashion-MNIST file `name` (e.g. "train-labels-idx1-ubyte"),
+/// prepared once per build tree by rank 0 (tests/common/prepared_data.hpp); read only. The
+/// same path on every rank; "" on every rank when the dataset is absent.
+inline std::string fashion_file(const std::string& name) {
+    return bcast(rank() == 0 ? mpistage_test::fashion_mnist_idx(name) : std::string(), 0);
+}
+
 /// Process-lifetime files shared by several tests (created on first use, collectively; every
 /// rank runs the same tests in the same order, so first use is the same point on every rank).
 struct SharedFiles {
     TempDir dir;
     std::string generated_contiguous;  // N = kGeneratedRows, contiguous
     std::string generated_chunked;     // N = kGeneratedRows, chunked + gzip
-    std::string fashion_h5;            // Fashion-MNIST t10k as HDF5 (images [N,28,28], labels [N])
-    std::string fashion_images_idx;    // decompressed t10k images IDX
-    std::string fashion_labels_idx;    // decompressed t10k labels IDX
-    std::string fashion_how;           // how fashion_h5 was made
+    // Fashion-MNIST t10k, prepared once per build tree (read only: shared by every test process)
+    std::string fashion_h5;          // as HDF5 (images uint8 [N,28,28], labels uint8 [N])
+    std::string fashion_images_idx;  // decompressed images IDX
+    std::string fashion_labels_idx;  // decompressed labels IDX
+    std::string fashion_how;         // how fashion_h5 was made
     bool ok = false;
 };
 
@@ -174,41 +165,33 @@ inline SharedFiles& shared_files() {
         f->dir.detach_from_mpi();
         f->generated_contiguous = f->dir.file("generated_contiguous.h5");
         f->generated_chunked = f->dir.file("generated_chunked_gzip.h5");
-        f->fashion_h5 = f->dir.file("fashion_t10k.h5");
-        f->fashion_images_idx = f->dir.file("t10k-images-idx3-ubyte");
-        f->fashion_labels_idx = f->dir.file("t10k-labels-idx1-ubyte");
         bool ok = make_generated_file(f->generated_contiguous, kGeneratedRows, false);
         ok = make_generated_file(f->generated_chunked, kGeneratedRows, true) && ok;
         int fm = 1;
         std::string how;
         if (rank() == 0) {
-            const std::string dir = MPISTAGE_FASHION_MNIST_DIR;
-            fm = gunzip_file(dir + "/t10k-images-idx3-ubyte.gz", f->fashion_images_idx) &&
-                 gunzip_file(dir + "/t10k-labels-idx1-ubyte.gz", f->fashion_labels_idx);
-            if (fm) {
-                // Preferred: the project's own converter. It calls MPI_Init itself, so it runs
-                // as a singleton with the launcher's environment removed; when that fails the
-                // file is written with the HDF5 C API instead.
-                const std::string cli = MPISTAGE_CLI;
-                if (file_exists(cli)) {
-                    const std::string cmd =
-                        "env -i PATH=/usr/bin:/bin HOME=/tmp OMPI_ALLOW_RUN_AS_ROOT=1 "
-                        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 60 " +
-                        shell_quote(cli) + " convert idx " +
-                        shell_quote(dir + "/t10k-images-idx3-ubyte.gz") + " " +
-                        shell_quote(dir + "/t10k-labels-idx1-ubyte.gz") + " -o " +
-                        shell_quote(f->fashion_h5) + " >/dev/null 2>&1";
-                    if (std::system(cmd.c_str()) == 0 && file_exists(f->fashion_h5))
-                        how = "mpistage convert idx";
-                }
-                if (how.empty()) {
-                    fm = idx_to_hdf5(f->fashion_images_idx, f->fashion_labels_idx, f->fashion_h5);
-                    how = "HDF5 C API";
-                }
+            // Prepared once per build tree (tests/common/prepared_data.hpp), not per process:
+            // the IDX files gunzipped, the HDF5 copy written from them with the HDF5 C API (an
+            // independent writer; the project's converter is tested by FormatsAgree and e2e).
+            f->fashion_images_idx = mpistage_test::fashion_mnist_idx("t10k-images-idx3-ubyte");
+            f->fashion_labels_idx = mpistage_test::fashion_mnist_idx("t10k-labels-idx1-ubyte");
+            const std::string dir = mpistage_test::fashion_mnist_dir();
+            if (!f->fashion_images_idx.empty() && !f->fashion_labels_idx.empty()) {
+                f->fashion_h5 = mpistage_test::prepared_file(
+                    "fashion_t10k.h5",
+                    {dir + "/t10k-images-idx3-ubyte.gz", dir + "/t10k-labels-idx1-ubyte.gz"},
+                    [&f](const std::string& tmp) {
+                        return idx_to_hdf5(f->fashion_images_idx, f->fashion_labels_idx, tmp);
+                    });
             }
+            fm = f->fashion_h5.empty() ? 0 : 1;
+            how = "HDF5 C API, prepared once per build tree";
         }
         MPI_Bcast(&fm, 1, MPI_INT, 0, MPI_COMM_WORLD);
         f->fashion_how = bcast(how, 0);
+        f->fashion_h5 = bcast(f->fashion_h5, 0);
+        f->fashion_images_idx = bcast(f->fashion_images_idx, 0);
+        f->fashion_labels_idx = bcast(f->fashion_labels_idx, 0);
         f->ok = ok && fm == 1;
         testing::AddGlobalTestEnvironment(new RemoveDirAtTearDown(f->dir.path(), rank() == 0));
         return f;

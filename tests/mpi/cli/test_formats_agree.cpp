@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -15,12 +16,13 @@
 #include "mpistage/loader.hpp"
 #include "mpistage/tf_example.hpp"
 #include "mpistage/tfrecord_source.hpp"
+#include "prepared_data.hpp"
 
 using namespace mpistage;
 
 namespace {
 
-const std::string kFmnist = MPISTAGE_FASHION_MNIST_DIR;
+const std::string kFmnist = mpistage_test::fashion_mnist_dir();
 
 class VectorSink final : public BatchSink {
 public:
@@ -61,8 +63,23 @@ const Copies& copies() {
         const std::string dir = "/tmp/mpistage-formats-" + std::to_string(id);
         out.h5 = dir + "/train.h5";
         out.tfr = dir + "/train.tfrecord";
-        out.images = read_idx_any(kFmnist + "/train-images-idx3-ubyte.gz");
-        out.labels = read_idx_any(kFmnist + "/train-labels-idx1-ubyte.gz");
+        // The decompressed IDX files, prepared once per build tree by rank 0 (the other ranks
+        // then find them in the cache), instead of gunzipping 47 MB on every rank.
+        std::string images_idx, labels_idx;
+        int have = 1;
+        if (rank == 0) {
+            images_idx = mpistage_test::fashion_mnist_idx("train-images-idx3-ubyte");
+            labels_idx = mpistage_test::fashion_mnist_idx("train-labels-idx1-ubyte");
+            have = !images_idx.empty() && !labels_idx.empty();
+        }
+        MPI_Bcast(&have, 1, MPI_INT, 0, MPI_COMM_WORLD);
+        if (!have) throw std::runtime_error("cannot prepare Fashion-MNIST train from " + kFmnist);
+        if (rank != 0) {
+            images_idx = mpistage_test::fashion_mnist_idx("train-images-idx3-ubyte");
+            labels_idx = mpistage_test::fashion_mnist_idx("train-labels-idx1-ubyte");
+        }
+        out.images = read_idx_any(images_idx);
+        out.labels = read_idx_any(labels_idx);
         int ok = 1;
         static std::string cleanup_dir;
         if (rank == 0) {

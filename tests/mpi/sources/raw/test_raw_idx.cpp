@@ -24,14 +24,11 @@ namespace {
 
 const std::string kFm = MPISTAGE_FASHION_MNIST_DIR;
 
-/// Collective: rank 0 gunzips `name` from the Fashion-MNIST directory into `dir`.
-std::string gunzip_to(const h5t::TempDir& dir, const std::string& name, bool* ok) {
-    const std::string out = dir.file(name);
-    int good = 1;
-    if (h5t::rank() == 0) good = h5t::gunzip_file(kFm + "/" + name + ".gz", out) ? 1 : 0;
-    MPI_Bcast(&good, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    *ok = good == 1;
-    return out;
+/// Collective: the decompressed Fashion-MNIST file `name`, prepared once per build tree.
+std::string fashion_idx(const std::string& name, bool* ok) {
+    const std::string path = h5t::fashion_file(name);
+    *ok = !path.empty();
+    return path;
 }
 
 unsigned char byte_at(std::ifstream& in, std::uint64_t offset) {
@@ -44,9 +41,8 @@ unsigned char byte_at(std::ifstream& in, std::uint64_t offset) {
 }  // namespace
 
 TEST(RawIdx, TrainLabelsHeaderAndValuesMatchFileBytes) {
-    h5t::TempDir dir;
     bool ok = false;
-    const std::string path = gunzip_to(dir, "train-labels-idx1-ubyte", &ok);
+    const std::string path = fashion_idx("train-labels-idx1-ubyte", &ok);
     ASSERT_TRUE(ok);
     const RawField f = parse_idx_header(path, "labels");
     EXPECT_EQ(f.num_records, 60000u);
@@ -92,7 +88,7 @@ TEST(RawIdx, TrainLabelsHeaderAndValuesMatchFileBytes) {
 TEST(RawIdx, ImagesHeaderGivesShapeAndGzipIsRejected) {
     h5t::TempDir dir;
     bool ok = false;
-    const std::string path = gunzip_to(dir, "t10k-images-idx3-ubyte", &ok);
+    const std::string path = fashion_idx("t10k-images-idx3-ubyte", &ok);
     ASSERT_TRUE(ok);
     const RawField f = parse_idx_header(path, "images");
     EXPECT_EQ(f.num_records, 10000u);
@@ -109,7 +105,7 @@ TEST(RawIdx, ImagesHeaderGivesShapeAndGzipIsRejected) {
     EXPECT_TRUE(missing.right_type) << missing.message;
     // Fields with different record counts (train labels 60000 vs t10k images 10000).
     bool ok2 = false;
-    const std::string labels = gunzip_to(dir, "train-labels-idx1-ubyte", &ok2);
+    const std::string labels = fashion_idx("train-labels-idx1-ubyte", &ok2);
     ASSERT_TRUE(ok2);
     Communicator comm(MPI_COMM_WORLD);
     H5T_EXPECT_SAME_ERROR(ConfigError,
@@ -121,10 +117,9 @@ TEST(RawIdx, ImagesHeaderGivesShapeAndGzipIsRejected) {
 // Loader over RawSource (t10k images + labels): every sample exactly once, every slot's bytes
 // equal to the IDX file's bytes for its id, equal steps on every rank.
 TEST(RawIdx, LoaderExactlyOnceWithFileBytes) {
-    h5t::TempDir dir;
     bool ok1 = false, ok2 = false;
-    const std::string images = gunzip_to(dir, "t10k-images-idx3-ubyte", &ok1);
-    const std::string labels = gunzip_to(dir, "t10k-labels-idx1-ubyte", &ok2);
+    const std::string images = fashion_idx("t10k-images-idx3-ubyte", &ok1);
+    const std::string labels = fashion_idx("t10k-labels-idx1-ubyte", &ok2);
     ASSERT_TRUE(ok1 && ok2);
     const std::string img_bytes = h5t::read_file(images);
     const std::string lab_bytes = h5t::read_file(labels);

@@ -18,7 +18,7 @@
 #include "mpistage/error.hpp"
 #include "mpistage/tfrecord_source.hpp"
 #include "sources/tfrecord/framing.hpp"
-#include "tfrecord_test_util.hpp"
+#include "../../tfrecord_test_util.hpp"
 
 using namespace mpistage;
 using namespace mpistage::tfrecord_test;

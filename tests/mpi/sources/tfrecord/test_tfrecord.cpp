@@ -21,7 +21,7 @@
 #include "mpistage/error.hpp"
 #include "mpistage/plan.hpp"
 #include "mpistage/tfrecord_source.hpp"
-#include "tfrecord_test_util.hpp"
+#include "../../tfrecord_test_util.hpp"
 #include "vec_sink.hpp"
 
 using namespace mpistage;
