@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "comm/agree.hpp"
 #include "mpistage/error.hpp"
 
 namespace mpistage::cli {

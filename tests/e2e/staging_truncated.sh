@@ -6,19 +6,8 @@
 # MPI-IO read inside the staging H5Dread, so the truncation lands inside the read.
 # Usage: staging_truncated.sh MPISTAGE_CLI WORK_DIR TEST_DATA_DIR FASHION_MNIST_DIR
 set -euo pipefail
-cli="$(readlink -f "$1")"; work="$2"; fmnist="$4"
-inject="${MPISTAGE_FAULT_INJECT:?set MPISTAGE_FAULT_INJECT to libmpistage_fault_inject.so}"
-if [ ! -s "$fmnist/t10k-images-idx3-ubyte.gz" ]; then
-    echo "SKIP: Fashion-MNIST not found in '$fmnist' (Debian's dataset-fashion-mnist)"
-    exit 77
-fi
-mpiexec="${MPIEXEC:-mpirun}"
-mkdir -p "$work"
-work="$(readlink -f "$work")"
-fail() { echo "FAIL: $*" >&2; exit 1; }
-h5="$work/t10k.h5"
-"$cli" convert idx "$fmnist/t10k-images-idx3-ubyte.gz" "$fmnist/t10k-labels-idx1-ubyte.gz" \
-    -o "$h5" >/dev/null
+# shellcheck source=../common/fault_e2e.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../common/fault_e2e.sh"
 size=$(stat -c %s "$h5")
 for np in 2 3; do
     cp "$h5" "$work/cut.h5"

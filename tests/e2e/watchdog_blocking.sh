@@ -9,24 +9,11 @@
 #   H5Dread                  the collective staging read of HDF5 (--stage memory)
 #   MPI_File_read_at_all     inside HDF5's collective read (--stage memory)
 # Usage: watchdog_blocking.sh MPISTAGE_CLI WORK_DIR TEST_DATA_DIR FASHION_MNIST_DIR
-# The injector library comes from $MPISTAGE_FAULT_INJECT (set by CMake).
+# The injector library comes from $MPISTAGE_FAULT_INJECT (set by CMake); the set-up is shared
+# with staging_truncated.sh (tests/common/fault_e2e.sh).
 set -euo pipefail
-cli="$(readlink -f "$1")"; work="$2"; fmnist="$4"
-inject="${MPISTAGE_FAULT_INJECT:?set MPISTAGE_FAULT_INJECT to libmpistage_fault_inject.so}"
-if [ ! -s "$fmnist/t10k-images-idx3-ubyte.gz" ]; then
-    echo "SKIP: Fashion-MNIST not found in '$fmnist' (Debian's dataset-fashion-mnist)"
-    exit 77
-fi
-mpiexec="${MPIEXEC:-mpirun}"
-mkdir -p "$work"
-work="$(readlink -f "$work")"
-fail() { echo "FAIL: $*" >&2; exit 1; }
-h5="$work/t10k.h5"
-tfr="$work/t10k.tfrecord"
-[ -s "$h5" ] || "$cli" convert idx "$fmnist/t10k-images-idx3-ubyte.gz" \
-    "$fmnist/t10k-labels-idx1-ubyte.gz" -o "$h5" >/dev/null
-[ -s "$tfr" ] || "$cli" convert idx "$fmnist/t10k-images-idx3-ubyte.gz" \
-    "$fmnist/t10k-labels-idx1-ubyte.gz" -o "$tfr" --format tfrecord >/dev/null
+# shellcheck source=../common/fault_e2e.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../common/fault_e2e.sh"
 timeout_s=5
 limit=$((timeout_s + 30))
 

@@ -11,6 +11,7 @@
 #include "../tfrecord_test_util.hpp"
 #include "mpistage/comm.hpp"
 #include "mpistage/hash.hpp"
+#include "sources/tfrecord/framing.hpp"
 
 namespace budget_test {
 
