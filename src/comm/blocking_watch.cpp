@@ -58,8 +58,11 @@ private:
             for (auto it = armed_.begin(); it != armed_.end(); ++it) {
                 if (it->second.deadline < first->second.deadline) first = it;
             }
-            if (Clock::now() < first->second.deadline) {
-                wake_.wait_until(lock, first->second.deadline);
+            // A copy: wait_until holds its argument by reference while the lock is released,
+            // and a guard may disarm (erase) this entry meanwhile.
+            const Clock::time_point deadline = first->second.deadline;
+            if (Clock::now() < deadline) {
+                wake_.wait_until(lock, deadline);
                 continue;
             }
             std::fputs(first->second.report.c_str(), stderr);

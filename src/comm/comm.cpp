@@ -99,9 +99,10 @@ void Communicator::free() noexcept {
 
 void check_timeout(std::chrono::seconds timeout, const std::string& what) {
     if (timeout.count() < 0 || timeout > kMaxTimeout) {
-        throw ConfigError(what + ": timeout " + std::to_string(timeout.count()) +
-                          " s is out of range [0, " + std::to_string(kMaxTimeout.count()) +
-                          "] s (0 turns the watchdog off)");
+        throw ConfigError(what + ": timeout " + std::to_string(timeout.count()) + " s is " +
+                          (timeout.count() < 0 ? "negative" : "too large") +
+                          "; accepted: 0 (the watchdog off) to " +
+                          std::to_string(kMaxTimeout.count()) + " s");
     }
 }
 
