@@ -23,12 +23,8 @@ mpiexec="${MPIEXEC:-mpirun}"
 unset MPISTAGE_ERRORS_ON_EVERY_RANK
 mkdir -p "$work"
 fail() { echo "FAIL: $*" >&2; exit 1; }
-h5="$work/t10k.h5"
-tfr="$work/t10k.tfrecord"
-[ -s "$h5" ] || "$cli" convert idx "$fmnist/t10k-images-idx3-ubyte.gz" \
-    "$fmnist/t10k-labels-idx1-ubyte.gz" -o "$h5" >/dev/null
-[ -s "$tfr" ] || "$cli" convert idx "$fmnist/t10k-images-idx3-ubyte.gz" \
-    "$fmnist/t10k-labels-idx1-ubyte.gz" -o "$tfr" --format tfrecord >/dev/null
+# shellcheck source=../common/t10k_e2e.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../common/t10k_e2e.sh"
 
 # expect_error NAME NP PATTERN... -- ARGS...: exit 2 within 60 s; the error printed exactly once,
 # on one line that holds every PATTERN (fixed strings).
