@@ -248,7 +248,9 @@ public:
 
     /// Batches per rank in this epoch, equal on every rank, decided before the first batch.
     std::uint64_t steps() const noexcept;
-    /// This rank's plan for the epoch (of a resumed epoch: its remaining part).
+    /// This rank's plan for the epoch (of a resumed epoch: its remaining part). Fixed batches
+    /// are computed per slot (`EpochPlan::on_demand()`: `ids`/`valid` are empty, read
+    /// `slot_id`/`slot_valid`), so the plan's memory does not grow with N.
     const EpochPlan& plan() const noexcept;
     /// Totals over all ranks of this range (of a resumed epoch: its remaining part only).
     const EpochTotals& totals() const noexcept;

@@ -7,12 +7,17 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "mpistage/hash.hpp"
 
 namespace mpistage {
+
+namespace detail {
+struct SlotRule;
+}
 
 /// How samples are divided among ranks.
 enum class Sharding {
@@ -152,6 +157,10 @@ struct EpochTotals {
 
 /// One rank's plan for one epoch: `steps` batches. Fixed batches have `batch_size` slots each;
 /// budget batches have variable sizes given by `batch_offsets` (see `batch_begin`).
+///
+/// The slots are either stored (`ids`/`valid`, as `plan_epoch` returns them) or, for fixed
+/// batches from `plan_epoch_on_demand`, computed per slot by a rule of O(1) size
+/// (`on_demand()`): `slot_id`/`slot_valid` read either form.
 struct EpochPlan {
     /// Batches this rank yields; equal on every rank (a pure function of N, W, B, remainder,
     /// or of N, W, the budget and the sample costs).
@@ -160,10 +169,14 @@ struct EpochPlan {
     /// any rank in the whole epoch (≥ 1), which sizes the loader's ring slots.
     std::uint64_t batch_size = 0;
     /// Sample id of each slot, in yield order (`batch_begin(steps)` entries); kPaddingId for
-    /// masked slots.
+    /// masked slots. Empty when the plan is `on_demand()`.
     std::vector<std::int64_t> ids;
-    /// 1 where the slot is a real, first occurrence of its sample in this epoch.
+    /// 1 where the slot is a real, first occurrence of its sample in this epoch. Empty when the
+    /// plan is `on_demand()`.
     std::vector<std::uint8_t> valid;
+    /// Fixed batches of `plan_epoch_on_demand`: the rule that computes each slot's id and
+    /// validity (immutable, shared by copies). Null when `ids`/`valid` hold every slot.
+    std::shared_ptr<const detail::SlotRule> rule;
     /// Budget batches: `steps + 1` offsets into `ids`/`valid`, step s holding the slots
     /// `[batch_offsets[s], batch_offsets[s+1])`. Empty for fixed batches.
     std::vector<std::uint64_t> batch_offsets;
@@ -194,6 +207,13 @@ struct EpochPlan {
 
     /// True for budget batches (variable sizes).
     bool budgeted() const noexcept { return !batch_offsets.empty(); }
+    /// True when slots are computed by `rule` instead of stored in `ids`/`valid`.
+    bool on_demand() const noexcept { return rule != nullptr; }
+    /// Sample id of slot `k` (< batch_begin(steps)) in yield order; kPaddingId for a masked
+    /// slot. O(1) time (a permutation evaluation) for on-demand plans. Thread-safe.
+    std::int64_t slot_id(std::uint64_t k) const;
+    /// True where slot `k` (< batch_begin(steps)) is a real, first occurrence of its sample.
+    bool slot_valid(std::uint64_t k) const;
     /// First slot of step `step` (≤ steps) in `ids`/`valid`.
     std::uint64_t batch_begin(std::uint64_t step) const noexcept {
         return budgeted() ? batch_offsets[step] : step * batch_size;
@@ -245,7 +265,8 @@ EpochTotals plan_totals(std::uint64_t num_samples, int world_size, const PlanOpt
                         const EpochStart& start);
 
 /// The plan of `rank` for `epoch`. Pure and deterministic: depends only on its arguments.
-/// Memory O(N/W + B) (9 bytes per slot of the rank's share: int64 id + uint8 valid).
+/// Memory O(N/W + B) (9 bytes per slot of the rank's share: int64 id + uint8 valid); see
+/// `plan_epoch_on_demand` for the same plan in O(W) memory.
 /// @throws ConfigError for N = 0, world_size < 1, rank outside [0, W).
 EpochPlan plan_epoch(std::uint64_t num_samples, int world_size, int rank,
                      const PlanOptions& options, std::uint64_t epoch);
@@ -272,6 +293,16 @@ EpochPlan plan_epoch(std::uint64_t num_samples, int world_size, int rank,
                      const PlanOptions& options, std::uint64_t epoch, const EpochStart& start,
                      const SampleBytesFn& sample_bytes = {},
                      const SampleTokensFn& sample_tokens = {});
+
+/// `plan_epoch` (same arguments, same slots) whose fixed batches are not stored but computed
+/// per slot (`EpochPlan::on_demand`, `slot_id`, `slot_valid`): O(W) memory and time instead of
+/// O(N/W), so a loader's bookkeeping stays flat in N (docs/architecture.md, "Memory per
+/// rank"). Budget batches, and global plans given `sample_bytes` (the per-step byte balance and
+/// its report), are stored as by `plan_epoch`. Pure. @throws as `plan_epoch`.
+EpochPlan plan_epoch_on_demand(std::uint64_t num_samples, int world_size, int rank,
+                               const PlanOptions& options, std::uint64_t epoch,
+                               const EpochStart& start, const SampleBytesFn& sample_bytes = {},
+                               const SampleTokensFn& sample_tokens = {});
 
 /// Every rank's sample ids of step `step` (0 = the first step of the plan from `start`) of
 /// `epoch` with `global` sharding: W·B entries, rank r's batch at [r·B, (r+1)·B) in its yield

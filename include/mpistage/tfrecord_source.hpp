@@ -112,7 +112,10 @@ static_assert(sizeof(RecordRef) == 16, "RecordRef is exchanged as 16 raw bytes")
 /// `FeatureSpec` (see tf_example.hpp).
 ///
 /// Memory per rank: 16 B × N descriptors (every rank can read any id, as the planner may assign
-/// ids from another rank's range, e.g. padding), plus the decompressed bytes of every gzip file
+/// ids from another rank's range, e.g. padding), and its own part once more while they are
+/// exchanged at open (a ConfigError naming the files and bytes, before anything is allocated,
+/// when that exceeds the rank's share of the node's memory: half of it divided among the
+/// node's ranks), plus the decompressed bytes of every gzip file
 /// this rank has touched (its own files at open, others decompressed whole on first read and
 /// kept until the source is destroyed).
 ///
@@ -130,10 +133,11 @@ public:
     /// Collective over `comm`: opens every file with `MPI_File_open`, scans this rank's cut (or
     /// reads its slice of the index files), agrees on boundaries, counts and skipped records,
     /// and allgathers all descriptors. Every failure is agreed: every rank throws the same.
-    /// @throws ConfigError (bad or differing options, no paths, index count mismatch),
-    ///         IoError (missing/unreadable file, short read), FormatError (not a TFRecord,
-    ///         truncated record, CRC mismatch, bad index line, empty file, no records) naming
-    ///         the file and the 64-bit byte offset (or index line).
+    /// @throws ConfigError (bad or differing options, no paths, index count mismatch,
+    ///         descriptors over the memory share), IoError (missing/unreadable file, short
+    ///         read), FormatError (not a TFRecord, truncated record, CRC mismatch, bad index
+    ///         line, empty file, no records) naming the file and the 64-bit byte offset (or
+    ///         index line).
     TfRecordSource(const Communicator& comm, std::vector<std::string> paths,
                    TfRecordOptions options = {});
     ~TfRecordSource() override;

@@ -165,7 +165,17 @@ public:
         const bool resumed =
             local_.resume && local_.resume->epoch() == e && local_.resume->steps() > 0;
         const std::uint64_t first_step = resumed ? local_.resume->steps() : 0;
+        // This rank's valid ids, kept only where they are written out (--ids-out, the
+        // --verify id log of --save-state); --verify counts them by id range (IdCount).
+        const bool keep_ids = !a_.ids_out.empty() || (a_.verify && saver_.enabled());
         std::vector<std::int64_t> ids;
+        std::optional<IdCount> count;
+        if (a_.verify) {
+            const std::string input = a_.stream() ? a_.sqlite : a_.files.front();
+            run_agreed(comm_, [&] { count.emplace(comm_, num_samples_, input); });
+        }
+        const std::uint64_t every =
+            exchange_interval(a_.budget() ? a_.max_batch_samples : a_.batch_size);
         BatchCounts c;
         const std::uint64_t bytes_before = input_.totals().bytes;
         const auto t0 = Clock::now();
@@ -174,11 +184,13 @@ public:
         for (const HostBatch& batch : range) {
             c.add(batch, input_.oversize(range, batch));
             progress_.step(e, first_step + c.batches, planned ? first_step + planned : 0);
-            if (a_.verify || !a_.ids_out.empty()) {
-                for (std::size_t j = 0; j < batch.size(); ++j) {
-                    if (batch.valid()[j]) ids.push_back(batch.index()[j]);
-                }
+            for (std::size_t j = 0; (count || keep_ids) && j < batch.size(); ++j) {
+                if (!batch.valid()[j]) continue;
+                if (count) count->add(batch.index()[j]);
+                if (keep_ids) ids.push_back(batch.index()[j]);
             }
+            // Every rank yields the same steps, so every rank exchanges at the same one.
+            if (count && c.batches % every == 0) count->exchange();
             input_.consume(batch);
             const auto compute = std::chrono::microseconds(a_.compute_ms * 1000 + a_.compute_us);
             if (compute.count() > 0) std::this_thread::sleep_for(compute);
@@ -196,7 +208,7 @@ public:
         totals_.batches += c.batches;
         totals_.samples += c.valid;
         totals_.padding_slots += c.padding_slots;
-        EpochReport r = report(e, range, c, ids, resumed);
+        EpochReport r = report(e, range, c, count ? &*count : nullptr, resumed);
         note_epoch_tier(comm_, input_.tier_stats(), elapsed, r);
         if (!a_.ids_out.empty()) {
             const std::vector<std::int64_t> all = gather_to_root(comm_, ids);
@@ -245,10 +257,10 @@ private:
     }
 
     template <class Range>
-    EpochReport report(std::uint64_t e, const Range& range, const BatchCounts& c,
-                       const std::vector<std::int64_t>& ids, bool resumed) {
+    EpochReport report(std::uint64_t e, const Range& range, const BatchCounts& c, IdCount* count,
+                       bool resumed) {
         EpochReport r;
-        if (!a_.verify) {
+        if (!count) {
             r = count_epoch(comm_, e, c.batches);
         } else {
             // The interrupted run's ids count when they are known (a stream's state, a file
@@ -258,9 +270,10 @@ private:
             Expectation x;
             x.num_samples = num_samples_;
             x.prior = with_prior ? &local_.prior_ids : nullptr;
+            x.prior_count = prior;
             x.expected =
-                stopped_ ? prior + comm_.allreduce_sum(ids.size()) : input_.expected(range, prior);
-            r = verify_epoch(comm_, e, ids, c.batches, x);
+                stopped_ ? prior + comm_.allreduce_sum(c.valid) : input_.expected(range, prior);
+            r = verify_epoch(comm_, e, *count, c.batches, x);
             r.prior_ids = prior;
         }
         r.resumed = resumed;

@@ -70,15 +70,63 @@ struct Expectation {
     /// Rank 0 only: ids an earlier run consumed in this epoch before the resume (its --verify
     /// id log); they count with this run's ids.
     const std::vector<std::int64_t>* prior = nullptr;
+    /// Every rank: how many ids `prior` holds on rank 0 (0 without a prior run).
+    std::uint64_t prior_count = 0;
 };
 
-/// Collective: gathers the valid ids of every rank on rank 0, counts each id (with the prior
-/// run's) and broadcasts the verdict, so every rank returns the same report. `ids` are this
-/// rank's valid sample ids. @throws ConfigError when the epoch has more than 2^31-1 valid ids
-/// (same on every rank); MpiError.
-EpochReport verify_epoch(const Communicator& comm, std::uint64_t epoch,
-                         const std::vector<std::int64_t>& ids, std::uint64_t batches,
-                         const Expectation& expect);
+/// The exactly-once count of one epoch, distributed by id range so that no rank holds O(N):
+/// rank r owns the ids `[begin[r], begin[r+1])` of `balanced_shard_begins(N, W)` and keeps
+/// one bit per owned id (N/W/8 bytes). Ids are buffered per owner by `add` and sent to their
+/// owners by `exchange` (one `Communicator::alltoallv`); an owner counts an id whose bit is
+/// already set as a duplicate, so duplicates, out-of-range ids and distinct ids are exact.
+/// Ids outside [0, N) are counted where they were added. Not thread-safe.
+class IdCount {
+public:
+    /// Local (agree on the outcome: the check is the same on every rank of a node). `input`
+    /// names the input in errors. @throws ConfigError naming the input and the bytes when the
+    /// bitmap exceeds this rank's share of the node's memory or cannot be allocated.
+    IdCount(const Communicator& comm, std::uint64_t num_samples, const std::string& input);
+    /// Local: counts one yielded id (buffered until the next `exchange`).
+    void add(std::int64_t id);
+    /// Ids added on this rank in all.
+    std::uint64_t added() const noexcept { return added_; }
+    /// Ids buffered on this rank since the last `exchange`.
+    std::uint64_t buffered() const noexcept { return buffered_; }
+    /// Collective: sends every buffered id to its owner and counts it there. @throws MpiError,
+    /// ConfigError (a message of 2 GiB or more, same on every rank).
+    void exchange();
+    /// Bytes this rank holds for the count (bitmap and buffers' capacity), for reports/tests.
+    std::uint64_t memory_bytes() const noexcept;
+    /// Local counts of this rank (duplicates and distinct ids among its owned range,
+    /// out-of-range ids it was given).
+    std::uint64_t duplicates() const noexcept { return duplicates_; }
+    std::uint64_t out_of_range() const noexcept { return out_of_range_; }
+    std::uint64_t distinct() const noexcept { return distinct_; }
+    /// Rank that owns `id` (< N) for `num_samples` and `world_size` (balanced shards). Pure.
+    static int owner_of(std::uint64_t id, std::uint64_t num_samples, int world_size) noexcept;
+
+private:
+    const Communicator& comm_;
+    std::uint64_t num_samples_ = 0;
+    std::uint64_t begin_ = 0;
+    std::vector<std::uint64_t> bits_;
+    std::vector<std::string> outgoing_;
+    std::uint64_t buffered_ = 0;
+    std::uint64_t added_ = 0;
+    std::uint64_t duplicates_ = 0;
+    std::uint64_t out_of_range_ = 0;
+    std::uint64_t distinct_ = 0;
+};
+
+/// Ids buffered by an `IdCount` between two exchanges (at most ~8 MiB of ids a rank): the
+/// stage loop exchanges every `exchange_interval(batch_slots)` steps, the same on every rank.
+std::uint64_t exchange_interval(std::uint64_t batch_slots) noexcept;
+
+/// Collective: the verdict of `count` (every rank's ids of the epoch added) together with the
+/// prior run's ids (`expect.prior`, added from rank 0 in pieces), so every rank returns the
+/// same report. O(N/W) memory per rank. @throws MpiError, ConfigError (same on every rank).
+EpochReport verify_epoch(const Communicator& comm, std::uint64_t epoch, IdCount& count,
+                         std::uint64_t batches, const Expectation& expect);
 
 /// Collective: every rank's `ids`, concatenated in rank order on rank 0 (empty elsewhere).
 /// @throws ConfigError (same on every rank) above 2^31-1 ids in all; MpiError.

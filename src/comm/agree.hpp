@@ -14,6 +14,10 @@
 
 namespace mpistage {
 
+/// `LocalStatus::message` of a `std::bad_alloc`; `run_agreed` adds the rank, the phase and
+/// file of the communicator's context and the resident bytes to it.
+inline constexpr const char* kOutOfMemory = "out of memory (std::bad_alloc)";
+
 /// Local outcome of a step that may fail on some ranks only.
 struct LocalStatus {
     bool failed = false;

@@ -6,6 +6,7 @@
 
 #include "comm/agree.hpp"
 #include "comm/watch_state.hpp"
+#include "util/memory_budget.hpp"
 
 namespace mpistage {
 
@@ -210,7 +211,7 @@ LocalStatus LocalStatus::from_exception(const std::exception_ptr& ep) noexcept {
         s.kind = e.kind();
         s.message = e.what();
     } catch (const std::bad_alloc&) {
-        s.message = "out of memory (std::bad_alloc)";
+        s.message = kOutOfMemory;
     } catch (const std::exception& e) {
         s.message = e.what();
     } catch (...) {
@@ -268,7 +269,16 @@ std::uint64_t agree_min_or_throw(const Communicator& comm, const LocalStatus& st
 }
 
 void run_agreed(const Communicator& comm, const std::function<void()>& fn) {
-    agree_or_throw(comm, capture(fn));
+    LocalStatus status = capture(fn);
+    if (status.failed && status.message == kOutOfMemory) {
+        // A bare std::bad_alloc says nothing of where: name the phase (and file) the rank was
+        // in and how much it held.
+        status.message += " on rank " + std::to_string(comm.rank()) + " during " +
+                          (comm.context().phase.empty() ? std::string("an agreed step")
+                                                        : comm.context().describe()) +
+                          " (resident " + std::to_string(detail::resident_bytes()) + " bytes)";
+    }
+    agree_or_throw(comm, status);
 }
 
 }  // namespace mpistage

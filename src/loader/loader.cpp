@@ -116,8 +116,10 @@ EpochPlan Loader::Impl::plan_of(std::uint64_t e, const EpochStart& start) const 
     if (options.plan.balance_steps) {
         sizes = [&src = source](std::uint64_t id) { return src.sample_bytes(id); };
     }
-    return plan_epoch(num_samples, comm.size(), comm.rank(), options.plan, e, start, sizes,
-                      sample_tokens);
+    // Fixed batches are computed per slot (O(W) bookkeeping, flat in N); budget batches and
+    // byte-balanced steps are stored (docs/architecture.md, "Memory per rank").
+    return plan_epoch_on_demand(num_samples, comm.size(), comm.rank(), options.plan, e, start,
+                                sizes, sample_tokens);
 }
 
 void Loader::Impl::allocate_ring(std::uint64_t b, std::uint64_t slots) {

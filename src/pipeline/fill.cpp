@@ -13,8 +13,7 @@ namespace {
 void prepare(Slot& slot, const std::vector<FieldInfo>& fields, const EpochPlan& plan,
              std::uint64_t step) {
     const std::size_t b = plan.batch_slots(step);
-    const std::int64_t* ids = plan.ids.data() + plan.batch_begin(step);
-    const std::uint8_t* valid = plan.valid.data() + plan.batch_begin(step);
+    const std::uint64_t first = plan.batch_begin(step);
     slot.step = step;
     slot.size = b;
     slot.num_valid = 0;
@@ -22,11 +21,13 @@ void prepare(Slot& slot, const std::vector<FieldInfo>& fields, const EpochPlan& 
     slot.read_ids.clear();
     slot.read_pos.clear();
     for (std::size_t j = 0; j < b; ++j) {
-        slot.ids[j] = ids[j];
-        slot.valid[j] = valid[j];
-        slot.num_valid += valid[j];
-        if (ids[j] >= 0) {
-            slot.read_ids.push_back(static_cast<std::uint64_t>(ids[j]));
+        const std::int64_t id = plan.slot_id(first + j);
+        const bool valid = plan.slot_valid(first + j);
+        slot.ids[j] = id;
+        slot.valid[j] = valid ? 1 : 0;
+        slot.num_valid += valid ? 1 : 0;
+        if (id >= 0) {
+            slot.read_ids.push_back(static_cast<std::uint64_t>(id));
             slot.read_pos.push_back(j);
             continue;
         }

@@ -2,6 +2,7 @@
 // positions from a start position; rank r takes its slice of each global batch, or (with
 // balance_steps) the samples a greedy byte balance assigns to it inside each global batch.
 #include <algorithm>
+#include <memory>
 #include <numeric>
 #include <queue>
 #include <utility>
@@ -114,20 +115,25 @@ void plan_global(std::uint64_t num_samples, int world_size, int rank, const Plan
     const std::uint64_t width = w * b;
     plan.shard_begin = 0;
     plan.shard_end = num_samples;
+    if (!sample_bytes) {
+        // Rank r takes slots [r·B, (r+1)·B) of each global batch: O(1) per slot, computed on
+        // demand (GlobalOrder::id_at as a SlotRule).
+        auto rule = std::make_shared<SlotRule>();
+        rule->kind = SlotRule::Kind::global;
+        rule->num_samples = num_samples;
+        rule->batch_size = b;
+        rule->shuffle = options.shuffle == Shuffle::global;
+        rule->mask = options.remainder == Remainder::mask;
+        rule->perm = Permutation(num_samples, epoch_permutation_key(options, epoch, 0));
+        rule->position = position;
+        rule->width = width;
+        rule->rank_offset = r * b;
+        plan.rule = std::move(rule);
+        return;
+    }
     plan.ids.resize(plan.steps * b);
     plan.valid.resize(plan.steps * b);
     const GlobalOrder order(num_samples, options, epoch);
-    if (!sample_bytes) {
-        // Rank r takes slots [r·B, (r+1)·B) of each global batch: O(1) per slot, no allocation.
-        for (std::uint64_t s = 0; s < plan.steps; ++s) {
-            for (std::uint64_t j = 0; j < b; ++j) {
-                const std::uint64_t p = position + s * width + r * b + j;
-                plan.ids[s * b + j] = order.id_at(p);
-                plan.valid[s * b + j] = p < num_samples;
-            }
-        }
-        return;
-    }
     BalanceReport report;
     BalanceReport unbalanced;
     std::vector<std::uint64_t> rank_bytes(w);

@@ -171,6 +171,24 @@ EpochPlan plan_epoch(std::uint64_t num_samples, int world_size, int rank,
 EpochPlan plan_epoch(std::uint64_t num_samples, int world_size, int rank,
                      const PlanOptions& options, std::uint64_t epoch, const EpochStart& start,
                      const SampleBytesFn& sample_bytes, const SampleTokensFn& sample_tokens) {
+    EpochPlan plan = plan_epoch_on_demand(num_samples, world_size, rank, options, epoch, start,
+                                          sample_bytes, sample_tokens);
+    detail::materialize(plan);
+    return plan;
+}
+
+std::int64_t EpochPlan::slot_id(std::uint64_t k) const {
+    return rule ? rule->at(k).first : ids[k];
+}
+
+bool EpochPlan::slot_valid(std::uint64_t k) const {
+    return rule ? rule->at(k).second : valid[k] != 0;
+}
+
+EpochPlan plan_epoch_on_demand(std::uint64_t num_samples, int world_size, int rank,
+                               const PlanOptions& options, std::uint64_t epoch,
+                               const EpochStart& start, const SampleBytesFn& sample_bytes,
+                               const SampleTokensFn& sample_tokens) {
     options.validate();
     detail::check_world(num_samples, world_size);
     if (rank < 0 || rank >= world_size) {
@@ -209,6 +227,34 @@ EpochPlan plan_epoch(std::uint64_t num_samples, int world_size, int rank,
 
 namespace detail {
 
+std::pair<std::int64_t, bool> SlotRule::at(std::uint64_t k) const {
+    if (kind == Kind::global) {
+        const std::uint64_t p = position + (k / batch_size) * width + rank_offset + k % batch_size;
+        if (p >= num_samples && mask) return {kPaddingId, false};
+        const std::uint64_t q = p < num_samples ? p : (p - num_samples) % num_samples;
+        return {static_cast<std::int64_t>(shuffle ? perm(q) : q), p < num_samples};
+    }
+    const std::uint64_t e = skip + k;  // the slot in the rank's whole epoch
+    if (e < real) return {static_cast<std::int64_t>(shard_begin + (shuffle ? perm(e) : e)), true};
+    // Padding slots of all ranks are numbered in rank order; pad slot q repeats sample q mod N
+    // from the head of the dataset, so padding is spread over distinct samples.
+    if (mask) return {kPaddingId, false};
+    return {static_cast<std::int64_t>((pad_before + (e - real)) % num_samples), false};
+}
+
+void materialize(EpochPlan& plan) {
+    if (!plan.rule) return;
+    const std::uint64_t slots = plan.steps * plan.batch_size;
+    plan.ids.resize(slots);
+    plan.valid.resize(slots);
+    for (std::uint64_t k = 0; k < slots; ++k) {
+        const auto [id, valid] = plan.rule->at(k);
+        plan.ids[k] = id;
+        plan.valid[k] = valid ? 1 : 0;
+    }
+    plan.rule.reset();
+}
+
 void plan_byte_range(std::uint64_t num_samples, int world_size, int rank,
                      const PlanOptions& options, std::uint64_t epoch, std::uint64_t first_step,
                      EpochPlan& plan) {
@@ -216,34 +262,25 @@ void plan_byte_range(std::uint64_t num_samples, int world_size, int rank,
     const std::uint64_t b = options.batch_size;
     // The whole epoch's slots of this rank, of which the first `first_step` batches are skipped.
     const std::uint64_t slots = (plan.steps + first_step) * b;
-    const std::uint64_t skip = first_step * b;
-    plan.ids.resize(slots - skip);
-    plan.valid.resize(slots - skip);
     const auto begins = balanced_shard_begins(num_samples, world_size);
     plan.shard_begin = begins[r];
     plan.shard_end = begins[r + 1];
     const std::uint64_t n_r = plan.shard_end - plan.shard_begin;
-    const bool shuffle = options.shuffle == Shuffle::local;
-    const Permutation perm(n_r, epoch_permutation_key(options, epoch, r + 1));
-    const std::uint64_t real = std::min(n_r, slots);
-    for (std::uint64_t k = skip; k < real; ++k) {
-        plan.ids[k - skip] = static_cast<std::int64_t>(plan.shard_begin + (shuffle ? perm(k) : k));
-        plan.valid[k - skip] = 1;
-    }
-    // Padding slots of all ranks are numbered in rank order; pad slot q repeats sample q mod N
-    // from the head of the dataset, so padding is spread over distinct samples.
-    std::uint64_t pad_before = 0;
+    auto rule = std::make_shared<SlotRule>();
+    rule->kind = SlotRule::Kind::byte_range;
+    rule->num_samples = num_samples;
+    rule->batch_size = b;
+    rule->shuffle = options.shuffle == Shuffle::local;
+    rule->mask = options.remainder == Remainder::mask;
+    rule->perm = Permutation(n_r, epoch_permutation_key(options, epoch, r + 1));
+    rule->skip = first_step * b;
+    rule->real = std::min(n_r, slots);
+    rule->shard_begin = plan.shard_begin;
     for (std::uint64_t q = 0; q < r; ++q) {
         const std::uint64_t n_q = begins[q + 1] - begins[q];
-        pad_before += slots > n_q ? slots - n_q : 0;
+        rule->pad_before += slots > n_q ? slots - n_q : 0;
     }
-    for (std::uint64_t k = std::max(real, skip); k < slots; ++k) {
-        const std::uint64_t q = pad_before + (k - real);
-        plan.ids[k - skip] = options.remainder == Remainder::mask
-                                 ? kPaddingId
-                                 : static_cast<std::int64_t>(q % num_samples);
-        plan.valid[k - skip] = 0;
-    }
+    plan.rule = std::move(rule);
 }
 
 }  // namespace detail

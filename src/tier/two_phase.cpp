@@ -230,9 +230,11 @@ LocalStatus TwoPhaseReader::read_step(Slot* slot, std::uint64_t step, LocalStatu
                                              start_, step, sample_bytes_);
             const std::uint64_t b = options_.batch_size;
             const auto mine = static_cast<std::uint64_t>(comm_.rank()) * b;
-            if (!std::equal(ids.begin() + static_cast<std::ptrdiff_t>(mine),
-                            ids.begin() + static_cast<std::ptrdiff_t>(mine + b),
-                            plan_.ids.begin() + static_cast<std::ptrdiff_t>(step * b))) {
+            bool same = true;
+            for (std::uint64_t j = 0; j < b && same; ++j) {
+                same = ids[mine + j] == plan_.slot_id(step * b + j);
+            }
+            if (!same) {
                 throw Error("two-phase: the ids of step " + std::to_string(step) +
                             " differ from this rank's plan (options changed?)");
             }

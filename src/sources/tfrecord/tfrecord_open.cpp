@@ -9,6 +9,7 @@
 #include "sources/tfrecord/dali_index.hpp"
 #include "sources/tfrecord/source_state.hpp"
 #include "util/input_file.hpp"
+#include "util/memory_budget.hpp"
 
 namespace mpistage::tfrecord {
 
@@ -150,6 +151,19 @@ LocalRecords read_dali_index(const Communicator& comm, const SourceState& state)
 void exchange_descriptors(const Communicator& comm, SourceState& state, LocalRecords local) {
     state.skipped = comm.allreduce_sum(local.skipped);
     state.skipped_bytes = comm.allreduce_sum(local.skipped_bytes);
+    // Every rank holds every descriptor (16 B a record) and, while they are exchanged, its own
+    // part twice: refused up front when that exceeds this rank's share of the node's memory
+    // (the same decision on every rank of a node: the inputs are allreduced or agreed).
+    const std::uint64_t total = comm.allreduce_sum(local.records.size());
+    const std::uint64_t largest = comm.allreduce_max(local.records.size());
+    run_agreed(comm, [&] {
+        detail::check_memory_share(
+            detail::saturating_mul(total + largest, sizeof(RecordRef)), comm.node_size(),
+            "tfrecord: the descriptors of " + std::to_string(total) + " records in " +
+                std::to_string(state.files.size()) + " file(s) (first: " + state.files[0].path +
+                "; 16 bytes a record on every rank)",
+            "split the dataset into several sources or run fewer ranks per node");
+    });
     // More than 2^31 - 1 descriptors in all is a ConfigError on every rank (one exchange).
     state.records = comm.allgatherv(local.records);
     // Global checks on the identical descriptor list (same outcome on every rank).
