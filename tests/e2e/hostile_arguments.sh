@@ -4,8 +4,8 @@
 # signal; where the error is agreed, every rank prints the same message.
 #   4. negative values for unsigned flags (on every rank, and on one rank only)
 #   5. permission denied is not "does not exist" (as user nobody when run as root)
-#   6. --timeout and --verify-files take part in the argument agreement; wait_io/wait_peers
-#      are reported
+#   6. --timeout, --verify-files and --batch-bytes take part in the argument agreement (named
+#      with both values); wait_io/wait_peers are reported
 # Usage: hostile_arguments.sh MPISTAGE_CLI WORK_DIR TEST_DATA_DIR FASHION_MNIST_DIR
 set -euo pipefail
 # shellcheck source=../common/hostile_setup.sh
@@ -60,6 +60,8 @@ expect_error "--timeout differs" 3 "--timeout is '300' on rank 0 but '5' on rank
     "$work/per_rank_args.sh" 2 "--timeout 5" "" "$cli" stage "$tfr" -q
 expect_error "--verify-files on one rank" 3 "--verify-files is 'off' on rank 0 but 'on' on rank 1" \
     "$work/per_rank_args.sh" 1 "--verify-files" "" "$cli" stage "$tfr" -q
+expect_error "--batch-bytes on one rank" 3 "--batch-bytes is '2048' on rank 0 but '4096' on rank 2" \
+    "$work/per_rank_args.sh" 2 "--batch-bytes 4096" "--batch-bytes 2048" "$cli" stage "$tfr" -q
 for np in 1 3; do
     expect_ok "--timeout 0 --verify-files" "$np" "$cli" stage "$tfr" --timeout 0 --verify-files -b 2 --remainder mask --verify
     grep -q -E '^ +rank +samples +batches +bytes +MB/s +wait_s +wait_io_s +wait_peers_s +moved +device +H2D_GB/s$' "$work/case.out" \
