@@ -51,7 +51,7 @@ void require_descriptors(std::uint64_t needed, const std::string& what,
     if (u.open == 0 || u.soft_limit == std::numeric_limits<std::uint64_t>::max()) return;
     const std::uint64_t want = u.open + needed + kOpenDescriptorMargin;
     if (want <= u.soft_limit) return;
-    throw IoError(context + ": too few file descriptors to open " + what + ": this process has " +
+    throw IoError(context + ": too few file descriptors to open " + what + ": this rank has " +
                   std::to_string(u.open) + " open and may open at most " +
                   limit_text(u.soft_limit) + " (RLIMIT_NOFILE soft limit, `ulimit -n`; hard " +
                   "limit " + limit_text(u.hard_limit) + "); opening needs about " +

@@ -22,9 +22,10 @@ struct DescriptorUse {
 /// Local: the current use (reads /proc/self/fd and getrlimit). Never throws.
 DescriptorUse descriptor_use() noexcept;
 
-/// Descriptors an open keeps beyond its files (MPI-IO opens helper files, HDF5 and the MPI
-/// library open sockets and shared-memory segments while opening).
-constexpr std::uint64_t kOpenDescriptorMargin = 4;
+/// Descriptors an open needs for a moment beyond those it keeps: Open MPI's MPI-IO opens a
+/// shared-file-pointer helper file inside MPI_File_open (measured with `ulimit -n` at 2 and 3
+/// ranks: a run fails exactly when the files' descriptors plus this one do not fit).
+constexpr std::uint64_t kOpenDescriptorMargin = 1;
 
 /// Local: throws unless `needed` more descriptors (plus kOpenDescriptorMargin) fit under the
 /// soft limit. `what` names what is about to be opened ("'a.tfrecord' and 3 other files").
