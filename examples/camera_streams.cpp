@@ -2,15 +2,21 @@
 // StreamLoader: cameras are assigned to ranks by declared weight (frames per second × seconds),
 // batches are sized by a byte budget (frames carry a variable number of detections), and when
 // cameras run dry at different times the other ranks share their remaining frames, so every
-// rank yields the same number of steps and nothing hangs. At the end the ranks check that every
-// frame arrived exactly once and print the verdict.
+// rank yields the same number of steps and nothing hangs. At the end rank 0 prints, per camera,
+// which ranks saw its frames and in which order, and checks that every frame arrived exactly
+// once and that every rank saw each camera's frames in the order the camera recorded them.
 //
-//   mpirun -np 4 example_camera_streams [cameras] [budget_bytes]
+//   mpirun -np 4 example_camera_streams [CAMERAS] [BUDGET_BYTES] [--batch-size N]
+//                                       [--remainder rebalance|mask]
+//   example_camera_streams --help
 #include <mpi.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -83,26 +89,66 @@ bool frames_intact(const HostBatch& b) {
     return true;
 }
 
-/// Collective: every rank's frame ids on rank 0 (empty elsewhere).
-std::vector<std::int64_t> gather_ids(const std::vector<std::int64_t>& mine, int rank, int w) {
-    int n = static_cast<int>(mine.size());
-    std::vector<int> counts(static_cast<std::size_t>(w)), displs(static_cast<std::size_t>(w));
-    MPI_Gather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
-    int total = 0;
-    for (int r = 0; r < w; ++r) {
-        displs[static_cast<std::size_t>(r)] = total;
-        total += counts[static_cast<std::size_t>(r)];
+struct Args {
+    std::size_t cameras = 9;
+    std::uint64_t budget_bytes = 16384;
+    std::uint64_t batch_size = 64;
+    std::string remainder = "rebalance";
+};
+
+/// Collective: parses the command line with CLI11 on every rank; rank 0 prints --help or a
+/// parse error. Returns -1 to go on, else the exit code (the same on every rank: the worst).
+int parse(int argc, char** argv, const Communicator& comm, Args& a) {
+    CLI::App app{"Synthetic cameras staged by mpistage's StreamLoader (source sharding): prints "
+                 "per camera the ranks that saw its frames and in which order, and checks exactly "
+                 "once, equal steps and per-camera frame order.",
+                 "example_camera_streams"};
+    app.add_option("cameras", a.cameras, "number of cameras (camera 0 records nothing)")
+        ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 20))
+        ->capture_default_str();
+    app.add_option("budget_bytes", a.budget_bytes, "byte budget of a batch (0: off)")
+        ->capture_default_str();
+    app.add_option("-b,--batch-size", a.batch_size, "largest number of frames in a batch")
+        ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 20))
+        ->capture_default_str();
+    app.add_option("--remainder", a.remainder, "when cameras run dry: share frames or pad")
+        ->check(CLI::IsMember({"rebalance", "mask"}))
+        ->capture_default_str();
+    int rc = -1;
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        std::ostringstream out, err;
+        rc = app.exit(e, out, err);
+        if (comm.rank() == 0) {
+            std::fputs(out.str().c_str(), stdout);
+            std::fputs(err.str().c_str(), stderr);
+        }
     }
-    std::vector<std::int64_t> all(rank == 0 ? static_cast<std::size_t>(total) : 0);
-    MPI_Gatherv(mine.data(), n, MPI_INT64_T, all.data(), counts.data(), displs.data(), MPI_INT64_T,
-                0, MPI_COMM_WORLD);
-    return all;
+    // Ranks may have been given different arguments: agree on the worst outcome.
+    const std::uint64_t worst = comm.allreduce_max(static_cast<std::uint64_t>(rc + 1));
+    return static_cast<int>(worst) - 1;
+}
+
+/// "0-131,140,139" : the frames in delivery order, ascending runs of consecutive frames joined.
+std::string runs_text(const std::vector<std::uint64_t>& frames) {
+    std::string out;
+    for (std::size_t i = 0; i < frames.size();) {
+        std::size_t j = i;
+        while (j + 1 < frames.size() && frames[j + 1] == frames[j] + 1) ++j;
+        if (!out.empty()) out += ",";
+        out += std::to_string(frames[i]);
+        if (j > i) out += "-" + std::to_string(frames[j]);
+        i = j + 1;
+    }
+    return out;
 }
 
 int run(int argc, char** argv) {
     Communicator comm(MPI_COMM_WORLD);
-    const std::size_t n = argc > 1 ? std::stoul(argv[1]) : 9;
-    const std::uint64_t budget = argc > 2 ? std::stoull(argv[2]) : 16384;
+    Args a;
+    if (const int rc = parse(argc, argv, comm, a); rc >= 0) return rc;
+    const std::size_t n = a.cameras;
     const auto cams = make_cameras(n);
     std::vector<double> weights;
     for (const auto& c : cams)
@@ -112,14 +158,15 @@ int run(int argc, char** argv) {
         "synthetic cameras " + std::to_string(n), weights);
 
     StreamOptions o;
-    o.sharding = StreamSharding::source;       // one rank per camera, balanced by frames
-    o.remainder = StreamRemainder::rebalance;  // dry ranks get frames from the others
-    o.batch_size = 64;
-    o.batch_bytes = budget;
+    o.sharding = StreamSharding::source;  // one rank per camera, balanced by frames
+    o.remainder = a.remainder == "mask" ? StreamRemainder::mask
+                                        : StreamRemainder::rebalance;  // dry ranks get frames
+    o.batch_size = a.batch_size;
+    o.batch_bytes = a.budget_bytes;
     o.timeout = std::chrono::seconds(60);
     StreamLoader loader(comm, source, o);
 
-    std::vector<std::int64_t> ids;
+    std::vector<std::int64_t> ids;  // this rank's frames, in delivery order
     std::uint64_t steps = 0, corrupt = 0;
     HostBatch b;
     while (loader.next(b)) {
@@ -131,9 +178,21 @@ int run(int argc, char** argv) {
     }
     const auto all_steps = comm.allgather(steps);
     const std::uint64_t bad = comm.allreduce_sum(corrupt);
-    std::vector<std::int64_t> all = gather_ids(ids, comm.rank(), comm.size());
-    int ok = 1;
+    const std::uint64_t moved = comm.allreduce_sum(loader.stats().items_sent);
+    const auto counts = comm.allgather(static_cast<std::uint64_t>(ids.size()));
+    std::vector<std::int64_t> all = comm.gatherv(ids, 0);  // rank-major, delivery order
+    std::uint64_t ok = 1;
     if (comm.rank() == 0) {
+        // seen[camera][rank]: the frames that rank yielded, in the order it yielded them.
+        std::vector<std::map<int, std::vector<std::uint64_t>>> seen(n);
+        std::size_t at = 0;
+        for (int r = 0; r < comm.size(); ++r) {
+            for (std::uint64_t k = 0; k < counts[static_cast<std::size_t>(r)]; ++k, ++at) {
+                const auto id = static_cast<std::uint64_t>(all[at]);
+                const std::uint64_t cam = id >> 40;
+                if (cam < n) seen[cam][r].push_back(id & ((1ull << 40) - 1));
+            }
+        }
         std::vector<std::int64_t> expected;
         std::uint64_t frames = 0;
         for (std::size_t c = 0; c < n; ++c) {
@@ -141,21 +200,40 @@ int run(int argc, char** argv) {
                 expected.push_back(stream_item_id(c, f));
             frames += cams[c].frames();
         }
+        std::printf("camera_streams: %zu cameras, %llu frames, %d ranks, source sharding, %s, "
+                    "byte budget %llu\n",
+                    n, static_cast<unsigned long long>(frames), comm.size(), a.remainder.c_str(),
+                    static_cast<unsigned long long>(a.budget_bytes));
+        std::printf("camera  fps  seconds  frames  rank: frames in the order it saw them\n");
+        bool in_order = true;
+        for (std::size_t c = 0; c < n; ++c) {
+            std::string where;
+            for (const auto& [r, f] : seen[c]) {
+                in_order = in_order && std::is_sorted(f.begin(), f.end()) &&
+                           std::adjacent_find(f.begin(), f.end()) == f.end();
+                where += (where.empty() ? "" : " | ") + ("rank " + std::to_string(r)) + ": " +
+                         runs_text(f);
+            }
+            std::printf("%6zu %4llu %8llu %7llu  %s\n", c,
+                        static_cast<unsigned long long>(cams[c].fps),
+                        static_cast<unsigned long long>(cams[c].seconds),
+                        static_cast<unsigned long long>(cams[c].frames()),
+                        where.empty() ? "(no frames)" : where.c_str());
+        }
         std::sort(all.begin(), all.end());
         const bool once = all == expected;
         const bool equal = std::all_of(all_steps.begin(), all_steps.end(),
                                        [&](auto s) { return s == all_steps[0]; });
-        std::printf("camera_streams: %zu cameras, %llu frames, %d ranks, byte budget %llu\n", n,
-                    static_cast<unsigned long long>(frames), comm.size(),
-                    static_cast<unsigned long long>(budget));
         std::printf("steps: %llu on every rank: %s\n",
                     static_cast<unsigned long long>(all_steps[0]), equal ? "yes" : "NO");
         std::printf("each frame exactly once: %s (%zu delivered, %llu corrupt batches)\n",
                     once && bad == 0 ? "OK" : "FAILED", all.size(),
                     static_cast<unsigned long long>(bad));
-        ok = once && equal && bad == 0;
+        std::printf("frames moved between ranks: %llu\n", static_cast<unsigned long long>(moved));
+        std::printf("frame order per camera on every rank: %s\n", in_order ? "OK" : "FAILED");
+        ok = once && equal && bad == 0 && in_order ? 1 : 0;
     }
-    MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    ok = comm.broadcast(std::vector<std::uint64_t>{ok}, 0)[0];
     return ok ? 0 : 1;
 }
 

@@ -107,6 +107,10 @@ enum class HashReading {
 /// What happens once some ranks run dry while others still hold items.
 enum class StreamRemainder {
     /// Ranks with items left send some to the dry ranks, so batches stay full while possible.
+    /// A rank sends its oldest items beyond its own next batch, in the order it read them, so
+    /// the items one rank receives from another keep their stream order; with `source`
+    /// sharding (one reader per stream) and no `length_buckets` (which reorder by length),
+    /// every rank sees each stream's items in stream order.
     rebalance,
     /// Dry ranks yield batches whose slots are padding (`valid = 0`, index −1).
     mask,
@@ -141,7 +145,8 @@ struct StreamOptions {
     /// Local. @throws ConfigError for a zero batch or chunk size, a negative timeout, or
     ///         unsorted buckets.
     void validate() const;
-    /// Local: the options as text (for `require_same` and state fingerprints).
+    /// Local: the options as text, "field=value" separated by spaces (`batch_bytes=0 ...`;
+    /// the loader compares them across ranks field by field).
     std::string describe() const;
 };
 

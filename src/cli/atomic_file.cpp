@@ -12,6 +12,11 @@
 
 namespace mpistage::cli {
 
+int make_temporary_beside(const std::string& path, std::string& tmp) {
+    tmp = path + ".tmp.XXXXXX";
+    return ::mkstemp(tmp.data());
+}
+
 std::string folder_of(const std::string& path) {
     const auto slash = path.find_last_of('/');
     if (slash == std::string::npos) return ".";
@@ -19,15 +24,25 @@ std::string folder_of(const std::string& path) {
 }
 
 void check_destination(const std::string& path, const std::string& label) {
+    const auto refuse = [&](const std::string& why) {
+        throw ConfigError("stage: cannot write " + label + " '" + path + "': " + why);
+    };
     struct stat st {};
-    if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
-        throw IoError("stage: cannot write " + label + " '" + path + "': it is a directory");
-    }
+    if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) refuse("it is a directory");
     const std::string folder = folder_of(path);
     if (::access(folder.c_str(), W_OK | X_OK) != 0) {
-        throw IoError("stage: cannot write " + label + " '" + path +
-                      "': cannot write into its folder '" + folder + "': " + std::strerror(errno));
+        refuse("cannot write into its folder '" + folder + "': " + std::strerror(errno));
     }
+    // access() says yes to root in /proc and /sys, where no file can be created: create (and
+    // remove) the temporary file the writer will create, exactly as it will.
+    std::string tmp;
+    const int fd = make_temporary_beside(path, tmp);
+    if (fd < 0) {
+        refuse("cannot create a file in its folder '" + folder + "' (tried '" + tmp +
+               "'): " + std::strerror(errno));
+    }
+    ::close(fd);
+    ::unlink(tmp.c_str());
 }
 
 void write_file_atomically(const std::string& path, const std::string& text,
@@ -36,8 +51,8 @@ void write_file_atomically(const std::string& path, const std::string& text,
         throw IoError("stage: cannot write " + label + " '" + path + "': " + what + ": " +
                       std::strerror(err));
     };
-    std::string tmp = path + ".tmp.XXXXXX";
-    const int fd = ::mkstemp(tmp.data());
+    std::string tmp;
+    const int fd = make_temporary_beside(path, tmp);
     if (fd < 0) fail_with("creating a temporary file in its folder", errno);
     const auto fail = [&](const char* what) {
         const int err = errno;

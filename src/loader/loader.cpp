@@ -43,13 +43,19 @@ void LoaderOptions::validate() const {
 void Loader::Impl::require_same_options() const {
     const PlanOptions& p = options.plan;
     const std::uint64_t dataset = fnv1a64(source.fingerprint());
+    // One named value per option field (LoaderOptions' names), so a difference names the field.
     require_same(comm,
-                 {{"batch_size", std::to_string(p.batch_size)},
-                  {"seed", std::to_string(p.seed)},
-                  {"sharding", to_string(p.sharding)},
-                  {"shuffle", to_string(p.shuffle)},
-                  {"remainder", to_string(p.remainder)},
-                  {"batching", p.budget.active() ? p.budget.describe() : "fixed"},
+                 {{"plan.batch_size", std::to_string(p.batch_size)},
+                  {"plan.seed", std::to_string(p.seed)},
+                  {"plan.sharding", to_string(p.sharding)},
+                  {"plan.shuffle", to_string(p.shuffle)},
+                  {"plan.remainder", to_string(p.remainder)},
+                  {"plan.balance_steps", p.balance_steps ? "true" : "false"},
+                  {"plan.budget.batch_bytes", std::to_string(p.budget.batch_bytes)},
+                  {"plan.budget.batch_tokens", std::to_string(p.budget.batch_tokens)},
+                  {"plan.budget.max_batch_samples", std::to_string(p.budget.max_batch_samples)},
+                  {"plan.budget.bucket_window", std::to_string(p.budget.bucket_window)},
+                  {"plan.budget.token_field", std::to_string(p.budget.token_field)},
                   {"num_samples", std::to_string(num_samples)},
                   {"dataset fingerprint", "hash " + std::to_string(dataset)},
                   {"timeout", std::to_string(options.timeout.count()) + " s"},

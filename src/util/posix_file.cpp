@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "mpistage/error.hpp"
+#include "util/descriptor_limit.hpp"
 #include "util/input_file.hpp"
 
 namespace mpistage::detail {
@@ -19,7 +20,9 @@ PosixFile::PosixFile(const std::string& path) : path_(path) {
     probe_input_file(path, "cannot open");
     fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd_ < 0) {
-        throw IoError("cannot open '" + path + "': " + std::strerror(errno));
+        const int err = errno;
+        throw IoError("cannot open '" + path + "': " + std::strerror(err) +
+                      (err == EMFILE ? descriptor_note() : std::string()));
     }
     struct stat st {};
     if (::fstat(fd_, &st) != 0) {

@@ -4,8 +4,9 @@
 # signal; where the error is agreed, every rank prints the same message.
 #   4. negative values for unsigned flags (on every rank, and on one rank only)
 #   5. permission denied is not "does not exist" (as user nobody when run as root)
-#   6. --timeout and --verify-files take part in the argument agreement; wait_io/wait_peers
-#      are reported
+#   6. --timeout, --verify-files and --batch-bytes take part in the argument agreement (named
+#      with both values); wait_io/wait_peers are reported
+#   7. a low `ulimit -n`: a clear error naming the descriptor limit and the file, on every rank
 # Usage: hostile_arguments.sh MPISTAGE_CLI WORK_DIR TEST_DATA_DIR FASHION_MNIST_DIR
 set -euo pipefail
 # shellcheck source=../common/hostile_setup.sh
@@ -60,10 +61,26 @@ expect_error "--timeout differs" 3 "--timeout is '300' on rank 0 but '5' on rank
     "$work/per_rank_args.sh" 2 "--timeout 5" "" "$cli" stage "$tfr" -q
 expect_error "--verify-files on one rank" 3 "--verify-files is 'off' on rank 0 but 'on' on rank 1" \
     "$work/per_rank_args.sh" 1 "--verify-files" "" "$cli" stage "$tfr" -q
+expect_error "--batch-bytes on one rank" 3 "--batch-bytes is '2048' on rank 0 but '4096' on rank 2" \
+    "$work/per_rank_args.sh" 2 "--batch-bytes 4096" "--batch-bytes 2048" "$cli" stage "$tfr" -q
 for np in 1 3; do
     expect_ok "--timeout 0 --verify-files" "$np" "$cli" stage "$tfr" --timeout 0 --verify-files -b 2 --remainder mask --verify
     grep -q -E '^ +rank +samples +batches +bytes +MB/s +wait_s +wait_io_s +wait_peers_s +moved +device +H2D_GB/s$' "$work/case.out" \
         || { cat "$work/case.out"; fail "no wait_io_s / wait_peers_s columns"; }
     grep -q '^exactly-once: OK$' "$work/case.out" || { cat "$work/case.out"; fail "not exactly once"; }
 done
+echo "== 7. a low limit on file descriptors (ulimit -n in the rank, past MPI_Init)"
+# It was "MPI_ERR_OTHER: known error not in list" from MPI_File_open, or for HDF5 "not an HDF5
+# file"; now the same IoError on every rank, naming the limit and the file.
+ulimit_cmd() { echo "ulimit -n $1; exec \"\$0\" \"\$@\""; }
+fds="too few file descriptors to open"
+limit="(RLIMIT_NOFILE soft limit, \`ulimit -n\`; hard limit"
+expect_error "ulimit -n 16, TFRecord" 3 "tfrecord: $fds '$tfr': this rank has" bash -c "$(ulimit_cmd 16)" "$cli" stage "$tfr" -q
+grep -q -F "may open at most 16 $limit 16)" "$work/case.err" || { cat "$work/case.err"; fail "limit not named"; }
+expect_error "ulimit -n 16, HDF5" 3 "hdf5: $fds '$h5': this rank has" bash -c "$(ulimit_cmd 16)" "$cli" stage "$h5" -q
+many=()
+for i in $(seq 1 20); do ln -sf "$tfr" "$work/many$i.tfrecord"; many+=("$work/many$i.tfrecord"); done
+expect_error "ulimit -n 40, 20 TFRecord files" 3 "tfrecord: $fds '$work/many1.tfrecord' and 19 other file(s)" \
+    bash -c "$(ulimit_cmd 40)" "$cli" stage "${many[@]}" -q
+expect_ok "ulimit -n 64, 20 TFRecord files (control)" 3 bash -c "$(ulimit_cmd 64)" "$cli" stage "${many[@]}" -q
 echo "e2e hostile_arguments: OK"

@@ -6,7 +6,10 @@
 #      directories: `in_rank_dir.sh` runs each rank in DIR/rankR, so the relative path
 #      `data.tfrecord` is a different symlink on each rank)
 #   2. a FIFO as FILE (every format), as --index, for `index` and `convert idx`, and on one rank
-#   3. --json on a failed run: an atomic report with "status": "error" and the agreed message
+#   3. --json on a failed run: an atomic report with "status": "error" and the agreed message;
+#      --json under /proc or /sys is refused before any work
+#   1 also: the same TFRecord path with other bytes on one rank is "a file differs between
+#      ranks", naming the file and the rank
 #   (items 4-6, hostile arguments, are in hostile_arguments.sh)
 # Usage: hostile_inputs.sh MPISTAGE_CLI WORK_DIR TEST_DATA_DIR FASHION_MNIST_DIR
 set -euo pipefail
@@ -23,6 +26,22 @@ done
 # At 1 rank there is no other rank to disagree with: rank 0's view (HDF5 named .tfrecord) stages.
 rank_dirs "$work/fmt1" data.tfrecord "9:$tfr" "$h5"
 expect_ok "format per rank, 1 rank (control)" 1 "$work/in_rank_dir.sh" "$work/fmt1" "$cli" stage data.tfrecord -q
+# The same TFRecord except one byte on rank 2 (same size): "differs between ranks" at open,
+# naming the file and the ranks (it was exit 0 when the byte lay in a record another rank read,
+# "record header ... changed since open" when it lay in a record header).
+python3 - "$tfr" "$work/flipped.tfrecord" <<'PY'
+import sys
+b = bytearray(open(sys.argv[1], "rb").read())
+b[len(b) // 2] ^= 0xFF
+open(sys.argv[2], "wb").write(b)
+PY
+rank_dirs "$work/differs3" data.tfrecord "2:$work/flipped.tfrecord" "$tfr"
+expect_error "TFRecord differs on rank 2" 3 \
+    "ConfigError: tfrecord: a file differs between ranks: ranks disagree: file 'data.tfrecord' is 'size=66591 head=" \
+    "$work/in_rank_dir.sh" "$work/differs3" "$cli" stage data.tfrecord -q
+grep -q "' on rank 2; every rank must open the same, unchanging files" "$work/case.err" \
+    || { cat "$work/case.err"; fail "TFRecord differs on rank 2: rank 2 not named"; }
+grep -q "changed since open" "$work/case.err" && fail "TFRecord differs on rank 2: reported as changed since open"
 
 echo "== 2. FIFOs"
 mkfifo "$work/pipe.h5" "$work/pipe.tfrecord" "$work/pipe-idx3-ubyte" "$work/pipe.idx"
@@ -66,6 +85,15 @@ assert sum(e["valid_samples_per_rank"][i] for e in r["epochs"] for i in range(in
 PY
     expect_error "--json into a missing folder" "$np" "stage: cannot write --json file '$work/nope/r.json': cannot write into its folder '$work/nope': No such file or directory" \
         "$cli" stage "$tfr" --json "$work/nope/r.json"
+done
+# /proc and /sys pass access(W_OK) as root but take no new file: the early check creates (and
+# removes) the writer's temporary file, so the run fails before any work (it used to stage
+# every epoch, then fail to write the report).
+for dir in /proc /sys; do
+    expect_error "--json under $dir" 3 "ConfigError: [rank 0] stage: cannot write --json file '$dir/mpistage-e2e.json': cannot" \
+        "$cli" stage "$tfr" --json "$dir/mpistage-e2e.json"
+    grep -q . "$work/case.out" && { cat "$work/case.out"; fail "--json under $dir: the run started"; }
+    [ ! -e "$dir/mpistage-e2e.json" ] || fail "--json under $dir: a file was created"
 done
 leftovers=$(find "$work" -maxdepth 1 -name 'report.json.tmp.*' | wc -l)
 [ "$leftovers" -eq 0 ] || fail "temporary JSON files left behind: $leftovers"

@@ -21,6 +21,9 @@ struct StreamItem {
     /// Elements of the token field (0 without a token budget).
     std::uint64_t tokens = 0;
     std::vector<std::vector<std::byte>> fields;
+    /// Received from another rank by `rebalance` (not on the wire): such an item is yielded
+    /// here, never sent on, so a stream's items reach every rank in the order they were read.
+    bool rebalanced = false;
 };
 
 /// Local: moves `sample` into an item after checking it against `fields` (count, fixed sizes,

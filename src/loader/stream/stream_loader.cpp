@@ -1,5 +1,6 @@
 // StreamLoader: construction and the collective step (agree, read more, rebalance, batch).
 #include <algorithm>
+#include <sstream>
 
 #include "comm/agree.hpp"
 #include "loader/stream/stream_impl.hpp"
@@ -17,6 +18,19 @@ std::string fields_text(const std::vector<FieldInfo>& fields) {
         t += ";";
     }
     return t;
+}
+
+/// The fields of `StreamOptions::describe` ("batch_bytes=0 ...") as named values, so that an
+/// option that differs between ranks is named on its own with both values.
+std::vector<NamedValue> option_values(const StreamOptions& o) {
+    std::vector<NamedValue> out;
+    std::istringstream words(o.describe());
+    for (std::string w; words >> w;) {
+        const auto eq = w.find('=');
+        out.push_back({"StreamOptions::" + w.substr(0, eq),
+                       eq == std::string::npos ? "" : w.substr(eq + 1)});
+    }
+    return out;
 }
 
 }  // namespace
@@ -57,13 +71,13 @@ void StreamLoader::Impl::check_agreement(const StreamState* resume) {
             }
         }
     });
-    require_same(comm,
-                 {{"stream options", options.describe()},
-                  {"fields", fields_text(source.fields())},
+    std::vector<NamedValue> same = option_values(options);
+    same.insert(same.end(),
+                {{"fields", fields_text(source.fields())},
                   {"number of streams", std::to_string(source.num_streams())},
                   {"source fingerprint", source.fingerprint()},
-                  {"resumed state", resume ? resume->to_json() : "(none)"}},
-                 "stream loader: ranks disagree",
+                  {"resumed state", resume ? resume->to_json() : "(none)"}});
+    require_same(comm, same, "stream loader: ranks disagree",
                  "every rank must build the same source and options");
 }
 
@@ -163,7 +177,11 @@ void StreamLoader::Impl::rebalance(const std::vector<detail::RankStep>& ranks) {
     if (!any_need || !any_have) return;  // the same decision on every rank
     const auto plan = detail::transfer_plan(d, s);
     const auto me = static_cast<std::size_t>(comm.rank());
-    // Send from the back of the queue, never a sample of this rank's own batch.
+    // Send the oldest samples beyond this rank's own batch that this rank read itself, in queue
+    // order, so that a stream's samples reach each rank in the order they were read: what stays
+    // is newer than what was sent, what a later step sends is newer still, and a sample moves
+    // at most once (one received earlier is yielded here; with a budget a rank may so send
+    // fewer than planned, and the receiver's batch is smaller).
     const detail::BatchChoice own = detail::choose_batch(queue_costs(), options);
     std::vector<bool> keep(queue.size(), false);
     for (auto i : own.take) keep[i] = true;
@@ -171,13 +189,13 @@ void StreamLoader::Impl::rebalance(const std::vector<detail::RankStep>& ranks) {
     std::deque<detail::StreamItem> stay;
     std::size_t to = 0;
     std::uint64_t sent_to = 0;
-    for (std::size_t i = queue.size(); i-- > 0;) {
+    for (std::size_t i = 0; i < queue.size(); ++i) {
         while (to < ranks.size() && sent_to >= plan[me][to]) {
             ++to;
             sent_to = 0;
         }
-        if (keep[i] || to == ranks.size()) {
-            stay.push_front(std::move(queue[i]));
+        if (keep[i] || queue[i].rebalanced || to == ranks.size()) {
+            stay.push_back(std::move(queue[i]));
             continue;
         }
         detail::encode_item(queue[i], outgoing[to]);
@@ -185,7 +203,9 @@ void StreamLoader::Impl::rebalance(const std::vector<detail::RankStep>& ranks) {
         ++stats.items_sent;
     }
     queue = std::move(stay);
+    const std::size_t kept = queue.size();
     for (const auto& msg : comm.alltoallv(outgoing)) detail::decode_items(msg, queue);
+    for (std::size_t i = kept; i < queue.size(); ++i) queue[i].rebalanced = true;
 }
 
 StreamLoader::EpochBatches StreamLoader::epoch(std::uint64_t epoch) {

@@ -78,13 +78,14 @@ void StreamOptions::validate() const {
 std::string StreamOptions::describe() const {
     static const char* const sharding_names[] = {"chunk", "hash", "source"};
     std::ostringstream os;
-    os << "sharding=" << sharding_names[static_cast<int>(sharding)] << " chunk=" << chunk_size
+    os << "sharding=" << sharding_names[static_cast<int>(sharding)] << " chunk_size=" << chunk_size
        << " hash_reading=" << (hash_reading == HashReading::chunks ? "chunks" : "sources")
        << " remainder=" << (remainder == StreamRemainder::rebalance ? "rebalance" : "mask")
        << " batch_size=" << batch_size << " batch_bytes=" << batch_bytes
-       << " batch_tokens=" << batch_tokens << " token_field=" << token_field << " buckets=";
+       << " batch_tokens=" << batch_tokens << " token_field=" << token_field
+       << " length_buckets=";
     for (auto b : length_buckets) os << b << ',';
-    os << " timeout=" << timeout.count();
+    os << " timeout=" << timeout.count() << "s";
     return os.str();
 }
 

@@ -5,6 +5,7 @@
 #include "comm/blocking_watch.hpp"
 #include "sources/hdf5/hdf5_impl.hpp"
 #include "sources/hdf5/hdf5_types.hpp"
+#include "util/descriptor_limit.hpp"
 #include "util/file_identity.hpp"
 #include "util/input_file.hpp"
 
@@ -42,10 +43,20 @@ void Hdf5Source::Impl::open(const Communicator& c) {
     // 1. Every rank checks the file on its own, then all agree (a missing file on one node
     //    must not leave the others inside a collective open).
     run_agreed(c, [&] {
+        // The file is held twice (a POSIX descriptor and HDF5's MPI-IO file).
+        detail::require_descriptors(2, "'" + path + "'", "hdf5");
         detail::probe_input_file(path, "hdf5");
         raw = detail::PosixFile(path);
         const htri_t is_h5 = H5Fis_hdf5(path.c_str());
-        detail::hdf5_error_stack();
+        const std::string stack = detail::hdf5_error_stack();
+        if (is_h5 < 0) {
+            // HDF5 could not open the file to look: out of descriptors is not "not HDF5".
+            const std::string note = detail::descriptor_note();
+            if (!note.empty()) {
+                throw IoError("hdf5: " + path + ": cannot open it to check its signature" +
+                              note + ": " + stack);
+            }
+        }
         if (is_h5 <= 0) {
             throw FormatError("hdf5: " + path + ": not an HDF5 file (no HDF5 signature at "
                               "byte offset 0, 512, 1024, ...)");
@@ -62,9 +73,10 @@ void Hdf5Source::Impl::open(const Communicator& c) {
         h5check(H5Pset_fapl_mpio(fapl.get(), comm->get(), MPI_INFO_NULL),
                 "hdf5: H5Pset_fapl_mpio");
         const detail::BlockingWatch watch(*comm, "H5Fopen(" + path + ")");
-        file = detail::H5File(
-            h5check(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()),
-                    "hdf5: " + path + ": H5Fopen (MPI-IO)"));
+        const hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get());
+        file = detail::H5File(h5check(
+            id, "hdf5: " + path + ": H5Fopen (MPI-IO)" +
+                    (id < 0 ? detail::descriptor_note() : std::string())));
     });
     // 4. Fields: same file, same answers on every rank, but agree anyway.
     run_agreed(c, [&] { open_fields(); });

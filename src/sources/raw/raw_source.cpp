@@ -6,6 +6,7 @@
 
 #include "comm/agree.hpp"
 #include "util/byte_order.hpp"
+#include "util/descriptor_limit.hpp"
 #include "util/posix_file.hpp"
 
 namespace mpistage {
@@ -73,6 +74,12 @@ RawSource::RawSource(const Communicator& comm, std::vector<RawField> fields)
     : impl_(std::make_unique<Impl>()) {
     run_agreed(comm, [&] {
         if (fields.empty()) throw ConfigError("raw: no fields given");
+        detail::require_descriptors(
+            fields.size(),
+            "'" + fields[0].path + "'" +
+                (fields.size() > 1 ? " and " + std::to_string(fields.size() - 1) + " other file(s)"
+                                   : std::string()),
+            "raw");
         for (auto& f : fields) {
             detail::PosixFile file(f.path);
             FieldInfo info;

@@ -7,6 +7,8 @@
 #include "mpistage/error.hpp"
 #include "sources/tfrecord/gzip_stream.hpp"
 #include "sources/tfrecord/source_state.hpp"
+#include "util/descriptor_limit.hpp"
+#include "util/file_identity.hpp"
 #include "util/input_file.hpp"
 
 namespace mpistage::tfrecord {
@@ -182,6 +184,13 @@ void open_data_files(const Communicator& comm, SourceState& state) {
     state.files.resize(state.paths.size());
     state.gz_data.resize(state.paths.size());
     run_agreed(comm, [&] {
+        // Each file is held twice (a POSIX descriptor and an MPI file), index files once.
+        const std::uint64_t n = state.paths.size();
+        detail::require_descriptors(
+            2 * n + state.options.index_paths.size(),
+            "'" + state.paths[0] + "'" +
+                (n > 1 ? " and " + std::to_string(n - 1) + " other file(s)" : std::string()),
+            "tfrecord");
         for (std::size_t i = 0; i < state.paths.size(); ++i) {
             detail::probe_input_file(state.paths[i], "tfrecord");
             state.files[i].path = state.paths[i];
@@ -192,9 +201,12 @@ void open_data_files(const Communicator& comm, SourceState& state) {
         MPI_File fh = MPI_FILE_NULL;
         const LocalStatus status = capture([&] {
             const detail::BlockingWatch watch(comm, "MPI_File_open(" + f.path + ")");
-            check_mpi(
-                MPI_File_open(comm.get(), f.path.c_str(), MPI_MODE_RDONLY, MPI_INFO_NULL, &fh),
-                ("MPI_File_open(" + f.path + ")").c_str());
+            const int rc =
+                MPI_File_open(comm.get(), f.path.c_str(), MPI_MODE_RDONLY, MPI_INFO_NULL, &fh);
+            // MPI-IO says "MPI_ERR_OTHER" when it ran out of descriptors: say so.
+            check_mpi(rc, ("MPI_File_open(" + f.path + ")" +
+                           (rc == MPI_SUCCESS ? std::string() : detail::descriptor_note()))
+                              .c_str());
             f.mpi = MpiFile(fh);
             check_mpi(MPI_File_set_errhandler(fh, MPI_ERRORS_RETURN), "MPI_File_set_errhandler");
         });
@@ -216,12 +228,18 @@ void open_data_files(const Communicator& comm, SourceState& state) {
             }
         }
     });
-    std::vector<NamedValue> sizes;
-    for (const auto& f : state.files) {
-        sizes.push_back({"size of " + f.path, std::to_string(f.size)});
-    }
-    require_same(comm, sizes, "tfrecord: ranks see different file sizes",
-                 "the files changed while opening, or the same path names different files");
+    // The same bytes on every rank? Another node's copy that differs (or a file rewritten
+    // while opening) would make ranks index and read different records: compare size and the
+    // hashes of the first and last 64 KiB of every file (detail::file_identity).
+    std::vector<NamedValue> identities;
+    run_agreed(comm, [&] {
+        for (const auto& f : state.files) {
+            identities.push_back({"file '" + f.path + "'", detail::file_identity(f.posix)});
+        }
+    });
+    require_same(comm, identities, "tfrecord: a file differs between ranks",
+                 "every rank must open the same, unchanging files (another node's copy "
+                 "differs, or the file was rewritten while opening)");
     state.starts.assign(state.files.size() + 1, 0);
     for (std::size_t i = 0; i < state.files.size(); ++i) {
         state.starts[i + 1] = state.starts[i] + state.files[i].size;

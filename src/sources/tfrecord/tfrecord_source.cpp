@@ -179,7 +179,9 @@ void emit_record(const tfrecord::SourceState& im, const RecordRef& r, const std:
     if (tfrecord::check_header(rec, 0, bytes, length) != tfrecord::HeaderStatus::ok ||
         length != r.length) {
         throw FormatError("tfrecord: " + name + ": record header at offset " +
-                          std::to_string(r.offset) + " changed since open");
+                          std::to_string(r.offset) + " is not the one the index found (length " +
+                          std::to_string(r.length) + "): the file changed since open, or this " +
+                          "rank's copy differs from the one of the rank that indexed it");
     }
     if (im.options.verify_payload_crc && masked_crc32c(rec + kHeaderBytes, r.length) !=
                                              detail::load_le32(rec + kHeaderBytes + r.length)) {

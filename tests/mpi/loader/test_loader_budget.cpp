@@ -271,7 +271,9 @@ TEST(LoaderBudget, DifferentBudgetsOnRanksAreAConfigError) {
     if (comm.size() > 1) {
         tfrecord_test::expect_agreed_error(comm, [&] { Loader loader(comm, src, o); },
                                            ErrorKind::config,
-                                           {"options differ across ranks", "batching"});
+                                           {"options differ across ranks",
+                                            "plan.budget.batch_bytes is '64' on rank 0 but '65' "
+                                            "on rank 1"});
     }
     // An unusable budget: the same ConfigError everywhere (no budget at all is fixed batches).
     LoaderOptions none;

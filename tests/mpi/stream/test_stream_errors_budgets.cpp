@@ -49,6 +49,33 @@ TEST(StreamErrors, OneStreamThrowsEveryRankEndsWithTheSameError) {
     }
 }
 
+// A budget that differs on one rank is a ConfigError on every rank naming the option field and
+// both values (it used to name only "stream options" with the whole option text).
+TEST(StreamErrors, OptionThatDiffersOnOneRankIsNamed) {
+    const int w = world_size();
+    Communicator comm(MPI_COMM_WORLD);
+    const auto source = make_source({10, 20});
+    StreamOptions o;
+    o.batch_bytes = comm.rank() == w - 1 ? 4096 : 2048;
+    std::string msg;
+    try {
+        StreamLoader loader(comm, source, o);
+    } catch (const ConfigError& e) {
+        msg = e.what();
+    }
+    if (w == 1) {
+        EXPECT_EQ(msg, "");
+    } else {
+        EXPECT_NE(msg.find("StreamOptions::batch_bytes is '2048' on rank 0 but '4096' on rank " +
+                           std::to_string(w - 1)),
+                  std::string::npos)
+            << msg;
+        EXPECT_EQ(msg.find("batch_size"), std::string::npos) << "names equal options: " << msg;
+    }
+    const auto h = min_max(fnv1a64(msg));
+    EXPECT_EQ(h.first, h.second) << "ranks ended with different errors: " << msg;
+}
+
 TEST(StreamBudgets, ByteBudgetHeavyTailed) {
     const int w = world_size();
     Communicator comm(MPI_COMM_WORLD);
