@@ -104,6 +104,12 @@ void add_stage_resume_options(CLI::App& cmd, StageArgs& a) {
     add_count(cmd, "--stop-after-steps", a.stop_after_steps,
               "Stop after this many steps of this run, as if the job were interrupted "
               "(0 = run every epoch)");
+    cmd.add_option("--stop-signals", a.stop_signals,
+                   "Signals (comma-separated, e.g. USR1,TERM, or none) that stop FILE input at "
+                   "the next agreed step on every rank (also when only some ranks get one): "
+                   "the state is saved (--save-state) and the run exits with code 75; resume "
+                   "with --resume")
+        ->capture_default_str();
     cmd.add_option("--resume", a.resume,
                    "Continue from a --save-state file: the rest of its epoch, then the epochs up "
                    "to --first-epoch + --epochs. Global sharding resumes at any number of "
@@ -339,6 +345,7 @@ std::vector<NamedValue> stage_argument_values(const StageArgs& a) {
         {"--save-state", a.save_state.empty() ? "(none)" : "(given)"},
         {"--save-every", std::to_string(a.save_every)},
         {"--stop-after-steps", std::to_string(a.stop_after_steps)},
+        {"--stop-signals", a.stop_signals},
         {"--resume", a.resume},
         {"--balance-steps", a.balance_steps ? "on" : "off"},
         {"--compute-ms", std::to_string(a.compute_ms)},
