@@ -267,6 +267,11 @@ CommandLine::CommandLine()
     add_stage_tier_options(*stage_cmd_, stage);
     add_stage_budget_options(*stage_cmd_, stage);
     add_stage_stream_options(*stage_cmd_, stage);
+    stage_cmd_->footer(
+        "Exit codes: 0 done; 1 --verify found a violation; 2 an error (the same on every rank); "
+        "3 an error not agreed between ranks (job aborted); 70 the watchdog ended the job; 75 "
+        "stopped by a --stop-signals signal at an agreed step (state saved with --save-state; "
+        "continue with --resume).");
 
     auto* convert_cmd = app_.add_subcommand("convert", "Convert data to a format mpistage stages");
     convert_cmd->require_subcommand(1);

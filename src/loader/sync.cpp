@@ -59,19 +59,19 @@ std::string ranks_text(const std::vector<int>& ranks) {
 std::string SyncTag::describe() const {
     switch (kind) {
         case SyncKind::start:
-            return "starts epoch " + std::to_string(epoch) +
+            return "starting epoch " + std::to_string(epoch) +
                    (step > 0 ? " with max_steps " + std::to_string(step) : std::string()) +
                    left_part(*this);
         case SyncKind::window:
-            return "waits for step " + std::to_string(step) + " of " + std::to_string(steps) +
+            return "waiting for step " + std::to_string(step) + " of " + std::to_string(steps) +
                    " of epoch " + std::to_string(epoch);
         case SyncKind::exchange:
-            return "waits to exchange step " + std::to_string(step) + " of " +
+            return "waiting to exchange step " + std::to_string(step) + " of " +
                    std::to_string(steps) + " of epoch " + std::to_string(epoch);
         case SyncKind::close:
-            return "closes (destroys) the loader" + left_part(*this);
+            return "closing (destroying) the loader" + left_part(*this);
     }
-    return "is in an unknown loader call";
+    return "in an unknown loader call";
 }
 
 std::string describe_mismatch(const std::vector<SyncTag>& tags) {
@@ -103,7 +103,7 @@ std::string describe_mismatch(const std::vector<SyncTag>& tags) {
     }
     std::string body;
     for (const std::string& d : order) {
-        body += (body.empty() ? ": " : "; ") + ranks_text(groups[d]) + " " + d;
+        body += (body.empty() ? ": " : "; ") + ranks_text(groups[d]) + ": " + d;
     }
     return head + body +
            ". Every rank must leave an epoch at the same step: consume it to its end, or end it "

@@ -41,8 +41,8 @@ struct SyncTag {
     std::vector<std::uint64_t> words() const;
     static SyncTag from_words(const std::uint64_t* w);
     std::uint64_t hash() const;
-    /// "waits for step 4 of 10 of epoch 0", "starts epoch 1 after leaving epoch 0 at step 3
-    /// of 10", "closes the loader after finishing epoch 0 (10 steps)".
+    /// "waiting for step 4 of 10 of epoch 0", "starting epoch 1 after leaving epoch 0 at step
+    /// 3 of 10", "closing (destroying) the loader after finishing epoch 0 (10 steps)".
     std::string describe() const;
 };
 

@@ -206,7 +206,7 @@ TEST(LoaderEarlyExit, BreakAtDifferentStepsThenCloseIsTheSameConfigError) {
             }
             loader.close();
         });
-        h5t::expect_same_error(out, "ConfigError", {"rank 0", "step 1", "closes"});
+        h5t::expect_same_error(out, "ConfigError", {"rank 0: ", "step 1", "closing (destroying) the loader"});
         EXPECT_THROW((void)loader.epoch(1), ConfigError);  // local: the loader is closed
     }
     src.close();
@@ -242,8 +242,8 @@ TEST(LoaderEarlyExit, BreakThenDestroyTheLoaderWhileOthersIterate) {
             EXPECT_EQ(batches, 1u);
         } else {
             EXPECT_TRUE(out.right_type) << out.message;
-            EXPECT_NE(out.message.find("rank 0 closes (destroys) the loader after leaving epoch "
-                                       "0 at step 1"),
+            EXPECT_NE(out.message.find("rank 0: closing (destroying) the loader after leaving "
+                                       "epoch 0 at step 1"),
                       std::string::npos)
                 << out.message;
         }
