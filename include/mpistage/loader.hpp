@@ -17,6 +17,7 @@
 #include "mpistage/plan.hpp"
 #include "mpistage/source.hpp"
 #include "mpistage/state.hpp"
+#include "mpistage/stop.hpp"
 
 namespace mpistage {
 
@@ -239,49 +240,21 @@ class Loader;
 /// Options of one epoch (`Loader::epoch(e, options)`). Must be equal on every rank (checked
 /// when the epoch starts: a difference is the same ConfigError on every rank).
 struct EpochOptions {
-    /// Batches the range yields at most (0: the whole epoch, or the rest of a resumed one).
-    /// The collective way to end an epoch early at a step fixed in advance, e.g. a trainer's
-    /// total step budget: `EpochOptions o; o.max_steps = max_steps - done;`. The range then
-    /// ends at that step on every rank; `Loader::state()` points at that step of this epoch
-    /// (a continuation resumes there), and the next `epoch(e + 1)` is whole.
+    /// Batches the range yields at most (0: the whole epoch, or the rest of a resumed one): the
+    /// collective early end at a step fixed in advance (a trainer's step budget). The range
+    /// ends there on every rank; `Loader::state()` points at that step; `epoch(e + 1)` is whole.
     std::uint64_t max_steps = 0;
 };
-
-/// Not collective, async-signal-safe (one lock-free atomic store), any thread: asks every
-/// loader of this process to end its epoch. Each `EpochRange::next()` agreement carries the
-/// request, so the stop is agreed: at the next agreement window (at most `prefetch` batches
-/// later, docs/architecture.md "Batch agreement in windows") the range ends on every rank at
-/// the same step, also on ranks that got no request, and `EpochRange::stopped()` is true
-/// there. The request stays set (later epochs stop at their first window) until
-/// `clear_stop_request()`.
-void request_stop() noexcept;
-/// Not collective, async-signal-safe: whether `request_stop()` was called in this process
-/// (or one of the signals of `install_stop_signals` arrived). Local: other ranks may not have
-/// been asked; decide collectively with `EpochRange::stopped()`.
-bool stop_requested() noexcept;
-/// Not collective: the signal number that requested the stop (0: none, or `request_stop()`).
-int stop_signal() noexcept;
-/// Not collective: forgets a stop request.
-void clear_stop_request() noexcept;
-/// Not collective: installs, for each signal number in `signals` (e.g. SIGUSR1, SIGTERM, as
-/// Slurm sends before it kills a job: `sbatch --signal`), a handler that only calls
-/// `request_stop()` (async-signal-safe) and records the signal. The trainer then ends its
-/// epoch at the agreed step, saves `Loader::state()` and exits. Replaces earlier handlers of
-/// those signals. @throws ConfigError for a signal that cannot be caught (SIGKILL, SIGSTOP) or
-/// out of range, naming it.
-void install_stop_signals(const std::vector<int>& signals);
 
 /// The batches of one epoch, in plan order. Single consumer; obtained from `Loader::epoch`; must
 /// not outlive its loader (batches and tensors may: they own their ring slot; a range whose
 /// loader is gone stops its reads and throws from `next()`).
-/// Every rank yields `steps()` batches; the caller must consume the epoch to the same step on
-/// every rank, since `next()` takes part in the agreement allreduce. To end an epoch early,
-/// use `EpochOptions::max_steps` (a step fixed in advance) or `request_stop()` (any rank, any
-/// time: the stop is agreed). A range left at different steps on different ranks (a rank that
-/// `break`s at its own step) is detected at the next loader collective of any rank (the next
-/// `next()`, `epoch()`, `close()` or the loader's destructor): every rank in it throws the same
-/// ConfigError naming each rank's call and step (the destructor prints it on stderr), never a
-/// crash or a hang. Breaking out of the loop at the same step on every rank is fine.
+/// Every rank must consume the epoch to the same step (`next()` takes part in the agreement);
+/// to end it early use `EpochOptions::max_steps` or `request_stop()` (agreed; stop.hpp). A range
+/// left at different steps on different ranks (a `break` at each rank's own step) is detected
+/// at the next loader collective of any rank (`next()`, `epoch()`, `close()`, the destructor):
+/// each throws the same ConfigError naming every rank's call and step (the destructor prints
+/// it), never a crash or a hang. A `break` at the same step on every rank is fine.
 class EpochRange {
 public:
     EpochRange(EpochRange&&) noexcept;
@@ -292,14 +265,11 @@ public:
     /// (the epoch's steps, or `EpochOptions::max_steps` when that is fewer; an agreed stop may
     /// end the range earlier).
     std::uint64_t steps() const noexcept;
-    /// Not collective, thread-safe, async-signal-safe: asks for this range to end; the stop is
-    /// agreed at the next agreement window (as `mpistage::request_stop()`, for this range
-    /// only): every rank's `next()` returns false at the same step. For ranks that reach their
-    /// own last step at different times (each rank computed its own `max_steps`): request the
-    /// stop, then keep calling `next()` until it returns false.
+    /// Not collective, thread-safe, async-signal-safe: `mpistage::request_stop()` for this range
+    /// only (agreed at the next window: `next()` returns false at the same step everywhere). A
+    /// rank at its own last step asks for it, then calls `next()` until it returns false.
     void request_stop() noexcept;
-    /// True once the range ended early because a stop was requested on some rank (equal on
-    /// every rank). `Loader::state()` then points at the step where it ended.
+    /// True once an agreed stop ended the range early (equal on every rank; `state()` is there).
     bool stopped() const noexcept;
     /// This rank's plan for the epoch (of a resumed epoch: its remaining part).
     const EpochPlan& plan() const noexcept;
@@ -392,24 +362,21 @@ public:
     /// Not collective, no I/O, identical on every rank: where the job stands. Counts the
     /// batches `next()` has returned (save after the training step that used the last one);
     /// batches prefetched but not returned are not consumed. A state taken when an epoch has
-    /// been consumed to its end points at the start of the next epoch.
-    /// @throws ConfigError after ranks were found in different loader calls, until the next
-    ///         epoch starts (their positions differ: no state is the same on every rank).
+    /// been consumed to its end points at the start of the next epoch. @throws ConfigError
+    /// after ranks were found in different loader calls, until an epoch starts.
     LoaderState state() const;
 
     /// Collective: starts epoch `e` (the epoch is an argument, never hidden state) and returns
     /// its batches. Only one epoch may be in flight per loader. After `restore`, the first call
     /// with `e == state.epoch` yields the rest of that epoch; every other call a whole epoch
-    /// (also after an epoch ended early). `options` (e.g. `max_steps`) must be equal on every
-    /// rank. @throws ConfigError, identical on every rank, when ranks ask for different epochs
-    ///         or options, left the previous epoch at different steps, or are in another loader
-    ///         call (see EpochRange), naming each rank's call and step.
+    /// (also after an early end). `options` must be equal on every rank. @throws ConfigError,
+    /// the same everywhere, when ranks ask for different epochs or options, left the last epoch
+    /// at different steps, or are in another loader call (EpochRange), naming calls and steps.
     EpochRange epoch(std::uint64_t e, EpochOptions options = {});
 
-    /// Collective: checks that every rank left its last epoch at the same step and ends the
-    /// loader's collectives (later `epoch()` calls throw). The destructor does the same when
-    /// `close()` was not called, but can only print a mismatch on stderr; call `close()` to
-    /// get it as an exception. Idempotent.
+    /// Collective, idempotent: checks that every rank left its last epoch at the same step;
+    /// later `epoch()` calls throw. The destructor does the same but prints a mismatch on
+    /// stderr; `close()` throws it.
     /// @throws ConfigError, identical on every rank, as `epoch()`.
     void close();
 

@@ -36,8 +36,9 @@ std::vector<int> parse_stop_signals(const std::string& list) {
         for (const auto& [n, number] : kNames) {
             if (name == n) signo = number;
         }
-        if (signo == 0 && !name.empty() && name.find_first_not_of("0123456789") == std::string::npos &&
-            name.size() < 4) {
+        const bool digits =
+            !name.empty() && name.find_first_not_of("0123456789") == std::string::npos;
+        if (signo == 0 && digits && name.size() < 4) {
             signo = std::atoi(name.c_str());
         }
         if (signo <= 0 || signo >= NSIG || signo == SIGKILL || signo == SIGSTOP) {

@@ -6,7 +6,8 @@
 #include <string>
 #include <atomic>
 
-#include "mpistage/loader.hpp"
+#include "mpistage/error.hpp"
+#include "mpistage/stop.hpp"
 
 namespace mpistage {
 

@@ -209,7 +209,8 @@ TEST(LoaderEarlyExit, BreakAtDifferentStepsThenCloseIsTheSameConfigError) {
             }
             loader.close();
         });
-        h5t::expect_same_error(out, "ConfigError", {"rank 0: ", "step 1", "closing (destroying) the loader"});
+        h5t::expect_same_error(out, "ConfigError",
+                               {"rank 0: ", "step 1", "closing (destroying) the loader"});
         EXPECT_THROW((void)loader.epoch(1), ConfigError);  // local: the loader is closed
     }
     src.close();
