@@ -127,6 +127,9 @@ public:
     std::uint64_t allreduce_min(std::uint64_t value) const;
     /// Collective exclusive prefix sum (rank 0 gets 0). @throws MpiError.
     std::uint64_t exscan_sum(std::uint64_t value) const;
+    /// Collective element-wise minimum of `values` (the same count on every rank), in one
+    /// allreduce. @throws MpiError.
+    std::vector<std::uint64_t> allreduce_min(const std::vector<std::uint64_t>& values) const;
     /// Collective gather of one value from every rank, on every rank. @throws MpiError.
     std::vector<std::uint64_t> allgather(std::uint64_t value) const;
     /// Collective gather of `values` (the same count on every rank), rank-major, on every rank.

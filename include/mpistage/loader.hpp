@@ -17,6 +17,7 @@
 #include "mpistage/plan.hpp"
 #include "mpistage/source.hpp"
 #include "mpistage/state.hpp"
+#include "mpistage/stop.hpp"
 
 namespace mpistage {
 
@@ -236,18 +237,40 @@ struct LoaderStats {
 
 class Loader;
 
+/// Options of one epoch (`Loader::epoch(e, options)`). Must be equal on every rank (checked
+/// when the epoch starts: a difference is the same ConfigError on every rank).
+struct EpochOptions {
+    /// Batches the range yields at most (0: the whole epoch, or the rest of a resumed one): the
+    /// collective early end at a step fixed in advance (a trainer's step budget). The range
+    /// ends there on every rank; `Loader::state()` points at that step; `epoch(e + 1)` is whole.
+    std::uint64_t max_steps = 0;
+};
+
 /// The batches of one epoch, in plan order. Single consumer; obtained from `Loader::epoch`; must
-/// not outlive its loader (batches and tensors may: they own their ring slot).
-/// Every rank yields `steps()` batches; the caller must consume the epoch to the end (or destroy
-/// the range) on every rank, since each `next()` takes part in one small agreement allreduce.
+/// not outlive its loader (batches and tensors may: they own their ring slot; a range whose
+/// loader is gone stops its reads and throws from `next()`).
+/// Every rank must consume the epoch to the same step (`next()` takes part in the agreement);
+/// to end it early use `EpochOptions::max_steps` or `request_stop()` (agreed; stop.hpp). A range
+/// left at different steps on different ranks (a `break` at each rank's own step) is detected
+/// at the next loader collective of any rank (`next()`, `epoch()`, `close()`, the destructor):
+/// each throws the same ConfigError naming every rank's call and step (the destructor prints
+/// it), never a crash or a hang. A `break` at the same step on every rank is fine.
 class EpochRange {
 public:
     EpochRange(EpochRange&&) noexcept;
     EpochRange& operator=(EpochRange&&) noexcept;
     ~EpochRange();
 
-    /// Batches per rank in this epoch, equal on every rank, decided before the first batch.
+    /// Batches per rank in this range, equal on every rank, decided before the first batch
+    /// (the epoch's steps, or `EpochOptions::max_steps` when that is fewer; an agreed stop may
+    /// end the range earlier).
     std::uint64_t steps() const noexcept;
+    /// Not collective, thread-safe, async-signal-safe: `mpistage::request_stop()` for this range
+    /// only (agreed at the next window: `next()` returns false at the same step everywhere). A
+    /// rank at its own last step asks for it, then calls `next()` until it returns false.
+    void request_stop() noexcept;
+    /// True once an agreed stop ended the range early (equal on every rank; `state()` is there).
+    bool stopped() const noexcept;
     /// This rank's plan for the epoch (of a resumed epoch: its remaining part). Fixed batches
     /// are computed per slot (`EpochPlan::on_demand()`: `ids`/`valid` are empty, read
     /// `slot_id`/`slot_valid`), so the plan's memory does not grow with N.
@@ -341,13 +364,23 @@ public:
     /// Not collective, no I/O, identical on every rank: where the job stands. Counts the
     /// batches `next()` has returned (save after the training step that used the last one);
     /// batches prefetched but not returned are not consumed. A state taken when an epoch has
-    /// been consumed to its end points at the start of the next epoch.
+    /// been consumed to its end points at the start of the next epoch. @throws ConfigError
+    /// after ranks were found in different loader calls, until an epoch starts.
     LoaderState state() const;
 
     /// Collective: starts epoch `e` (the epoch is an argument, never hidden state) and returns
     /// its batches. Only one epoch may be in flight per loader. After `restore`, the first call
-    /// with `e == state.epoch` yields the rest of that epoch; every other call a whole epoch.
-    EpochRange epoch(std::uint64_t e);
+    /// with `e == state.epoch` yields the rest of that epoch; every other call a whole epoch
+    /// (also after an early end). `options` must be equal on every rank. @throws ConfigError,
+    /// the same everywhere, when ranks ask for different epochs or options, left the last epoch
+    /// at different steps, or are in another loader call (EpochRange), naming calls and steps.
+    EpochRange epoch(std::uint64_t e, EpochOptions options = {});
+
+    /// Collective, idempotent: checks that every rank left its last epoch at the same step;
+    /// later `epoch()` calls throw. The destructor does the same but prints a mismatch on
+    /// stderr; `close()` throws it.
+    /// @throws ConfigError, identical on every rank, as `epoch()`.
+    void close();
 
     /// Global number of samples N.
     std::uint64_t num_samples() const noexcept;

@@ -20,6 +20,7 @@
 #include "mpistage/source.hpp"
 #include "mpistage/sqlite_source.hpp"
 #include "mpistage/state.hpp"
+#include "mpistage/stop.hpp"
 #include "mpistage/stream.hpp"
 #include "mpistage/tf_example.hpp"
 #include "mpistage/tfrecord_source.hpp"

@@ -104,6 +104,12 @@ void add_stage_resume_options(CLI::App& cmd, StageArgs& a) {
     add_count(cmd, "--stop-after-steps", a.stop_after_steps,
               "Stop after this many steps of this run, as if the job were interrupted "
               "(0 = run every epoch)");
+    cmd.add_option("--stop-signals", a.stop_signals,
+                   "Signals (comma-separated, e.g. USR1,TERM, or none) that stop FILE input at "
+                   "the next agreed step on every rank (also when only some ranks get one): "
+                   "the state is saved (--save-state) and the run exits with code 75; resume "
+                   "with --resume")
+        ->capture_default_str();
     cmd.add_option("--resume", a.resume,
                    "Continue from a --save-state file: the rest of its epoch, then the epochs up "
                    "to --first-epoch + --epochs. Global sharding resumes at any number of "
@@ -261,6 +267,11 @@ CommandLine::CommandLine()
     add_stage_tier_options(*stage_cmd_, stage);
     add_stage_budget_options(*stage_cmd_, stage);
     add_stage_stream_options(*stage_cmd_, stage);
+    stage_cmd_->footer(
+        "Exit codes: 0 done; 1 --verify found a violation; 2 an error (the same on every rank); "
+        "3 an error not agreed between ranks (job aborted); 70 the watchdog ended the job; 75 "
+        "stopped by a --stop-signals signal at an agreed step (state saved with --save-state; "
+        "continue with --resume).");
 
     auto* convert_cmd = app_.add_subcommand("convert", "Convert data to a format mpistage stages");
     convert_cmd->require_subcommand(1);
@@ -339,6 +350,7 @@ std::vector<NamedValue> stage_argument_values(const StageArgs& a) {
         {"--save-state", a.save_state.empty() ? "(none)" : "(given)"},
         {"--save-every", std::to_string(a.save_every)},
         {"--stop-after-steps", std::to_string(a.stop_after_steps)},
+        {"--stop-signals", a.stop_signals},
         {"--resume", a.resume},
         {"--balance-steps", a.balance_steps ? "on" : "off"},
         {"--compute-ms", std::to_string(a.compute_ms)},

@@ -44,6 +44,9 @@ struct StageArgs {
     std::string save_state;
     std::uint64_t save_every = 0;
     std::uint64_t stop_after_steps = 0;
+    /// Signals that stop the run at the next agreed step, save the state and exit 75
+    /// (cli/stop_signals.hpp); "none" = none.
+    std::string stop_signals = "USR1,TERM";
     std::string resume;
     bool balance_steps = false;
     /// Emulated compute per step in milliseconds (paces a run like a trainer would).

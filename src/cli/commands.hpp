@@ -8,7 +8,8 @@
 
 namespace mpistage::cli {
 
-/// Collective: `mpistage stage`. Returns the exit code: 0, or 1 when --verify found a
+/// Collective: `mpistage stage`. Returns the exit code: 0, 75 when a --stop-signals signal
+/// stopped it (cli/stop_signals.hpp), or 1 when --verify found a
 /// violation. @throws Error subclasses, identical on every rank.
 int run_stage(Communicator& comm, const StageArgs& a);
 

@@ -87,6 +87,7 @@ constexpr Rule kRules[] = {
     {"--save-state", any_input, ""},
     {"--save-every", any_input, ""},
     {"--stop-after-steps", any_input, ""},
+    {"--stop-signals", files, kFileOnly},
     {"--resume", any_input, ""},
     {"--balance-steps", fixed_files, "it balances fixed-size global batches of FILE input"},
     {"--compute-ms", any_input, ""},

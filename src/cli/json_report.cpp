@@ -109,6 +109,9 @@ void write_stage_json(const StageArgs& a, const StageOutcome& o) {
     if (!o.resumed_from.empty()) j["resumed_from"] = nlohmann::json::parse(o.resumed_from);
     j["state"] = nlohmann::json::parse(o.state);
     j["stopped_after_steps"] = o.stopped_after;
+    j["stop_signals"] = o.stop_signals;
+    j["stopped_by_signal"] =
+        o.stopped_by_signal.empty() ? nlohmann::json() : nlohmann::json(o.stopped_by_signal);
     j["ranks"] = nlohmann::json::array();
     for (std::size_t r = 0; r < o.ranks.size(); ++r) j["ranks"].push_back(rank_json(r, o.ranks[r]));
     write_file_atomically(a.json,

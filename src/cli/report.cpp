@@ -204,7 +204,11 @@ void print_summary(const StageArgs& a, const StageOutcome& o) {
     print_batches(o);
     print_tier(o.tier, o.epochs);
     if (a.verify) print_verdicts(o.epochs, o.all_ok);
-    if (o.stopped_after > 0) {
+    if (!o.stopped_by_signal.empty()) {
+        std::printf("stopped by SIG%s after %llu step(s) on every rank at %s (exit code 75)\n",
+                    o.stopped_by_signal.c_str(), static_cast<ull>(o.stopped_after),
+                    o.state_note.c_str());
+    } else if (o.stopped_after > 0) {
         std::printf("stopped after %llu step(s) (--stop-after-steps) at %s\n",
                     static_cast<ull>(o.stopped_after), o.state_note.c_str());
     }

@@ -85,6 +85,10 @@ struct StageOutcome {
     std::string state_note;
     /// Steps after which --stop-after-steps stopped the run inside an epoch (0: it did not).
     std::uint64_t stopped_after = 0;
+    /// --stop-signals installed for this run ("USR1", ...), and the one that stopped it ("":
+    /// none did; agreed over ranks, which may not all have got it).
+    std::vector<std::string> stop_signals;
+    std::string stopped_by_signal;
     /// The staging tier and how it served the epochs.
     TierSummary tier;
     /// Budget batches: the budget ("batch_bytes", "batch_tokens", "max_batch_samples",

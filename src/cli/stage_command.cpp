@@ -16,6 +16,7 @@
 #include "cli/progress.hpp"
 #include "cli/report.hpp"
 #include "cli/stage_inputs.hpp"
+#include "cli/stop_signals.hpp"
 #include "cli/verify.hpp"
 #include "comm/agree.hpp"
 #include "mpistage/loader.hpp"
@@ -36,6 +37,8 @@ struct LocalChecks {
     /// streams: the rows the state had delivered), and on every rank how many there are.
     std::vector<std::int64_t> prior_ids;
     std::uint64_t prior_count = 0;
+    /// FILE input: the --stop-signals to install.
+    std::vector<int> stop_signals;
 };
 
 // Local: everything that can be checked on one rank before any collective that depends on
@@ -63,6 +66,7 @@ LocalChecks check_locally(const Communicator& comm, const StageArgs& a) {
                           "'): give FILE(s) or --sqlite DB, not both");
     }
     refuse_inapplicable_flags(a, c.input);
+    if (!a.stream()) c.stop_signals = parse_stop_signals(a.stop_signals);
     if (comm.rank() == 0) {
         if (!a.json.empty()) check_json_destination(a.json);
         if (!a.save_state.empty()) check_destination(a.save_state, "--save-state file");
@@ -202,6 +206,10 @@ public:
                 if (stopped_) break;
             }
         }
+        if (input_.stopped(range)) {  // agreed: the same step on every rank
+            stopped_ = true;
+            signalled_ = true;
+        }
         const auto elapsed = Clock::now() - t0;
         seconds_ += std::chrono::duration<double>(elapsed).count();
         progress_.epoch_done(e, c.batches, c.valid, input_.totals().bytes - bytes_before);
@@ -224,6 +232,8 @@ public:
         return stopped_ || (a_.stop_after_steps > 0 && steps_ >= a_.stop_after_steps);
     }
     bool stopped() const noexcept { return stopped_; }
+    /// True when a --stop-signals signal (on any rank) ended the run; equal on every rank.
+    bool signalled() const noexcept { return signalled_; }
     std::uint64_t saves() const noexcept { return saver_.saves(); }
     std::uint64_t steps() const noexcept { return steps_; }
 
@@ -292,6 +302,7 @@ private:
     Checkpointer saver_;
     std::uint64_t steps_ = 0;
     bool stopped_ = false;
+    bool signalled_ = false;
     std::uint64_t last_epoch_ = 0;
     std::vector<std::int64_t> last_ids_;
     RankTotals totals_;
@@ -324,6 +335,11 @@ int stage_input(const Communicator& comm, const StageArgs& a, const LocalChecks&
     o.state = state_json(saved);
     if (saved) o.state_note = state_note(*saved, o.num_samples);
     o.stopped_after = run.stopped() ? run.steps() : 0;
+    if (run.signalled()) {  // the ranks that got the signal know which: the largest number
+        o.stopped_by_signal =
+            signal_name(static_cast<int>(comm.allreduce_max(
+                static_cast<std::uint64_t>(std::max(0, stop_signal())))));
+    }
     o.state_saves = run.saves();
     o.ranks = run.gather_totals();
     o.tier = gather_tier(comm, a.stage, input.tier_stats());
@@ -338,7 +354,8 @@ int stage_input(const Communicator& comm, const StageArgs& a, const LocalChecks&
         }
         if (!a.json.empty()) write_stage_json(a, o);
     });
-    return a.verify && !o.all_ok ? 1 : 0;
+    if (a.verify && !o.all_ok) return 1;
+    return run.signalled() ? kExitStopped : 0;
 }
 
 }  // namespace
@@ -354,9 +371,13 @@ int run_stage(Communicator& comm, const StageArgs& a) {
         StreamInput input(comm, a, local.resume);
         return stage_input(comm, a, local, input, StageOutcome{});
     }
+    // From here a --stop-signals signal stops the loader at its next agreed step (before the
+    // loader exists: at its first one).
+    run_agreed(comm, [&] { install_stop_signals(local.stop_signals); });
     require_same_format(comm, a, local.format);
     const auto source = open_source(comm, a, local.format);
     StageOutcome o;
+    for (const int s : local.stop_signals) o.stop_signals.push_back(signal_name(s));
     o.fields = source->fields();
     o.source = source->statistics();
     FileInput input(comm, *source, a, local.resume, local.input.kind);

@@ -3,6 +3,7 @@
 // stage loop (stage_command.cpp) through the same small interface (internal to the CLI):
 //   epoch(e)            a range of HostBatch (`for (const auto& batch : input.epoch(e))`)
 //   planned_steps(r)    steps of the range when known before the first batch (0: a stream)
+//   stopped(r)          the range ended on an agreed stop (--stop-signals; files only)
 //   consume(b)          the last hop of a batch (device staging of files), after it was counted
 //   oversize(r, b)      batch b of range r is one sample over a budget
 //   expected(r, prior)  distinct valid ids the whole epoch yields over all ranks (--verify)
@@ -46,6 +47,8 @@ public:
               const std::optional<SavedState>& resume, InputKind kind);
     EpochRange epoch(std::uint64_t e) { return loader_.epoch(e); }
     std::uint64_t planned_steps(const EpochRange& r) const noexcept { return r.steps(); }
+    /// The range ended early on an agreed stop (a --stop-signals signal on some rank).
+    bool stopped(const EpochRange& r) const noexcept { return r.stopped(); }
     void consume(const HostBatch& b) { staging_.add(b); }
     bool oversize(const EpochRange& r, const HostBatch& b) const noexcept {
         return r.plan().batch_oversize(b.step() - r.plan().first_step);
@@ -75,6 +78,7 @@ public:
                 const std::optional<SavedState>& resume);
     StreamLoader::EpochBatches epoch(std::uint64_t e) { return loader_->epoch(e); }
     std::uint64_t planned_steps(const StreamLoader::EpochBatches&) const noexcept { return 0; }
+    bool stopped(const StreamLoader::EpochBatches&) const noexcept { return false; }
     void consume(const HostBatch&) {}
     bool oversize(const StreamLoader::EpochBatches&, const HostBatch&) const noexcept {
         return loader_->last_oversize();

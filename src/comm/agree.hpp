@@ -42,6 +42,26 @@ void agree_or_throw(const Communicator& comm, const LocalStatus& status);
 std::uint64_t agree_min_or_throw(const Communicator& comm, const LocalStatus& status,
                                  std::uint64_t value);
 
+/// Outcome of `agree_tagged_or_throw`.
+struct TaggedAgreement {
+    /// Every rank passed the same tag. When false, nothing else below is set: the ranks were
+    /// in different calls, and the caller reports that (the same way on every rank).
+    bool same_tag = false;
+    /// Minimum of `value` over the ranks.
+    std::uint64_t min_value = 0;
+    /// Some rank passed `flag = true`.
+    bool any_flag = false;
+};
+
+/// Collective: `agree_min_or_throw` that also checks that every rank passed the same `tag`
+/// (a hash of what the caller is doing, e.g. "window at step 4 of epoch 0") and ORs `flag`,
+/// in one allreduce of four words. Callers whose collectives could otherwise match silently
+/// (one rank starting a new epoch while another waits for a batch) put what they do in `tag`,
+/// so the mismatch is seen on every rank; statuses are agreed (and thrown) only when the tags
+/// match. @throws the agreed `Error` subclass; MpiError when the agreement itself fails.
+TaggedAgreement agree_tagged_or_throw(const Communicator& comm, std::uint64_t tag,
+                                      const LocalStatus& status, std::uint64_t value, bool flag);
+
 /// Collective: runs `fn` on every rank, then agrees on the outcome (see `agree_or_throw`).
 /// `fn` must not itself make collective calls that other ranks might skip.
 void run_agreed(const Communicator& comm, const std::function<void()>& fn);

@@ -161,6 +161,19 @@ std::uint64_t Communicator::allreduce_min(std::uint64_t value) const {
     });
     return out;
 }
+std::vector<std::uint64_t> Communicator::allreduce_min(
+    const std::vector<std::uint64_t>& values) const {
+    std::vector<std::uint64_t> out(values.size());
+    if (values.empty()) {
+        barrier();
+        return out;
+    }
+    watched("MPI_Iallreduce(min, vector)", [&](MPI_Request* r) {
+        return MPI_Iallreduce(values.data(), out.data(), static_cast<int>(values.size()),
+                              MPI_UINT64_T, MPI_MIN, comm_, r);
+    });
+    return out;
+}
 std::uint64_t Communicator::exscan_sum(std::uint64_t value) const {
     std::uint64_t out = 0;
     watched("MPI_Iexscan", [&](MPI_Request* r) {
@@ -266,6 +279,25 @@ std::uint64_t agree_min_or_throw(const Communicator& comm, const LocalStatus& st
     const std::uint64_t first = comm.allreduce_min(mine);
     if (first >= size) return first - size;
     throw_agreed(comm, status, first);
+}
+
+TaggedAgreement agree_tagged_or_throw(const Communicator& comm, std::uint64_t tag,
+                                      const LocalStatus& status, std::uint64_t value, bool flag) {
+    // One allreduce(min) of four words: the tag and its complement (min and max of the tag),
+    // the status word of agree_min_or_throw, and the flag inverted (min = 0: some rank set it).
+    const std::uint64_t size = static_cast<std::uint64_t>(comm.size());
+    const std::uint64_t word =
+        status.failed ? static_cast<std::uint64_t>(comm.rank())
+                      : size + std::min<std::uint64_t>(value, ~std::uint64_t{0} - size);
+    const std::vector<std::uint64_t> r =
+        comm.allreduce_min(std::vector<std::uint64_t>{tag, ~tag, word, flag ? 0u : 1u});
+    TaggedAgreement out;
+    out.same_tag = r[0] == ~r[1];
+    if (!out.same_tag) return out;  // the callers were not in the same call: no status counts
+    if (r[2] < size) throw_agreed(comm, status, r[2]);
+    out.min_value = r[2] - size;
+    out.any_flag = r[3] == 0;
+    return out;
 }
 
 void run_agreed(const Communicator& comm, const std::function<void()>& fn) {

@@ -21,7 +21,13 @@ EpochRange::~EpochRange() {
 }
 
 std::uint64_t EpochRange::steps() const noexcept {
-    return impl_->plan.steps;
+    return impl_->limit;
+}
+void EpochRange::request_stop() noexcept {
+    impl_->stop_request.store(true, std::memory_order_relaxed);
+}
+bool EpochRange::stopped() const noexcept {
+    return impl_->stopped;
 }
 const EpochPlan& EpochRange::plan() const noexcept {
     return impl_->plan;
@@ -30,15 +36,38 @@ const EpochTotals& EpochRange::totals() const noexcept {
     return impl_->totals;
 }
 
+detail::SyncTag EpochRange::Impl::window_tag(detail::SyncKind kind) const {
+    detail::SyncTag t;
+    t.kind = kind;
+    t.epoch = epoch;
+    t.step = plan.first_step + next_consume;
+    t.steps = plan.first_step + limit;
+    return t;
+}
+
 void EpochRange::Impl::agree_window() {
     Loader::Impl& l = *loader;
+    const auto stop_asked = [&] {
+        return stop_request.load(std::memory_order_relaxed) || mpistage::stop_requested();
+    };
+    if (taken.empty() && prefetch->collective_steps()) {
+        // The step's exchange is a collective of its own: the ranks first agree that they all
+        // are at this step (and whether to stop), so a rank in another call is never matched
+        // with the exchange.
+        l.comm.set_context({"loader: agree before exchange", static_cast<std::int64_t>(epoch),
+                            static_cast<std::int64_t>(plan.first_step + next_consume), "", -1});
+        if (l.sync(window_tag(detail::SyncKind::exchange), {}, 0, stop_asked()).any_flag) {
+            stopped = true;
+            return;
+        }
+    }
     if (taken.empty()) {
         LocalStatus status;
         detail::Slot* slot = prefetch->take(next_consume, status);
         taken.emplace_back(slot, std::move(status));
     }
     // Later steps already read join the window without waiting; a failed read ends it.
-    while (!taken.back().second.failed && next_consume + taken.size() < plan.steps) {
+    while (!taken.back().second.failed && next_consume + taken.size() < limit) {
         LocalStatus status;
         detail::Slot* slot = prefetch->take_if_ready(next_consume + taken.size(), status);
         if (!slot) break;
@@ -51,24 +80,42 @@ void EpochRange::Impl::agree_window() {
     const LocalStatus& first = taken.front().second;
     l.comm.set_context({"loader: agree on batch", static_cast<std::int64_t>(epoch),
                         static_cast<std::int64_t>(next_consume), "", -1});
-    agreed = static_cast<std::size_t>(agree_min_or_throw(l.comm, first, good));
+    const TaggedAgreement a = l.sync(window_tag(detail::SyncKind::window), first, good,
+                                     stop_asked());
+    if (a.any_flag) {  // the agreed stop: no batch of this window is returned on any rank
+        stopped = true;
+        return;
+    }
+    if (a.min_value == 0) {  // every rank holds at least one error-free batch here
+        throw Error("loader: internal error: the window agreement at step " +
+                    std::to_string(plan.first_step + next_consume) + " of epoch " +
+                    std::to_string(epoch) + " found no batch ready");
+    }
+    agreed = static_cast<std::size_t>(a.min_value);
 }
 
 bool EpochRange::next(HostBatch& out) {
     Impl& d = *impl_;
-    Loader::Impl& l = *d.loader;
     // Release the caller's previous batch first: `out` is being replaced, so its slot must not
     // count as held (otherwise `while (range.next(b))` and the range-for iterator fail at
     // step 1 with prefetch = 1). Copies the caller kept elsewhere still hold their slots.
     out = HostBatch();
-    if (d.next_consume >= d.plan.steps) {
+    if (!d.loader) {
+        if (d.finished || d.stopped) return false;
+        throw ConfigError("loader: epoch " + std::to_string(d.epoch) +
+                          ": the loader was closed or destroyed before this epoch's range "
+                          "(a range must not outlive its loader)");
+    }
+    Loader::Impl& l = *d.loader;
+    const auto end_range = [&] {
         if (!d.finished) {
             d.finished = true;
-            if (d.plan.steps > 0) l.stats.epoch_time += Clock::now() - d.started;
+            if (d.next_consume > 0) l.stats.epoch_time += Clock::now() - d.started;
             d.shutdown();
         }
         return false;
-    }
+    };
+    if (d.next_consume >= d.limit || d.stopped) return end_range();
     const auto t0 = Clock::now();
     if (d.next_consume == 0) d.started = t0;
     // One agreement per window of batches every rank holds ready (at least one batch): the
@@ -86,6 +133,7 @@ bool EpochRange::next(HostBatch& out) {
         const auto peers = l.comm.collective_wait() - peers_before;
         l.stats.wait_peers_time += peers;
         l.stats.wait_io_time += (Clock::now() - t0) - peers;
+        if (d.stopped) return end_range();
     }
     detail::Slot* slot = d.taken.front().first;
     d.taken.pop_front();

@@ -3,6 +3,7 @@
 #include "mpistage/loader.hpp"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "comm/agree.hpp"
 #include "loader/contents.hpp"
@@ -203,9 +204,80 @@ Loader::Loader(const Communicator& comm, const Source& source, LoaderOptions opt
                     (!d.reader().reads_use_mpi() || level == MPI_THREAD_MULTIPLE);
 }
 
-Loader::~Loader() = default;
+detail::SyncTag Loader::Impl::left_tag(detail::SyncKind kind) const {
+    detail::SyncTag t;
+    t.kind = kind;
+    if (diverged) {
+        t.left_epoch = detail::kDivergedEpoch;
+    } else if (progress.started) {
+        t.left_epoch = progress.epoch;
+        t.left_step = progress.start.step + progress.consumed;
+        t.left_steps = progress.start.step + progress.steps;
+    }
+    return t;
+}
+
+TaggedAgreement Loader::Impl::sync(const detail::SyncTag& tag, const LocalStatus& status,
+                                   std::uint64_t value, bool stop) {
+    const TaggedAgreement a = agree_tagged_or_throw(comm, tag.hash(), status, value, stop);
+    if (a.same_tag) return a;
+    // Every rank saw the mismatch in the same allreduce, so every rank makes this gather.
+    const std::vector<std::uint64_t> all = comm.allgather(tag.words());
+    std::vector<detail::SyncTag> tags;
+    for (std::size_t at = 0; at + detail::SyncTag::kWords <= all.size();
+         at += detail::SyncTag::kWords) {
+        tags.push_back(detail::SyncTag::from_words(&all[at]));
+        peer_closed = peer_closed || tags.back().kind == detail::SyncKind::close;
+    }
+    diverged = true;
+    divergence = detail::describe_mismatch(tags);
+    throw ConfigError(divergence);
+}
+
+void Loader::Impl::close() {
+    if (closed) return;
+    closed = true;
+    if (active) {  // a range that outlives its loader stops reading and is detached
+        EpochRange::Impl* range = active;
+        range->shutdown();
+        range->loader = nullptr;
+        active = nullptr;
+    }
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized) return;
+    // A peer closed in a call that every rank took part in, where this rank got the error.
+    if (peer_closed) return;
+    comm.set_context({"loader: close", static_cast<std::int64_t>(progress.epoch),
+                      static_cast<std::int64_t>(progress.start.step + progress.consumed), "",
+                      -1});
+    sync(left_tag(detail::SyncKind::close), {}, 0, false);
+}
+
+void Loader::close() {
+    impl_->close();
+}
+
+void Loader::Impl::close_quietly() noexcept {
+    // The destructor's close: a mismatch cannot be thrown from there, so it is printed.
+    try {
+        close();
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "mpistage: rank %d: loader destroyed: %s\n", comm.rank(), e.what());
+    }
+}
+
+Loader::~Loader() {
+    if (impl_) impl_->close_quietly();
+}
 Loader::Loader(Loader&&) noexcept = default;
-Loader& Loader::operator=(Loader&&) noexcept = default;
+Loader& Loader::operator=(Loader&& o) noexcept {
+    if (this != &o) {
+        if (impl_) impl_->close_quietly();
+        impl_ = std::move(o.impl_);
+    }
+    return *this;
+}
 
 std::uint64_t Loader::num_samples() const noexcept {
     return impl_->num_samples;
@@ -226,19 +298,30 @@ const Source& Loader::source() const noexcept {
     return impl_->source;
 }
 
-EpochRange Loader::epoch(std::uint64_t e) {
+EpochRange Loader::epoch(std::uint64_t e, EpochOptions eo) {
     Impl& d = *impl_;
+    if (d.closed || d.peer_closed) {  // known on every rank alike (see Impl::sync)
+        throw ConfigError("loader: epoch " + std::to_string(e) + " requested after the loader " +
+                          (d.closed ? std::string("was closed") : "was closed on a peer: " +
+                                                                       d.divergence));
+    }
     // The step an epoch starts at (0, or the resumed step) names where a stuck rank waits.
     d.comm.set_context({"loader: epoch start", static_cast<std::int64_t>(e),
                         static_cast<std::int64_t>(d.start_of(e).step), "", -1});
-    run_agreed(d.comm, [&] {
-        if (d.epoch_active) {
-            throw ConfigError("loader: epoch " + std::to_string(e) +
-                              " requested while another epoch of this loader is still in flight");
-        }
-    });
-    require_same(d.comm, "epoch", std::to_string(e), "loader: ranks asked for different epochs",
-                 "every rank must start the same epoch");
+    // One tagged agreement: the same epoch and options everywhere, every rank left the last
+    // epoch at the same step, and no rank is still inside it (or closing the loader).
+    detail::SyncTag tag = d.left_tag(detail::SyncKind::start);
+    tag.epoch = e;
+    tag.step = eo.max_steps;
+    d.sync(tag, capture([&] {
+               if (d.epoch_active) {
+                   throw ConfigError("loader: epoch " + std::to_string(e) +
+                                     " requested while another epoch of this loader is still "
+                                     "in flight");
+               }
+           }),
+           0, false);
+    d.diverged = false;
     auto impl = std::make_unique<EpochRange::Impl>();
     impl->loader = &d;
     impl->epoch = e;
@@ -255,6 +338,7 @@ EpochRange Loader::epoch(std::uint64_t e) {
                                 1, std::min<std::uint64_t>(d.options.prefetch, impl->plan.steps)));
         }
     });
+    impl->limit = eo.max_steps > 0 ? std::min(eo.max_steps, impl->plan.steps) : impl->plan.steps;
     d.progress = {true, e, start, 0, impl->plan.steps, impl->plan.job_samples_before};
     detail::StepReader step_reader;
     if (d.options.two_phase) {  // collective: every rank has the same options
@@ -264,6 +348,7 @@ EpochRange Loader::epoch(std::uint64_t e) {
     impl->prefetch = std::make_unique<detail::Prefetcher>(d.ring, d.reader(), impl->plan, e,
                                                           std::move(step_reader));
     d.epoch_active = true;
+    d.active = impl.get();
     EpochRange range(std::move(impl));
     // No more threads than batches; a failure to start one is agreed like any other error (the
     // range's destructor joins the threads already started). The agreement is collective, so

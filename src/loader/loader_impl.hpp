@@ -1,6 +1,7 @@
 #pragma once
 // The private state of Loader and EpochRange, shared by loader.cpp and epoch_range.cpp.
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "comm/agree.hpp"
+#include "loader/sync.hpp"
 #include "mpistage/loader.hpp"
 #include "pipeline/prefetch.hpp"
 #include "pipeline/ring.hpp"
@@ -49,6 +51,16 @@ struct Loader::Impl {
     SampleTokensFn sample_tokens;
     /// Set by `restore` until the next `epoch()` call.
     std::optional<LoaderState> resume;
+    /// The range of the epoch in flight (detached when the loader closes first).
+    EpochRange::Impl* active = nullptr;
+    /// Ranks were found in different loader calls (`divergence` says how); their positions
+    /// differ until the next epoch starts.
+    bool diverged = false;
+    std::string divergence;
+    /// Some rank closed (or destroyed) its loader: no collective of this loader is made again.
+    bool peer_closed = false;
+    /// This rank closed the loader.
+    bool closed = false;
     /// The memory tier when `options.stage` staged the data (destroyed, collectively, first).
     std::unique_ptr<detail::MemoryTier> tier;
 
@@ -79,6 +91,19 @@ struct Loader::Impl {
     void record_identity();
     /// Where epoch `e` starts (a pending resume of epoch e, else the beginning).
     EpochStart start_of(std::uint64_t e) const;
+    /// Not collective: a tag of `kind` with where this rank left its last epoch.
+    detail::SyncTag left_tag(detail::SyncKind kind) const;
+    /// Collective: the tagged agreement of every loader collective after construction
+    /// (`agree_tagged_or_throw`). When the tags differ, every rank gathers them, records the
+    /// divergence and throws the same ConfigError naming each rank's call and step.
+    TaggedAgreement sync(const detail::SyncTag& tag, const LocalStatus& status,
+                         std::uint64_t value, bool stop);
+    /// Collective unless closed already or a peer closed: detaches the range in flight and
+    /// checks, with a close tag, that every rank left its last epoch at the same step.
+    /// @throws ConfigError as `sync`.
+    void close();
+    /// `close()` for the destructor: a mismatch is printed on stderr instead of thrown.
+    void close_quietly() noexcept;
 };
 
 struct EpochRange::Impl {
@@ -97,6 +122,11 @@ struct EpochRange::Impl {
     std::size_t agreed = 0;
     Clock::time_point started{};
     bool finished = false;
+    /// Batches this range yields at most (the plan's steps or EpochOptions::max_steps).
+    std::uint64_t limit = 0;
+    /// `EpochRange::request_stop()` (async-signal-safe); `stopped`: a stop was agreed.
+    std::atomic<bool> stop_request{false};
+    bool stopped = false;
 
     void shutdown() noexcept {
         // A range left before its end (a stop, an error) still counts its time.
@@ -112,12 +142,18 @@ struct EpochRange::Impl {
             agreed = 0;
             prefetch->shutdown();
         }
-        if (loader) loader->epoch_active = false;
+        if (loader) {
+            loader->epoch_active = false;
+            if (loader->active == this) loader->active = nullptr;
+        }
     }
     /// Collective: takes the slot of step `next_consume` (waiting for it) and every later one
     /// already read, then agrees once on how many of them every rank holds error-free.
+    /// Sets `stopped` instead when a stop was requested on some rank.
     /// @throws the agreed error of the earliest failed step, on every rank.
     void agree_window();
+    /// The tag of a window (or two-phase exchange) agreement at step `next_consume`.
+    detail::SyncTag window_tag(detail::SyncKind kind) const;
 };
 
 }  // namespace mpistage

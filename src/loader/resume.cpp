@@ -127,6 +127,7 @@ Loader Loader::restore(const Communicator& comm, const Source& source, LoaderOpt
 
 LoaderState Loader::state() const {
     const Impl& d = *impl_;
+    if (d.diverged) throw ConfigError(d.divergence + " (no state is the same on every rank)");
     LoaderState s;
     s.dataset_fingerprint = d.dataset_fingerprint;
     s.num_samples = d.num_samples;

@@ -53,6 +53,8 @@ public:
     /// Stops and joins the threads; slots read but not taken return to the ring. Idempotent.
     void shutdown() noexcept;
     const std::shared_ptr<Ring>& ring() const noexcept { return ring_; }
+    /// True when steps are read collectively (a step reader): `take` makes collectives.
+    bool collective_steps() const noexcept { return static_cast<bool>(step_reader_); }
 
 private:
     void worker();

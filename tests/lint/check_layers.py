@@ -65,6 +65,7 @@ PUBLIC = {
     "plan": "plan",
     "state": "loader",
     "loader": "loader",
+    "stop": "loader",
     "stream": "loader",
     "mpistage": "loader",  # the umbrella: the core up to the loader, no CUDA or torch headers
     "torch": "stage",

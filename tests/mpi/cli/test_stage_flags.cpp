@@ -367,6 +367,15 @@ const std::map<std::string, Spec>& spec() {
               return Args{"--stop-after-steps", "2"};
           },
           [](const Context& c) { return c.r["stopped_after_steps"] == 2 && steps(c.r) == 2; }}},
+        {"--stop-signals",
+         {[](const std::string&, const std::string&) {
+              return Args{"--stop-signals", "SIGUSR2,HUP"};
+          },
+          [](const Context& c) {
+              return c.r["stop_signals"] == json::array({"USR2", "HUP"}) &&
+                     c.base["stop_signals"] == json::array({"USR1", "TERM"}) &&
+                     c.r["stopped_by_signal"].is_null();
+          }}},
         {"--resume",
          {[](const std::string& k, const std::string&) {
               return Args{"--resume", states()[k]};
