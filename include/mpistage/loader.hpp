@@ -86,6 +86,13 @@ struct LoaderOptions {
     /// the first and last sample of every shard are compared (each read by two ranks).
     /// Must be equal on every rank.
     bool verify_files = false;
+    /// How much of the dataset the state's fingerprint covers (docs/resume.md, "Fingerprint
+    /// levels"): `sampled` (default: metadata, 1024 spread samples and every sample's size;
+    /// reads about 1026 samples in all) or `full` (also every byte, hashed in parallel: reads
+    /// the dataset once at construction). Computed collectively at construction, stored by
+    /// `state()`; `restore` recomputes it at the level of the state it is given. Must be
+    /// equal on every rank.
+    FingerprintLevel fingerprint = FingerprintLevel::sampled;
     /// The staging tier (docs/architecture.md, "Memory tier"). With `memory`, construction is
     /// where the data is read: rank r reads its shard `[begin[r], begin[r+1])`
     /// (`balanced_shard_begins`) once with large contiguous reads (collective H5Dread /
@@ -114,7 +121,8 @@ struct LoaderOptions {
     bool two_phase = false;
 
     /// @throws ConfigError for a prefetch depth or thread count out of range, a negative
-    ///         timeout, a device that is not auto/cpu/cuda[:N], invalid plan options, or
+    ///         timeout, a device that is not auto/cpu/cuda[:N], invalid plan options, the
+    ///         fingerprint level `ends`, or
     ///         `two_phase` without global sharding, with staging or with a batch budget.
     void validate() const;
 };

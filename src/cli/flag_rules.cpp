@@ -88,6 +88,8 @@ constexpr Rule kRules[] = {
     {"--save-every", any_input, ""},
     {"--stop-after-steps", any_input, ""},
     {"--resume", any_input, ""},
+    {"--fingerprint", files,
+     "it sets the dataset fingerprint of the loader's state (a stream state has none)"},
     {"--balance-steps", fixed_files, "it balances fixed-size global batches of FILE input"},
     {"--compute-ms", any_input, ""},
     {"--compute-us", any_input, ""},
