@@ -121,13 +121,9 @@ LoaderState Loader::state() const {
     s.plan = d.options.plan;
     s.world_size = d.comm.size();
     if (!d.progress.started) {
-        if (d.resume) {  // nothing consumed yet: this run begins at the restored point
-            s.epoch = d.resume->epoch;
-            s.steps_consumed = d.resume->steps_consumed;
-            s.samples_consumed = d.resume->samples_consumed;
-            s.run_start_steps = s.steps_consumed;
-            s.run_start_samples = s.samples_consumed;
-        }
+        // Nothing consumed since the restore: the job stands where the state says (its world
+        // size included: the steps it counts were made there).
+        if (d.resume) return *d.resume;
         return s;
     }
     const Impl::Progress& p = d.progress;

@@ -4,6 +4,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "loader/state_check.hpp"
 #include "mpistage/error.hpp"
 
 namespace mpistage {
@@ -103,40 +104,6 @@ bool get_bool(const nlohmann::json& j, const char* key, const std::string& origi
     return v.get<bool>();
 }
 
-[[noreturn]] void inconsistent(const std::string& origin, const std::string& what) {
-    throw ConfigError("state " + origin + " is inconsistent: " + what);
-}
-
-/// What the state alone decides (see `from_json`).
-void check_own_numbers(const LoaderState& s, const std::string& origin) {
-    try {
-        s.plan.validate();
-    } catch (const ConfigError& e) {
-        throw ConfigError("state " + origin + ": " + e.what());
-    }
-    const auto n = [](std::uint64_t v) { return std::to_string(v); };
-    if (s.samples_consumed > s.num_samples) {
-        inconsistent(origin, "samples_consumed " + n(s.samples_consumed) +
-                                 " exceeds num_samples " + n(s.num_samples));
-    }
-    if ((s.steps_consumed == 0) != (s.samples_consumed == 0)) {
-        inconsistent(origin, "steps_consumed " + n(s.steps_consumed) + " with samples_consumed " +
-                                 n(s.samples_consumed) +
-                                 " (every step consumes samples; no samples without steps)");
-    }
-    if (s.run_start_steps > s.steps_consumed || s.run_start_samples > s.samples_consumed) {
-        inconsistent(origin, "the run start (run_start_steps " + n(s.run_start_steps) +
-                                 ", run_start_samples " + n(s.run_start_samples) +
-                                 ") lies after the state (steps_consumed " + n(s.steps_consumed) +
-                                 ", samples_consumed " + n(s.samples_consumed) + ")");
-    }
-    if ((s.run_start_steps == 0) != (s.run_start_samples == 0)) {
-        inconsistent(origin, "run_start_steps " + n(s.run_start_steps) +
-                                 " with run_start_samples " + n(s.run_start_samples) +
-                                 " (no samples without steps)");
-    }
-}
-
 }  // namespace
 
 LoaderState LoaderState::from_json(const std::string& text, const std::string& origin) {
@@ -193,7 +160,7 @@ LoaderState LoaderState::from_json(const std::string& text, const std::string& o
         s.run_start_samples = s.samples_consumed;
     }
     s.format_version = kFormatVersion;
-    check_own_numbers(s, origin);
+    detail::check_state_numbers(s, origin);
     return s;
 }
 

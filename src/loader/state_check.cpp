@@ -46,10 +46,49 @@ void require_steps_left(const LoaderState& s, std::uint64_t epoch_steps) {
                   "points at the next epoch with 0 steps)");
 }
 
+[[noreturn]] void inconsistent(const std::string& origin, const std::string& what) {
+    throw ConfigError("state " + origin + " is inconsistent: " + what);
+}
+
 }  // namespace
+
+void check_state_numbers(const LoaderState& s, const std::string& origin) {
+    const auto n = [](std::uint64_t v) { return std::to_string(v); };
+    if (s.world_size < 1 || s.world_size > kMaxStateWorldSize) {
+        inconsistent(origin, "world_size " + std::to_string(s.world_size) + " is outside [1, " +
+                                 std::to_string(kMaxStateWorldSize) + "]");
+    }
+    if (s.num_samples == 0) inconsistent(origin, "num_samples is 0");
+    try {
+        s.plan.validate();
+    } catch (const ConfigError& e) {
+        throw ConfigError("state " + origin + ": " + e.what());
+    }
+    if (s.samples_consumed > s.num_samples) {
+        inconsistent(origin, "samples_consumed " + n(s.samples_consumed) +
+                                 " exceeds num_samples " + n(s.num_samples));
+    }
+    if ((s.steps_consumed == 0) != (s.samples_consumed == 0)) {
+        inconsistent(origin, "steps_consumed " + n(s.steps_consumed) + " with samples_consumed " +
+                                 n(s.samples_consumed) +
+                                 " (every step consumes samples; no samples without steps)");
+    }
+    if (s.run_start_steps > s.steps_consumed || s.run_start_samples > s.samples_consumed) {
+        inconsistent(origin, "the run start (run_start_steps " + n(s.run_start_steps) +
+                                 ", run_start_samples " + n(s.run_start_samples) +
+                                 ") lies after the state (steps_consumed " + n(s.steps_consumed) +
+                                 ", samples_consumed " + n(s.samples_consumed) + ")");
+    }
+    if ((s.run_start_steps == 0) != (s.run_start_samples == 0)) {
+        inconsistent(origin, "run_start_steps " + n(s.run_start_steps) +
+                                 " with run_start_samples " + n(s.run_start_samples) +
+                                 " (no samples without steps)");
+    }
+}
 
 void check_resume_point(const LoaderState& s, const SampleBytesFn& sample_bytes,
                         const SampleTokensFn& sample_tokens) {
+    check_state_numbers(s, "given to Loader::restore");
     if (s.steps_consumed == 0) return;  // the start of an epoch (from_json: 0 samples too)
     const PlanOptions& p = s.plan;
     const std::uint64_t n = s.num_samples;
