@@ -237,9 +237,9 @@ public:
         }
     }
 
-    /// Reads of `bad_id` fail from now on (the loader's construction reads samples for the
+    /// Reads of `bad_id` fail while armed (the loader's construction reads samples for the
     /// dataset fingerprint; the failure is meant for an epoch's reads).
-    void arm() const { armed_ = true; }
+    void arm(bool on) const { armed_ = on; }
 
 private:
     std::uint64_t bad_;
@@ -256,8 +256,9 @@ TEST(LoaderBudget, ReadErrorOnOneRankIsTheSameErrorEverywhere) {
         o.io_threads = threads;
         o.prefetch = 3;
         o.pin_memory = false;
+        src.arm(false);
         Loader loader(comm, src, o);
-        src.arm();
+        src.arm(true);
         tfrecord_test::expect_agreed_error(comm,
                                            [&] {
                                                EpochRange range = loader.epoch(0);
