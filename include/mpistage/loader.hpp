@@ -337,10 +337,16 @@ public:
     /// differ. With a batch budget and `global` sharding "positions" are those of the batch
     /// order (docs/resume.md, "Budget batches"): the resumed job gets exactly the batches the
     /// saved one did not consume, dealt in turn from rank 0.
+    /// The dataset is compared at the state's `fingerprint_level` (recomputed collectively
+    /// when it differs from `options.fingerprint`), and the state's numbers are checked
+    /// against each other and its options (docs/resume.md, "Validation").
     /// @throws ConfigError, identical on every rank, when the state differs between ranks, is
-    ///         of another format version, of another dataset (fingerprint, N or skipped
-    ///         records), has an incompatible option, is a `byte_range` state at another
-    ///         world size, or (budget) does not end at a batch; and as the constructor.
+    ///         of another format version, holds a value out of range or numbers that
+    ///         contradict each other (e.g. samples_consumed not following from
+    ///         steps_consumed, world_size and batch_size, or no step left in the epoch), is
+    ///         of another dataset (fingerprint, N or skipped records), has an incompatible
+    ///         option, is a `byte_range` state at another world size, or (budget) does not end
+    ///         at a batch; and as the constructor.
     static Loader restore(const Communicator& comm, const Source& source, LoaderOptions options,
                           const LoaderState& state);
 
