@@ -8,7 +8,7 @@ packages=(
     openmpi-bin libopenmpi-dev
     libhdf5-openmpi-dev hdf5-tools
     libtorch-dev
-    libcli11-dev nlohmann-json3-dev zlib1g-dev libisal-dev libsqlite3-dev
+    libcli11-dev nlohmann-json3-dev zlib1g-dev libisal-dev libsqlite3-dev libxxhash-dev
     libgtest-dev libgmock-dev libbenchmark-dev
     dataset-fashion-mnist
     python3-torch python3-h5py-mpi python3-mpi4py python3-numpy

@@ -87,6 +87,13 @@ struct LoaderOptions {
     /// the first and last sample of every shard are compared (each read by two ranks).
     /// Must be equal on every rank.
     bool verify_files = false;
+    /// How much of the dataset the state's fingerprint covers (docs/resume.md, "Fingerprint
+    /// levels"): `sampled` (default: metadata, 1024 spread samples and every sample's size;
+    /// reads about 1026 samples in all) or `full` (also every byte, hashed in parallel: reads
+    /// the dataset once at construction). Computed collectively at construction, stored by
+    /// `state()`; `restore` recomputes it at the level of the state it is given. Must be
+    /// equal on every rank.
+    FingerprintLevel fingerprint = FingerprintLevel::sampled;
     /// The staging tier (docs/architecture.md, "Memory tier"). With `memory`, construction is
     /// where the data is read: rank r reads its shard `[begin[r], begin[r+1])`
     /// (`balanced_shard_begins`) once with large contiguous reads (collective H5Dread /
@@ -115,7 +122,8 @@ struct LoaderOptions {
     bool two_phase = false;
 
     /// @throws ConfigError for a prefetch depth or thread count out of range, a negative
-    ///         timeout, a device that is not auto/cpu/cuda[:N], invalid plan options, or
+    ///         timeout, a device that is not auto/cpu/cuda[:N], invalid plan options, the
+    ///         fingerprint level `ends`, or
     ///         `two_phase` without global sharding, with staging or with a batch budget.
     void validate() const;
 };
@@ -354,10 +362,16 @@ public:
     /// differ. With a batch budget and `global` sharding "positions" are those of the batch
     /// order (docs/resume.md, "Budget batches"): the resumed job gets exactly the batches the
     /// saved one did not consume, dealt in turn from rank 0.
+    /// The dataset is compared at the state's `fingerprint_level` (recomputed collectively
+    /// when it differs from `options.fingerprint`), and the state's numbers are checked
+    /// against each other and its options (docs/resume.md, "Validation").
     /// @throws ConfigError, identical on every rank, when the state differs between ranks, is
-    ///         of another format version, of another dataset (fingerprint, N or skipped
-    ///         records), has an incompatible option, is a `byte_range` state at another
-    ///         world size, or (budget) does not end at a batch; and as the constructor.
+    ///         of another format version, holds a value out of range or numbers that
+    ///         contradict each other (e.g. samples_consumed not following from
+    ///         steps_consumed, world_size and batch_size, or no step left in the epoch), is
+    ///         of another dataset (fingerprint, N or skipped records), has an incompatible
+    ///         option, is a `byte_range` state at another world size, or (budget) does not end
+    ///         at a batch; and as the constructor.
     static Loader restore(const Communicator& comm, const Source& source, LoaderOptions options,
                           const LoaderState& state);
 

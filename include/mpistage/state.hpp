@@ -10,6 +10,34 @@
 
 namespace mpistage {
 
+/// How much of the dataset `LoaderState::dataset_fingerprint` covers (docs/resume.md,
+/// "Fingerprint levels"). Option `LoaderOptions::fingerprint`, CLI `--fingerprint`.
+enum class FingerprintLevel : std::uint8_t {
+    /// Samples 0, N/2 and N−1 only: the fingerprint of states of format versions 1 and 2,
+    /// still checked when such a state is restored. Not accepted as an option.
+    ends,
+    /// The default: N, the fields, the skipped-record count, the bytes of 1024 samples spread
+    /// over [0, N) (one in each of 1024 equal strata, at a position fixed by N, plus samples 0
+    /// and N−1) and the stored size of every sample (summed per block of 4096 consecutive
+    /// samples). Reads at most 1026 samples in all, divided among the ranks; O(N/W) size
+    /// look-ups per rank.
+    sampled,
+    /// `sampled` plus a content hash of every byte of every sample (XXH3 64 per block of 4096
+    /// consecutive samples, each rank hashing its share of the blocks; the block hashes are
+    /// combined through their block index, so the result does not depend on W). Reads the
+    /// whole dataset once, divided among the ranks.
+    full,
+};
+/// "ends", "sampled" or "full".
+std::string to_string(FingerprintLevel level);
+/// Parses "sampled" or "full" (and "ends" when `allow_ends`, for saved states).
+/// @throws ConfigError naming the accepted words.
+FingerprintLevel parse_fingerprint_level(const std::string& s, bool allow_ends = false);
+
+/// Largest world size a saved state is accepted from (bounds every per-rank computation a
+/// restore derives from the state's `world_size`).
+constexpr int kMaxStateWorldSize = 1 << 24;
+
 /// Where a job stands in its sample sequence, identical on every rank. Taken with
 /// `Loader::state()` (not collective, no I/O) and continued with `Loader::restore`. Serialises
 /// to a JSON object of about 400 bytes (`to_json`). Plain value type; thread safety as `int`.
@@ -19,15 +47,17 @@ namespace mpistage {
 /// of W), so a job can resume at any world size. With `byte_range` sharding the shards depend
 /// on W, and the state resumes only at the same world size.
 struct LoaderState {
-    /// Version of this layout; `from_json` also reads version 1 (fixed batches only, no
-    /// budget keys) and refuses others.
-    static constexpr int kFormatVersion = 2;
+    /// Version of this layout. `from_json` also reads versions 1 (fixed batches only, no
+    /// budget keys) and 2 (no fingerprint level, no run start): their fingerprint is of level
+    /// `ends` and their run start is taken as the state itself. Other versions are refused.
+    static constexpr int kFormatVersion = 3;
 
     int format_version = kFormatVersion;
-    /// Identity of the dataset independent of paths (so staged copies resume): FNV-1a 64 (hex)
-    /// over N, the fields (name, dtype, shape, ragged), the skipped-record count and the bytes
-    /// of samples 0, N/2 and N−1.
+    /// Identity of the dataset independent of paths (so staged copies resume), at
+    /// `fingerprint_level`: 16 hex digits (FNV-1a 64 for `ends`, XXH3 64 otherwise).
     std::string dataset_fingerprint;
+    /// What `dataset_fingerprint` covers; a restore recomputes it at this level.
+    FingerprintLevel fingerprint_level = FingerprintLevel::sampled;
     /// N of the dataset.
     std::uint64_t num_samples = 0;
     /// Records the source dropped as corrupt (`SourceStatistic` "skipped_records"), which
@@ -49,12 +79,25 @@ struct LoaderState {
     /// the valid samples yielded by all ranks (a report; the resume point is
     /// `steps_consumed`).
     std::uint64_t samples_consumed = 0;
+    /// `steps_consumed` and `samples_consumed` where the run that saved this state began in
+    /// `epoch` (0 and 0 when it began the epoch; a restored run begins at its state's point).
+    /// The run's steps were all made at `world_size`, which makes `samples_consumed` a
+    /// function of `steps_consumed` that a restore checks (docs/resume.md, "Validation").
+    std::uint64_t run_start_steps = 0;
+    std::uint64_t run_start_samples = 0;
 
     /// The state as one JSON object (nlohmann-json; keys documented in docs/resume.md).
     std::string to_json() const;
-    /// Parses `to_json`'s output. `origin` (e.g. the file name) is named in errors.
-    /// @throws ConfigError for malformed JSON, missing or mistyped keys, unknown option names,
-    ///         or another format version.
+    /// Parses `to_json`'s output. `origin` (e.g. the file name) is named in errors. Checks
+    /// what the state alone decides: JSON types (an unsigned key must be a non-negative
+    /// integer that fits 64 bits: never a wrap-around), `world_size` in
+    /// [1, kMaxStateWorldSize], the plan options (`PlanOptions::validate`), N ≥ 1,
+    /// `samples_consumed` ≤ N, the run start not after the state, and no steps without
+    /// samples or samples without steps. What needs the dataset and the options is checked by
+    /// `Loader::restore`.
+    /// @throws ConfigError naming the key, its value and the accepted range, for malformed
+    ///         JSON, missing or mistyped keys, unknown option names, values out of range, or
+    ///         another format version.
     static LoaderState from_json(const std::string& text, const std::string& origin);
 
     bool operator==(const LoaderState& o) const;

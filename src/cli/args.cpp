@@ -114,6 +114,13 @@ void add_stage_resume_options(CLI::App& cmd, StageArgs& a) {
                    "Continue from a --save-state file: the rest of its epoch, then the epochs up "
                    "to --first-epoch + --epochs. Global sharding resumes at any number of "
                    "ranks, byte_range at the same number");
+    cmd.add_option("--fingerprint", a.fingerprint,
+                   "What the saved state's dataset fingerprint covers: sampled (1024 spread "
+                   "samples and every sample's size; reads about 1026 samples) or full (also "
+                   "every byte, hashed in parallel: reads the dataset once). A --resume checks "
+                   "the dataset at the level its state was saved with")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"sampled", "full"}));
     cmd.add_flag("--balance-steps", a.balance_steps,
                  "Global sharding: inside each global batch, assign samples to ranks so bytes "
                  "per rank per step are balanced (equal counts, same global batch)");
@@ -352,6 +359,7 @@ std::vector<NamedValue> stage_argument_values(const StageArgs& a) {
         {"--stop-after-steps", std::to_string(a.stop_after_steps)},
         {"--stop-signals", a.stop_signals},
         {"--resume", a.resume},
+        {"--fingerprint", a.fingerprint},
         {"--balance-steps", a.balance_steps ? "on" : "off"},
         {"--compute-ms", std::to_string(a.compute_ms)},
         {"--compute-us", std::to_string(a.compute_us)},

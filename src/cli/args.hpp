@@ -35,6 +35,8 @@ struct StageArgs {
     std::int64_t timeout_seconds = 300;
     /// Hash every byte of the dataset across ranks (LoaderOptions::verify_files).
     bool verify_files = false;
+    /// --fingerprint: sampled or full (LoaderOptions::fingerprint).
+    std::string fingerprint = "sampled";
     std::string json;
     bool quiet = false;
     std::vector<std::string> index_paths;

@@ -72,41 +72,78 @@ SavedState read_saved_state(const std::string& path) {
     }
     SavedState s;
     if (j.contains("stream")) {
-        try {
-            s.stream_epoch = j.at("epoch").get<std::uint64_t>();
-        } catch (const nlohmann::json::exception& e) {
-            throw ConfigError("stage: --resume file '" + path + "': bad epoch: " + e.what());
+        if (!j.contains("epoch") || !j["epoch"].is_number_unsigned()) {
+            throw ConfigError("stage: --resume file '" + path + "': epoch is " +
+                              (j.contains("epoch") ? j["epoch"].dump() : "missing") +
+                              "; expected an integer in [0, 2^64)");
         }
+        s.stream_epoch = j["epoch"].get<std::uint64_t>();
         s.stream = StreamState::from_json(j["stream"].dump());
         return s;
     }
     s.loader = LoaderState::from_json(j["loader"].dump(), "'" + path + "'");
     if (j.contains("id_log")) {
-        try {
-            s.ids_path = j["id_log"].at("path").get<std::string>();
-            // The log is named relative to the state file's folder.
-            if (!s.ids_path.empty() && s.ids_path[0] != '/') {
-                s.ids_path = folder_of(path) + "/" + s.ids_path;
-            }
-            s.ids_count = j["id_log"].at("count").get<std::uint64_t>();
-        } catch (const nlohmann::json::exception& e) {
-            throw ConfigError("stage: --resume file '" + path + "': bad id_log: " + e.what());
+        const nlohmann::json& log = j["id_log"];
+        const std::string at = "stage: --resume file '" + path + "': id_log";
+        if (!log.is_object() || !log.contains("path") || !log["path"].is_string() ||
+            log["path"].get<std::string>().empty() || !log.contains("count") ||
+            !log["count"].is_number_unsigned()) {
+            throw ConfigError(at + " is " + log.dump() +
+                              "; expected {\"path\": a file name, \"count\": an integer in "
+                              "[0, 2^64)}");
+        }
+        s.ids_path = log["path"].get<std::string>();
+        // The log is named relative to the state file's folder.
+        if (s.ids_path[0] != '/') s.ids_path = folder_of(path) + "/" + s.ids_path;
+        s.ids_count = log["count"].get<std::uint64_t>();
+        // The log holds the valid ids of the consumed part of the state's epoch, one per
+        // consumed sample (mid-epoch states never include padding).
+        if (s.ids_count != s.loader.samples_consumed) {
+            throw ConfigError(at + ".count " + std::to_string(s.ids_count) +
+                              " differs from the state's samples_consumed " +
+                              std::to_string(s.loader.samples_consumed) +
+                              " (the log holds one id per consumed sample)");
         }
     }
     return s;
 }
 
 std::vector<std::int64_t> read_id_log(const SavedState& state) {
+    if (state.ids_count == 0) return {};
+    const std::string& path = state.ids_path;
+    const std::uint64_t n = state.loader.num_samples;
+    // The size first: a count is never allocated before the file shows it holds that many.
+    const std::uint64_t size_bytes =
+        detail::probe_input_file(path, "stage: the --verify id log of the --resume state")
+            .size_bytes;
+    if (size_bytes / sizeof(std::int64_t) < state.ids_count) {
+        throw IoError("stage: the --verify id log '" + path + "' of the --resume state holds " +
+                      std::to_string(size_bytes / sizeof(std::int64_t)) + " ids (" +
+                      std::to_string(size_bytes) + " bytes); the state names " +
+                      std::to_string(state.ids_count));
+    }
     std::vector<std::int64_t> ids(state.ids_count);
-    if (state.ids_count == 0) return ids;
-    std::ifstream in(state.ids_path, std::ios::binary);
+    std::ifstream in(path, std::ios::binary);
     in.read(reinterpret_cast<char*>(ids.data()),
             static_cast<std::streamsize>(ids.size() * sizeof(std::int64_t)));
     if (!in) {
-        throw IoError("stage: the --verify id log '" + state.ids_path +
-                      "' of the --resume state "
-                      "is missing or holds fewer than " +
-                      std::to_string(state.ids_count) + " ids");
+        throw IoError("stage: cannot read the first " + std::to_string(state.ids_count) +
+                      " ids of the --verify id log '" + path + "' of the --resume state");
+    }
+    std::vector<std::uint8_t> seen(n, 0);
+    for (std::size_t k = 0; k < ids.size(); ++k) {
+        const std::int64_t id = ids[k];
+        const bool in_range = id >= 0 && static_cast<std::uint64_t>(id) < n;
+        if (in_range && seen[static_cast<std::size_t>(id)] == 0) {
+            seen[static_cast<std::size_t>(id)] = 1;
+            continue;
+        }
+        throw ConfigError("stage: the --verify id log '" + path + "' of the --resume state has " +
+                          (in_range ? "sample id " + std::to_string(id) + " twice"
+                                    : "sample id " + std::to_string(id) + " outside [0, " +
+                                          std::to_string(n) + ")") +
+                          " (entry " + std::to_string(k) + " at byte offset " +
+                          std::to_string(k * sizeof(std::int64_t)) + ")");
     }
     return ids;
 }

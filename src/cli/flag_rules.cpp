@@ -89,6 +89,8 @@ constexpr Rule kRules[] = {
     {"--stop-after-steps", any_input, ""},
     {"--stop-signals", files, kFileOnly},
     {"--resume", any_input, ""},
+    {"--fingerprint", files,
+     "it sets the dataset fingerprint of the loader's state (a stream state has none)"},
     {"--balance-steps", fixed_files, "it balances fixed-size global batches of FILE input"},
     {"--compute-ms", any_input, ""},
     {"--compute-us", any_input, ""},

@@ -74,6 +74,16 @@ LocalChecks check_locally(const Communicator& comm, const StageArgs& a) {
     }
     if (!a.resume.empty()) {
         c.resume = read_saved_state(a.resume);
+        const std::uint64_t end = a.first_epoch + a.epochs;
+        if (c.resume->epoch() >= end) {
+            throw ConfigError("stage: --resume file '" + a.resume + "' stands at epoch " +
+                              std::to_string(c.resume->epoch()) + " (step " +
+                              std::to_string(c.resume->steps()) +
+                              "), not before the end of the epochs to run (--first-epoch " +
+                              std::to_string(a.first_epoch) + " + --epochs " +
+                              std::to_string(a.epochs) + " = " + std::to_string(end) +
+                              "): nothing would be staged; raise --epochs to go on");
+        }
         if (c.resume->stream.has_value() != a.stream()) {
             throw ConfigError("stage: --resume file '" + a.resume + "' holds the state of " +
                               (a.stream() ? "FILE input" : "a --sqlite stream") + ", not of " +
@@ -361,7 +371,12 @@ int stage_input(const Communicator& comm, const StageArgs& a, const LocalChecks&
 }  // namespace
 
 int run_stage(Communicator& comm, const StageArgs& a) {
-    const LocalChecks local = run_agreed_value(comm, [&] { return check_locally(comm, a); });
+    // The watchdog is armed before the first collective: the agreement below waits for rank 0
+    // reading a --resume state's id log, which must not outlast --timeout.
+    const LocalChecks local = run_agreed_value(comm, [&] {
+        comm.set_timeout(std::chrono::seconds(a.timeout_seconds));
+        return check_locally(comm, a);
+    });
     require_same(comm, stage_argument_values(a), "stage: ranks were given different arguments",
                  kSameCommandAdvice);
     // --timeout is agreed now: from here on every collective of the CLI's own communicator

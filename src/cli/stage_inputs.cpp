@@ -24,6 +24,7 @@ LoaderOptions loader_options(const StageArgs& a) {
     o.io_threads = a.threads;
     o.timeout = std::chrono::seconds(a.timeout_seconds);
     o.verify_files = a.verify_files;
+    o.fingerprint = parse_fingerprint_level(a.fingerprint);
     o.device = a.device;
     o.log_device_fallback = !a.quiet;
     o.stage = parse_stage(a.stage);
@@ -157,6 +158,7 @@ void FileInput::describe(const StageArgs& a, StageOutcome& o) const {
                       {"io_threads", opt.io_threads},
                       {"timeout_seconds", opt.timeout.count()},
                       {"verify_files", opt.verify_files},
+                      {"fingerprint", to_string(opt.fingerprint)},
                       {"device", opt.device},
                       {"stage", to_string(opt.stage)},
                       {"stage_budget_bytes", opt.stage_budget_bytes},

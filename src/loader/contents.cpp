@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <map>
+#include <new>
 #include <string>
 #include <vector>
+
+#include <xxhash.h>
 
 #include "comm/agree.hpp"
 #include "mpistage/hash.hpp"
@@ -37,6 +40,20 @@ public:
         for (const auto& f : bytes_[slot]) all += std::to_string(f.size()) + ':' + f;
         return fnv1a64(all);
     }
+    std::uint64_t xxh3(std::size_t slot) const {
+        XXH3_state_t* state = XXH3_createState();
+        if (state == nullptr) throw std::bad_alloc();
+        XXH3_64bits_reset(state);
+        for (const auto& f : bytes_[slot]) {
+            std::uint8_t size[8];
+            for (int b = 0; b < 8; ++b) size[b] = static_cast<std::uint8_t>(f.size() >> (8 * b));
+            XXH3_64bits_update(state, size, sizeof size);
+            XXH3_64bits_update(state, f.data(), f.size());
+        }
+        const std::uint64_t h = XXH3_64bits_digest(state);
+        XXH3_freeState(state);
+        return h;
+    }
 
 private:
     const std::vector<FieldInfo>& fields_;
@@ -51,6 +68,15 @@ std::vector<std::uint64_t> sample_hashes(const Source& source,
     source.read(ids.data(), ids.size(), sink);
     std::vector<std::uint64_t> out(ids.size());
     for (std::size_t k = 0; k < ids.size(); ++k) out[k] = sink.hash(k);
+    return out;
+}
+
+std::vector<std::uint64_t> sample_xxh3(const Source& source,
+                                       const std::vector<std::uint64_t>& ids) {
+    HashSink sink(source.fields(), ids.size());
+    source.read(ids.data(), ids.size(), sink);
+    std::vector<std::uint64_t> out(ids.size());
+    for (std::size_t k = 0; k < ids.size(); ++k) out[k] = sink.xxh3(k);
     return out;
 }
 

@@ -16,6 +16,11 @@ namespace mpistage::detail {
 std::vector<std::uint64_t> sample_hashes(const Source& source,
                                          const std::vector<std::uint64_t>& ids);
 
+/// XXH3 64 (xxHash) of each sample, in the order of `ids`: for every field its size in bytes
+/// (8 bytes, little-endian) and then its bytes, so moving bytes between fields changes it.
+/// Not collective; reads through `source.read`. @throws as `Source::read`.
+std::vector<std::uint64_t> sample_xxh3(const Source& source, const std::vector<std::uint64_t>& ids);
+
 /// Collective: every rank hashes the first and last sample of its own shard and of its
 /// neighbour's shard (rank + 1 mod W; shards as `balanced_shard_begins`), so every shard
 /// boundary is read by two ranks, and the hashes are all-gathered and compared. With `full`,

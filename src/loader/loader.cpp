@@ -28,6 +28,10 @@ void LoaderOptions::validate() const {
                           std::to_string(kMaxIoThreads));
     }
     (void)parse_device(device);
+    if (fingerprint == FingerprintLevel::ends) {
+        throw ConfigError("loader: fingerprint level 'ends' (samples 0, N/2 and N−1) is only "
+                          "read from old saved states; use sampled or full");
+    }
     check_timeout(timeout, "loader");
     if (two_phase && plan.budget.active()) {
         throw ConfigError(
@@ -61,6 +65,7 @@ void Loader::Impl::require_same_options() const {
                   {"dataset fingerprint", "hash " + std::to_string(dataset)},
                   {"timeout", std::to_string(options.timeout.count()) + " s"},
                   {"verify_files", options.verify_files ? "true" : "false"},
+                  {"fingerprint", to_string(options.fingerprint)},
                   {"two_phase", options.two_phase ? "true" : "false"},
                   {"plan fingerprint", plan_fingerprint(num_samples, comm.size(), p)}},
                  "loader: options differ across ranks",
@@ -169,7 +174,10 @@ Loader::Loader(const Communicator& comm, const Source& source, LoaderOptions opt
     d.comm.set_context({"loader: content fingerprint", -1, -1, "", -1});
     detail::check_same_contents(d.comm, source, d.num_samples, d.options.verify_files);
     d.comm.set_context({"loader: construction", -1, -1, "", -1});
-    run_agreed(d.comm, [&] { d.record_identity(); });
+    d.comm.set_context({"loader: dataset fingerprint (" + to_string(d.options.fingerprint) + ")",
+                        -1, -1, "", -1});
+    d.record_identity();
+    d.comm.set_context({"loader: construction", -1, -1, "", -1});
     std::uint64_t capacity = d.options.plan.batch_size;
     run_agreed(d.comm, [&] {
         d.make_cost_functions();

@@ -19,10 +19,6 @@
 
 namespace mpistage {
 
-/// LoaderState::dataset_fingerprint of `source` (reads three samples). Not collective.
-std::string dataset_identity(const Source& source, std::uint64_t num_samples,
-                             std::uint64_t skipped_records);
-
 struct Loader::Impl {
     Communicator comm;
     const Source& source;
@@ -87,7 +83,8 @@ struct Loader::Impl {
     EpochPlan plan_of(std::uint64_t epoch, const EpochStart& start) const;
     /// Collective: checks `state` against this loader (see Loader::restore) and keeps it.
     void apply_resume(const LoaderState& state);
-    /// Not collective: reads samples 0, N/2 and N−1 for `dataset_fingerprint`.
+    /// Collective: `skipped_records` and `dataset_fingerprint` at `options.fingerprint`
+    /// (`detail::dataset_fingerprint`).
     void record_identity();
     /// Where epoch `e` starts (a pending resume of epoch e, else the beginning).
     EpochStart start_of(std::uint64_t e) const;

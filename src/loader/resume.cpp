@@ -1,22 +1,13 @@
 // Loader::state and Loader::restore: the sample sequence is a function of (dataset, seed,
 // epoch, options), so the state is where the job stands in it (docs/resume.md).
-#include <cinttypes>
-#include <cstdio>
-
 #include "comm/agree.hpp"
-#include "loader/contents.hpp"
+#include "loader/fingerprint.hpp"
 #include "loader/loader_impl.hpp"
-#include "mpistage/hash.hpp"
+#include "loader/state_check.hpp"
 
 namespace mpistage {
 
 namespace {
-
-std::string hex64(std::uint64_t v) {
-    char buf[17];
-    std::snprintf(buf, sizeof buf, "%016" PRIx64, v);
-    return buf;
-}
 
 std::uint64_t skipped_records_of(const Source& source) {
     for (const SourceStatistic& s : source.statistics()) {
@@ -36,40 +27,33 @@ void require_option(bool same, const char* name, const std::string& saved,
 
 }  // namespace
 
-std::string dataset_identity(const Source& source, std::uint64_t num_samples,
-                             std::uint64_t skipped_records) {
-    std::string s = "N=" + std::to_string(num_samples) + ";skipped=" +
-                    std::to_string(skipped_records);
-    for (const FieldInfo& f : source.fields()) {
-        s += ";" + f.name + ":" + dtype_name(f.dtype) + (f.ragged ? ":ragged:[" : ":[");
-        for (const auto d : f.sample_shape) s += std::to_string(d) + ",";
-        s += "]";
-    }
-    for (const std::uint64_t h :
-         detail::sample_hashes(source, {0, num_samples / 2, num_samples - 1})) {
-        s += ";" + hex64(h);
-    }
-    return hex64(fnv1a64(s));
-}
-
 void Loader::Impl::apply_resume(const LoaderState& state) {
     const std::string origin = "the saved state";
     require_same(comm, {{"saved state", state.to_json()}},
                  "loader: the saved state differs across ranks",
                  "every rank must restore the same state (read the same file)");
+    // The dataset is compared at the level the state was saved with (collective: every rank
+    // holds the same state, so every rank computes the same level).
+    const std::string fingerprint =
+        state.fingerprint_level == options.fingerprint
+            ? dataset_fingerprint
+            : detail::dataset_fingerprint(comm, source, num_samples, skipped_records,
+                                          state.fingerprint_level);
     run_agreed(comm, [&] {
         if (epoch_active || progress.started) {
             throw ConfigError("loader: restore must come before the first epoch");
         }
-        if (state.dataset_fingerprint != dataset_fingerprint ||
-            state.num_samples != num_samples || state.skipped_records != skipped_records) {
+        if (state.dataset_fingerprint != fingerprint || state.num_samples != num_samples ||
+            state.skipped_records != skipped_records) {
             throw ConfigError(
                 "loader: cannot resume: the saved state is from another dataset (state: N=" +
                 std::to_string(state.num_samples) + ", skipped records " +
                 std::to_string(state.skipped_records) + ", fingerprint " +
-                state.dataset_fingerprint + "; opened source: N=" + std::to_string(num_samples) +
-                ", skipped records " + std::to_string(skipped_records) + ", fingerprint " +
-                dataset_fingerprint + ")");
+                state.dataset_fingerprint + " (" + to_string(state.fingerprint_level) +
+                "); opened source: N=" + std::to_string(num_samples) + ", skipped records " +
+                std::to_string(skipped_records) + ", fingerprint " + fingerprint + " (" +
+                to_string(state.fingerprint_level) +
+                "); docs/resume.md, \"Fingerprint levels\", says what each level compares)");
         }
         const PlanOptions& s = state.plan;
         const PlanOptions& o = options.plan;
@@ -99,8 +83,10 @@ void Loader::Impl::apply_resume(const LoaderState& state) {
                     "resumes at any world size)");
             }
         }
-        // The resume point must lie inside the epoch (the planner throws otherwise; with a
-        // budget also when it is not the end of a batch).
+        // The state's numbers against each other (at the world size that saved it), then
+        // the resume point inside the epoch at this world size (the planner throws
+        // otherwise; with a budget also when it is not the end of a batch).
+        detail::check_resume_point(state, sample_bytes, sample_tokens);
         const EpochStart start{state.steps_consumed, state.samples_consumed};
         if (o.budget.active()) {
             (void)plan_of(state.epoch, start);
@@ -132,14 +118,13 @@ LoaderState Loader::state() const {
     s.dataset_fingerprint = d.dataset_fingerprint;
     s.num_samples = d.num_samples;
     s.skipped_records = d.skipped_records;
+    s.fingerprint_level = d.options.fingerprint;
     s.plan = d.options.plan;
     s.world_size = d.comm.size();
     if (!d.progress.started) {
-        if (d.resume) {
-            s.epoch = d.resume->epoch;
-            s.steps_consumed = d.resume->steps_consumed;
-            s.samples_consumed = d.resume->samples_consumed;
-        }
+        // Nothing consumed since the restore: the job stands where the state says (its world
+        // size included: the steps it counts were made there).
+        if (d.resume) return *d.resume;
         return s;
     }
     const Impl::Progress& p = d.progress;
@@ -149,6 +134,8 @@ LoaderState Loader::state() const {
     }
     s.epoch = p.epoch;
     s.steps_consumed = p.start.step + p.consumed;
+    s.run_start_steps = p.start.step;  // this run's steps were all at this world size
+    s.run_start_samples = p.start.position;
     const PlanOptions& o = d.options.plan;
     if (!p.job_samples_before.empty()) {  // budget batches: counted by the plan
         s.samples_consumed = p.job_samples_before[p.consumed];
@@ -166,7 +153,8 @@ LoaderState Loader::state() const {
 
 void Loader::Impl::record_identity() {
     skipped_records = skipped_records_of(source);
-    dataset_fingerprint = dataset_identity(source, num_samples, skipped_records);
+    dataset_fingerprint = detail::dataset_fingerprint(comm, source, num_samples, skipped_records,
+                                                      options.fingerprint);
 }
 
 }  // namespace mpistage

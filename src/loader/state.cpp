@@ -1,16 +1,35 @@
-// LoaderState to and from JSON (nlohmann-json).
+// LoaderState to and from JSON (nlohmann-json), with the checks the state alone decides.
 #include "mpistage/state.hpp"
 
+#include <limits>
 #include <nlohmann/json.hpp>
 
+#include "loader/state_check.hpp"
 #include "mpistage/error.hpp"
 
 namespace mpistage {
+
+std::string to_string(FingerprintLevel level) {
+    switch (level) {
+        case FingerprintLevel::ends: return "ends";
+        case FingerprintLevel::sampled: return "sampled";
+        case FingerprintLevel::full: return "full";
+    }
+    return "sampled";
+}
+
+FingerprintLevel parse_fingerprint_level(const std::string& s, bool allow_ends) {
+    if (s == "sampled") return FingerprintLevel::sampled;
+    if (s == "full") return FingerprintLevel::full;
+    if (allow_ends && s == "ends") return FingerprintLevel::ends;
+    throw ConfigError("unknown fingerprint level '" + s + "' (expected sampled or full)");
+}
 
 std::string LoaderState::to_json() const {
     const nlohmann::ordered_json j = {
         {"format_version", format_version},
         {"dataset_fingerprint", dataset_fingerprint},
+        {"fingerprint_level", to_string(fingerprint_level)},
         {"num_samples", num_samples},
         {"skipped_records", skipped_records},
         {"batch_size", plan.batch_size},
@@ -28,23 +47,61 @@ std::string LoaderState::to_json() const {
         {"epoch", epoch},
         {"steps_consumed", steps_consumed},
         {"samples_consumed", samples_consumed},
+        {"run_start_steps", run_start_steps},
+        {"run_start_samples", run_start_samples},
     };
     return j.dump();
 }
 
 namespace {
 
-template <class T>
-T get_key(const nlohmann::json& j, const char* key, const std::string& origin) {
-    if (!j.contains(key)) {
-        throw ConfigError("state " + origin + ": missing key '" + key + "'");
+const nlohmann::json& key_of(const nlohmann::json& j, const char* key, const std::string& origin) {
+    if (!j.contains(key)) throw ConfigError("state " + origin + ": missing key '" + key + "'");
+    return j.at(key);
+}
+
+[[noreturn]] void bad_value(const char* key, const nlohmann::json& v, const std::string& origin,
+                            const std::string& wanted) {
+    throw ConfigError("state " + origin + ": key '" + key + "' is " + v.dump() + "; expected " +
+                      wanted);
+}
+
+/// A non-negative integer that fits 64 bits (nlohmann parses those as number_unsigned; a
+/// negative number, a fraction or a value ≥ 2^64 is another type and refused, not wrapped).
+std::uint64_t get_unsigned(const nlohmann::json& j, const char* key, const std::string& origin,
+                           std::uint64_t max = std::numeric_limits<std::uint64_t>::max()) {
+    const nlohmann::json& v = key_of(j, key, origin);
+    const std::string range = "an integer in [0, " + std::to_string(max) + "]";
+    if (!v.is_number_unsigned()) bad_value(key, v, origin, range);
+    const auto value = v.get<std::uint64_t>();
+    if (value > max) bad_value(key, v, origin, range);
+    return value;
+}
+
+int get_int(const nlohmann::json& j, const char* key, const std::string& origin, int lo, int hi) {
+    const nlohmann::json& v = key_of(j, key, origin);
+    const std::string range = "an integer in [" + std::to_string(lo) + ", " +
+                              std::to_string(hi) + "]";
+    if (!v.is_number_integer()) bad_value(key, v, origin, range);
+    const auto value = v.get<std::int64_t>();
+    if (!v.is_number_unsigned() && value < lo) bad_value(key, v, origin, range);
+    if (v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(hi)) {
+        bad_value(key, v, origin, range);
     }
-    try {
-        return j.at(key).get<T>();
-    } catch (const nlohmann::json::exception& e) {
-        throw ConfigError("state " + origin + ": key '" + key + "' has the wrong type (" +
-                          e.what() + ")");
-    }
+    if (value < lo || value > hi) bad_value(key, v, origin, range);
+    return static_cast<int>(value);
+}
+
+std::string get_string(const nlohmann::json& j, const char* key, const std::string& origin) {
+    const nlohmann::json& v = key_of(j, key, origin);
+    if (!v.is_string()) bad_value(key, v, origin, "a string");
+    return v.get<std::string>();
+}
+
+bool get_bool(const nlohmann::json& j, const char* key, const std::string& origin) {
+    const nlohmann::json& v = key_of(j, key, origin);
+    if (!v.is_boolean()) bad_value(key, v, origin, "true or false");
+    return v.get<bool>();
 }
 
 }  // namespace
@@ -58,43 +115,52 @@ LoaderState LoaderState::from_json(const std::string& text, const std::string& o
     }
     if (!j.is_object()) throw ConfigError("state " + origin + " is not a JSON object");
     LoaderState s;
-    s.format_version = get_key<int>(j, "format_version", origin);
-    if (s.format_version != kFormatVersion && s.format_version != 1) {
-        throw ConfigError("state " + origin + " has format version " +
-                          std::to_string(s.format_version) + "; this build reads versions 1 and " +
-                          std::to_string(kFormatVersion));
+    const nlohmann::json& version = key_of(j, "format_version", origin);
+    if (!version.is_number_integer() || version.get<std::int64_t>() < 1 ||
+        version.get<std::int64_t>() > kFormatVersion) {
+        throw ConfigError("state " + origin + " has format version " + version.dump() +
+                          "; this build reads versions 1 to " + std::to_string(kFormatVersion));
     }
-    s.dataset_fingerprint = get_key<std::string>(j, "dataset_fingerprint", origin);
-    s.num_samples = get_key<std::uint64_t>(j, "num_samples", origin);
-    s.skipped_records = get_key<std::uint64_t>(j, "skipped_records", origin);
-    s.plan.batch_size = get_key<std::uint64_t>(j, "batch_size", origin);
-    s.plan.seed = get_key<std::uint64_t>(j, "seed", origin);
+    const int read_version = version.get<int>();
+    s.dataset_fingerprint = get_string(j, "dataset_fingerprint", origin);
+    s.num_samples = get_unsigned(j, "num_samples", origin);
+    if (s.num_samples == 0) bad_value("num_samples", j["num_samples"], origin, "at least 1");
+    s.skipped_records = get_unsigned(j, "skipped_records", origin);
+    s.plan.batch_size = get_unsigned(j, "batch_size", origin);
+    s.plan.seed = get_unsigned(j, "seed", origin);
     try {
-        s.plan.sharding = parse_sharding(get_key<std::string>(j, "sharding", origin));
-        s.plan.shuffle = parse_shuffle(get_key<std::string>(j, "shuffle", origin));
-        s.plan.remainder = parse_remainder(get_key<std::string>(j, "remainder", origin));
+        s.plan.sharding = parse_sharding(get_string(j, "sharding", origin));
+        s.plan.shuffle = parse_shuffle(get_string(j, "shuffle", origin));
+        s.plan.remainder = parse_remainder(get_string(j, "remainder", origin));
+        // Versions 1 and 2 fingerprinted samples 0, N/2 and N−1.
+        s.fingerprint_level =
+            read_version >= 3
+                ? parse_fingerprint_level(get_string(j, "fingerprint_level", origin), true)
+                : FingerprintLevel::ends;
     } catch (const ConfigError& e) {
         throw ConfigError("state " + origin + ": " + e.what());
     }
-    s.plan.balance_steps = get_key<bool>(j, "balance_steps", origin);
-    if (s.format_version >= 2) {  // version 1 had fixed batches only
-        s.plan.budget.batch_bytes = get_key<std::uint64_t>(j, "batch_bytes", origin);
-        s.plan.budget.batch_tokens = get_key<std::uint64_t>(j, "batch_tokens", origin);
-        s.plan.budget.max_batch_samples = get_key<std::uint64_t>(j, "max_batch_samples", origin);
-        s.plan.budget.bucket_window = get_key<std::uint64_t>(j, "bucket_window", origin);
-        s.plan.budget.token_field = get_key<std::size_t>(j, "token_field", origin);
+    s.plan.balance_steps = get_bool(j, "balance_steps", origin);
+    if (read_version >= 2) {  // version 1 had fixed batches only
+        s.plan.budget.batch_bytes = get_unsigned(j, "batch_bytes", origin);
+        s.plan.budget.batch_tokens = get_unsigned(j, "batch_tokens", origin);
+        s.plan.budget.max_batch_samples = get_unsigned(j, "max_batch_samples", origin);
+        s.plan.budget.bucket_window = get_unsigned(j, "bucket_window", origin);
+        s.plan.budget.token_field = get_unsigned(j, "token_field", origin, 1u << 20);
+    }
+    s.world_size = get_int(j, "world_size", origin, 1, kMaxStateWorldSize);
+    s.epoch = get_unsigned(j, "epoch", origin);
+    s.steps_consumed = get_unsigned(j, "steps_consumed", origin);
+    s.samples_consumed = get_unsigned(j, "samples_consumed", origin);
+    if (read_version >= 3) {
+        s.run_start_steps = get_unsigned(j, "run_start_steps", origin);
+        s.run_start_samples = get_unsigned(j, "run_start_samples", origin);
+    } else {  // unknown: the state is its own run start (nothing to relate it to)
+        s.run_start_steps = s.steps_consumed;
+        s.run_start_samples = s.samples_consumed;
     }
     s.format_version = kFormatVersion;
-    s.world_size = get_key<int>(j, "world_size", origin);
-    s.epoch = get_key<std::uint64_t>(j, "epoch", origin);
-    s.steps_consumed = get_key<std::uint64_t>(j, "steps_consumed", origin);
-    s.samples_consumed = get_key<std::uint64_t>(j, "samples_consumed", origin);
-    if (s.world_size < 1 || s.num_samples == 0 || s.samples_consumed > s.num_samples) {
-        throw ConfigError("state " + origin + " is inconsistent: world_size " +
-                          std::to_string(s.world_size) + ", num_samples " +
-                          std::to_string(s.num_samples) + ", samples_consumed " +
-                          std::to_string(s.samples_consumed));
-    }
+    detail::check_state_numbers(s, origin);
     return s;
 }
 

@@ -45,6 +45,7 @@ class Mpistage(CMakePackage, CudaPackage):
     depends_on("hdf5@1.10:+mpi")
     depends_on("zlib-api")
     depends_on("isa-l")
+    depends_on("xxhash")
     depends_on("cli11")
     depends_on("nlohmann-json")
     depends_on("py-torch", when="+torch")

@@ -362,6 +362,15 @@ const std::map<std::string, Spec>& spec() {
               return Args{"--save-every", "2", "--save-state", w + ".st2"};
           },
           [](const Context& c) { return c.r["state_saves"] == steps(c.r) / 2 + 1; }}},
+        {"--fingerprint",
+         {[](const std::string&, const std::string& w) {
+              return Args{"--fingerprint", "full", "--save-state", w + ".fp"};
+          },
+          [](const Context& c) {
+              const json st = json::parse(read_text(c.work + ".fp"));
+              return c.r["options"]["fingerprint"] == "full" &&
+                     st["loader"]["fingerprint_level"] == "full";
+          }}},
         {"--stop-after-steps",
          {[](const std::string&, const std::string&) {
               return Args{"--stop-after-steps", "2"};

@@ -230,14 +230,21 @@ public:
     std::uint64_t sample_bytes(std::uint64_t id) const override { return 8 + id; }
     void read(const std::uint64_t* ids, std::size_t count, BatchSink& sink) const override {
         for (std::size_t k = 0; k < count; ++k) {
-            if (ids[k] == bad_) throw IoError("failing source: sample " + std::to_string(bad_));
+            if (armed_ && ids[k] == bad_) {
+                throw IoError("failing source: sample " + std::to_string(bad_));
+            }
             std::memset(sink.fixed(0, k), static_cast<int>(ids[k]), 8);
         }
     }
 
+    /// Reads of `bad_id` fail while armed (the loader's construction reads samples for the
+    /// dataset fingerprint; the failure is meant for an epoch's reads).
+    void arm(bool on) const { armed_ = on; }
+
 private:
     std::uint64_t bad_;
     std::vector<FieldInfo> fields_;
+    mutable bool armed_ = false;
 };
 
 TEST(LoaderBudget, ReadErrorOnOneRankIsTheSameErrorEverywhere) {
@@ -249,7 +256,9 @@ TEST(LoaderBudget, ReadErrorOnOneRankIsTheSameErrorEverywhere) {
         o.io_threads = threads;
         o.prefetch = 3;
         o.pin_memory = false;
+        src.arm(false);
         Loader loader(comm, src, o);
+        src.arm(true);
         tfrecord_test::expect_agreed_error(comm,
                                            [&] {
                                                EpochRange range = loader.epoch(0);

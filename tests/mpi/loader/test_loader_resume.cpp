@@ -240,7 +240,7 @@ TEST(LoaderResume, IncompatibleStatesFailOnEveryRank) {
     }
     LoaderState beyond = s;
     beyond.steps_consumed = 1000000;
-    H5T_EXPECT_SAME_ERROR(ConfigError, Loader::restore(comm, src, o, beyond), "resume at step");
+    H5T_EXPECT_SAME_ERROR(ConfigError, Loader::restore(comm, src, o, beyond), "steps_consumed");
     EXPECT_THROW(LoaderState::from_json("{\"format_version\": 2}", "x.json"), ConfigError);
     EXPECT_THROW(LoaderState::from_json("not json", "x.json"), ConfigError);
     src.close();
