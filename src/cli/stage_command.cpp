@@ -166,6 +166,7 @@ public:
             local_.resume && local_.resume->epoch() == e && local_.resume->steps() > 0;
         const std::uint64_t first_step = resumed ? local_.resume->steps() : 0;
         std::vector<std::int64_t> ids;
+        std::vector<std::uint64_t> hashes;
         BatchCounts c;
         const std::uint64_t bytes_before = input_.totals().bytes;
         const auto t0 = Clock::now();
@@ -179,6 +180,7 @@ public:
                     if (batch.valid()[j]) ids.push_back(batch.index()[j]);
                 }
             }
+            if (Input::kRowContent && a_.verify) input_.collect(batch, hashes);
             input_.consume(batch);
             const auto compute = std::chrono::microseconds(a_.compute_ms * 1000 + a_.compute_us);
             if (compute.count() > 0) std::this_thread::sleep_for(compute);
@@ -196,7 +198,7 @@ public:
         totals_.batches += c.batches;
         totals_.samples += c.valid;
         totals_.padding_slots += c.padding_slots;
-        EpochReport r = report(e, range, c, ids, resumed);
+        EpochReport r = report(e, range, c, ids, hashes, resumed);
         note_epoch_tier(comm_, input_.tier_stats(), elapsed, r);
         if (!a_.ids_out.empty()) {
             const std::vector<std::int64_t> all = gather_to_root(comm_, ids);
@@ -246,7 +248,8 @@ private:
 
     template <class Range>
     EpochReport report(std::uint64_t e, const Range& range, const BatchCounts& c,
-                       const std::vector<std::int64_t>& ids, bool resumed) {
+                       const std::vector<std::int64_t>& ids,
+                       const std::vector<std::uint64_t>& hashes, bool resumed) {
         EpochReport r;
         if (!a_.verify) {
             r = count_epoch(comm_, e, c.batches);
@@ -260,7 +263,13 @@ private:
             x.prior = with_prior ? &local_.prior_ids : nullptr;
             x.expected =
                 stopped_ ? prior + comm_.allreduce_sum(ids.size()) : input_.expected(range, prior);
-            r = verify_epoch(comm_, e, ids, c.batches, x);
+            if (Input::kRowContent) {
+                // Row identity: the contents delivered against the rows of the snapshot.
+                x.content = true;
+                x.partial = stopped_ || resumed;
+                x.reference = &input_.reference(comm_);
+            }
+            r = verify_epoch(comm_, e, ids, c.batches, x, &hashes);
             r.prior_ids = prior;
         }
         r.resumed = resumed;

@@ -39,6 +39,30 @@ Verdict count_ids(const std::vector<std::int64_t>& all, const std::vector<std::i
     return v;
 }
 
+// Rank 0: the delivered content hashes against the snapshot's rows (multisets): a hash
+// delivered more often than the snapshot holds it is a duplicate (a row twice, or a row the
+// snapshot does not hold), one delivered less often is missing.
+Verdict count_contents(std::vector<std::uint64_t> delivered,
+                       const std::vector<std::uint64_t>& reference) {
+    std::sort(delivered.begin(), delivered.end());
+    Verdict v;
+    std::size_t i = 0;
+    std::size_t k = 0;
+    while (i < delivered.size() || k < reference.size()) {
+        if (k == reference.size() || (i < delivered.size() && delivered[i] < reference[k])) {
+            ++v.duplicates;
+            ++i;
+        } else if (i == delivered.size() || reference[k] < delivered[i]) {
+            ++v.missing;
+            ++k;
+        } else {
+            ++i;
+            ++k;
+        }
+    }
+    return v;
+}
+
 // Collective: the ids of every rank, concatenated in rank order on rank 0 (empty elsewhere).
 std::vector<std::int64_t> gather_ids(const Communicator& comm, const std::vector<std::int64_t>& ids,
                                      const std::vector<std::uint64_t>& valid) {
@@ -71,17 +95,29 @@ std::vector<std::int64_t> gather_to_root(const Communicator& comm,
 
 EpochReport verify_epoch(const Communicator& comm, std::uint64_t epoch,
                          const std::vector<std::int64_t>& ids, std::uint64_t batches,
-                         const Expectation& expect) {
+                         const Expectation& expect, const std::vector<std::uint64_t>* hashes) {
     EpochReport r = count_epoch(comm, epoch, batches);
     r.valid = comm.allgather(static_cast<std::uint64_t>(ids.size()));
     r.expected = expect.expected;
     const std::vector<std::int64_t> all = gather_ids(comm, ids, r.valid);
+    std::vector<std::uint64_t> delivered;
+    const std::vector<std::uint64_t> none;
+    if (expect.content) delivered = comm.gatherv(hashes ? *hashes : none, 0);
     Verdict v;
-    if (comm.rank() == 0) v = count_ids(all, expect.prior, expect.num_samples, r.expected);
+    Verdict by_content;
+    if (comm.rank() == 0) {
+        v = count_ids(all, expect.prior, expect.num_samples, r.expected);
+        if (expect.content) {
+            by_content = count_contents(delivered, expect.reference ? *expect.reference : none);
+            if (expect.partial) by_content.missing = 0;
+        }
+    }
     const std::vector<std::uint64_t> verdict = comm.broadcast(
-        std::vector<std::uint64_t>{v.duplicates, v.missing, v.out_of_range, v.unique}, 0);
-    r.duplicates = verdict[0];
-    r.missing = verdict[1];
+        std::vector<std::uint64_t>{v.duplicates, v.missing, v.out_of_range, v.unique,
+                                   by_content.duplicates, by_content.missing},
+        0);
+    r.duplicates = std::max(verdict[0], verdict[4]);
+    r.missing = std::max(verdict[1], verdict[5]);
     r.out_of_range = verdict[2];
     const bool equal_steps =
         std::all_of(r.batches.begin(), r.batches.end(), [&](auto b) { return b == r.batches[0]; });

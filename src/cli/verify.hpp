@@ -70,15 +70,26 @@ struct Expectation {
     /// Rank 0 only: ids an earlier run consumed in this epoch before the resume (its --verify
     /// id log); they count with this run's ids.
     const std::vector<std::int64_t>* prior = nullptr;
+    /// Every rank: true when rows are also checked by content (streams): the delivered rows'
+    /// content hashes must be the multiset `reference` (a row twice or a row not in the
+    /// snapshot counts as a duplicate, a row never delivered as missing).
+    bool content = false;
+    /// Rank 0 with `content`: the sorted content hashes of every row of the pass.
+    const std::vector<std::uint64_t>* reference = nullptr;
+    /// With `content`: only part of the pass ran here (resumed or interrupted), so rows not
+    /// delivered are not counted missing.
+    bool partial = false;
 };
 
 /// Collective: gathers the valid ids of every rank on rank 0, counts each id (with the prior
 /// run's) and broadcasts the verdict, so every rank returns the same report. `ids` are this
-/// rank's valid sample ids. @throws ConfigError when the epoch has more than 2^31-1 valid ids
-/// (same on every rank); MpiError.
+/// rank's valid sample ids; `hashes` (with `Expectation::content`) the content hashes of the
+/// same samples. @throws ConfigError when the epoch has more than 2^31-1 valid ids (same on
+/// every rank); MpiError.
 EpochReport verify_epoch(const Communicator& comm, std::uint64_t epoch,
                          const std::vector<std::int64_t>& ids, std::uint64_t batches,
-                         const Expectation& expect);
+                         const Expectation& expect,
+                         const std::vector<std::uint64_t>* hashes = nullptr);
 
 /// Collective: every rank's `ids`, concatenated in rank order on rank 0 (empty elsewhere).
 /// @throws ConfigError (same on every rank) above 2^31-1 ids in all; MpiError.
