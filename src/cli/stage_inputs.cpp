@@ -200,8 +200,10 @@ SqliteColumn sqlite_column(const std::string& spec) {
     } else if (type == "blob") {
         c.type = SqliteType::blob;
     } else {
-        throw ConfigError("stage: --column must be NAME:TYPE[:convert] with TYPE int64, float64, "
-                          "text or blob, not '" + spec + "'");
+        throw ConfigError(
+            "stage: --column must be NAME:TYPE[:convert] with TYPE int64, float64, "
+            "text or blob, not '" +
+            spec + "'");
     }
     if (c.name.empty()) throw ConfigError("stage: --column '" + spec + "' names no column");
     return c;

@@ -112,10 +112,10 @@ EpochReport verify_epoch(const Communicator& comm, std::uint64_t epoch,
             if (expect.partial) by_content.missing = 0;
         }
     }
-    const std::vector<std::uint64_t> verdict = comm.broadcast(
-        std::vector<std::uint64_t>{v.duplicates, v.missing, v.out_of_range, v.unique,
-                                   by_content.duplicates, by_content.missing},
-        0);
+    const std::vector<std::uint64_t> verdict =
+        comm.broadcast(std::vector<std::uint64_t>{v.duplicates, v.missing, v.out_of_range, v.unique,
+                                                  by_content.duplicates, by_content.missing},
+                       0);
     r.duplicates = std::max(verdict[0], verdict[4]);
     r.missing = std::max(verdict[1], verdict[5]);
     r.out_of_range = verdict[2];

@@ -111,8 +111,8 @@ python3 - "$db" <<'PY'
 import os, signal, sqlite3, sys
 db = sqlite3.connect(sys.argv[1], isolation_level=None)
 db.execute("BEGIN")
-for i in range(200000, 260000):
-    db.execute("INSERT INTO t VALUES(?, ?, ?)", (i, 0.0, "lost"))
+for i in range(200000, 220000):  # 20 MB: more than the page cache, spilled into the WAL
+    db.execute("INSERT INTO t VALUES(?, ?, ?)", (i, 0.0, "lost" * 250))
 os.kill(os.getpid(), signal.SIGKILL)
 PY
 set -e

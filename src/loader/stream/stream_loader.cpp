@@ -44,9 +44,9 @@ void StreamLoader::Impl::check_agreement(const StreamState* resume) {
             throw ConfigError("stream: at most 2^23 sub-streams (item ids are stream << 40)");
         }
         const std::string unstable = source.unstable_order();
-        const bool by_position =
-            options.sharding == StreamSharding::chunk ||
-            (options.sharding == StreamSharding::hash && options.hash_reading == HashReading::chunks);
+        const bool by_position = options.sharding == StreamSharding::chunk ||
+                                 (options.sharding == StreamSharding::hash &&
+                                  options.hash_reading == HashReading::chunks);
         if (!unstable.empty() && by_position) {
             throw ConfigError("stream: " + unstable +
                               ", so every rank would see its rows in another order and reading "

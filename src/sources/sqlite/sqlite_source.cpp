@@ -116,10 +116,10 @@ int authorize(void* ctx, int action, const char* a1, const char* a2, const char*
         case SQLITE_RECURSIVE:
             return SQLITE_OK;
         case SQLITE_FUNCTION:
-            if (one_of(a2, {"random", "randomblob", "changes", "total_changes",
-                            "last_insert_rowid", "current_date", "current_time",
-                            "current_timestamp"})) {
-                if (log.unstable.empty()) log.unstable = std::string("the query calls ") + a2 + "()";
+            if (one_of(a2, {"random", "randomblob", "changes", "total_changes", "last_insert_rowid",
+                            "current_date", "current_time", "current_timestamp"})) {
+                if (log.unstable.empty())
+                    log.unstable = std::string("the query calls ") + a2 + "()";
             }
             if (one_of(a2, {"date", "time", "datetime", "julianday", "strftime", "unixepoch",
                             "timediff"})) {
@@ -127,10 +127,10 @@ int authorize(void* ctx, int action, const char* a1, const char* a2, const char*
             }
             return SQLITE_OK;
         case SQLITE_PRAGMA:
-            if (one_of(a1, {"table_info", "table_xinfo", "index_list", "index_info",
-                            "index_xinfo", "foreign_key_list", "collation_list",
-                            "compile_options", "function_list", "module_list", "pragma_list",
-                            "table_list", "database_list"}) ||
+            if (one_of(a1,
+                       {"table_info", "table_xinfo", "index_list", "index_info", "index_xinfo",
+                        "foreign_key_list", "collation_list", "compile_options", "function_list",
+                        "module_list", "pragma_list", "table_list", "database_list"}) ||
                 (!a2 && one_of(a1, {"user_version", "schema_version", "application_id",
                                     "page_count", "page_size", "freelist_count", "encoding"}))) {
                 return SQLITE_OK;
@@ -242,9 +242,9 @@ struct SqliteSource::Connection {
         if (!wal() || !f || f->pMethods->iVersion < 2 || !f->pMethods->xShmLock) return;
         const auto until = std::chrono::steady_clock::now() + timeout;
         for (;;) {
-            writers_held = f->pMethods->xShmLock(f, kWalWriteLock, 1,
-                                                 SQLITE_SHM_LOCK | SQLITE_SHM_EXCLUSIVE) ==
-                           SQLITE_OK;
+            writers_held =
+                f->pMethods->xShmLock(f, kWalWriteLock, 1,
+                                      SQLITE_SHM_LOCK | SQLITE_SHM_EXCLUSIVE) == SQLITE_OK;
             if (writers_held || std::chrono::steady_clock::now() >= until) return;
             std::this_thread::sleep_for(std::chrono::milliseconds(1));
         }
@@ -265,7 +265,8 @@ struct SqliteSource::Connection {
         in_transaction = true;
         Stmt s = prepare_internal("SELECT count(*) FROM sqlite_schema");
         const int rc = sqlite3_step(s.get());
-        if (rc != SQLITE_ROW) throw IoError(db_error(db.get(), path, "starting a read transaction"));
+        if (rc != SQLITE_ROW)
+            throw IoError(db_error(db.get(), path, "starting a read transaction"));
         if (!is_wal) return "rollback " + db_header();
         const std::string after = wal_index_header();
         return !before.empty() && before == after ? "wal " + after : std::string();
@@ -290,7 +291,8 @@ struct SqliteSource::Connection {
         const int rc =
             sqlite3_prepare_v2(db.get(), sql.c_str(), static_cast<int>(sql.size()), &raw, &tail);
         Stmt stmt(raw);
-        const std::string refused = "sqlite: the query on '" + path + "' is refused before it runs: ";
+        const std::string refused =
+            "sqlite: the query on '" + path + "' is refused before it runs: ";
         if (!auth.refused.empty()) {
             throw ConfigError(refused + auth.refused + "; only read-only queries are staged");
         }
@@ -326,9 +328,9 @@ struct SqliteSource::Column {
     std::string name;
     SqliteType type = SqliteType::text;  ///< resolved: int64, float64, text or blob
     bool convert = false;
-    std::string declared;                ///< the declared type ("" for an expression)
-    std::size_t field = 0;               ///< index of its field
-    std::size_t valid_field = 0;         ///< index of `<name>.valid` (mask only)
+    std::string declared;         ///< the declared type ("" for an expression)
+    std::size_t field = 0;        ///< index of its field
+    std::size_t valid_field = 0;  ///< index of `<name>.valid` (mask only)
 };
 
 namespace {
@@ -390,9 +392,9 @@ private:
                           (storage == SQLITE_NULL
                                ? "; choose a NULL policy (SqliteOptions::nulls, --nulls mask or "
                                  "--nulls fill:VALUE)"
-                               : "; type the column (SqliteOptions::columns, --column " +
-                                     col.name + ":TYPE) or ask for SQLite's conversion (--column " +
-                                     col.name + ":" + type_name(col.type) + ":convert)"));
+                               : "; type the column (SqliteOptions::columns, --column " + col.name +
+                                     ":TYPE) or ask for SQLite's conversion (--column " + col.name +
+                                     ":" + type_name(col.type) + ":convert)"));
     }
 
     static void put8(std::vector<std::byte>& bytes, const void* v) {
@@ -405,7 +407,9 @@ private:
         auto& bytes = out.fields[col.field];
         const int storage = sqlite3_column_type(stmt_.get(), c);
         const bool masked = o_.nulls == SqliteNulls::mask;
-        if (masked) out.fields[col.valid_field].assign(1, static_cast<std::byte>(storage != SQLITE_NULL ? 1 : 0));
+        if (masked)
+            out.fields[col.valid_field].assign(
+                1, static_cast<std::byte>(storage != SQLITE_NULL ? 1 : 0));
         if (storage == SQLITE_NULL) {
             if (o_.nulls == SqliteNulls::error) mismatch(c, storage, "is not allowed in");
             const double fill = masked ? 0.0 : o_.fill_value;
@@ -555,7 +559,8 @@ SqliteSource::SqliteSource(const Communicator& comm, SqliteOptions options)
         const int n = sqlite3_column_count(stmt.get());
         for (const auto& typed : options_.columns) {
             bool found = false;
-            for (int c = 0; c < n; ++c) found = found || typed.name == sqlite3_column_name(stmt.get(), c);
+            for (int c = 0; c < n; ++c)
+                found = found || typed.name == sqlite3_column_name(stmt.get(), c);
             if (!found) {
                 throw ConfigError("sqlite: typed column '" + typed.name +
                                   "' is not a column of the query");
@@ -606,11 +611,10 @@ SqliteSource::SqliteSource(const Communicator& comm, SqliteOptions options)
     });
     std::string text;
     for (const auto& f : fields_) text += f.name + ":" + dtype_name(f.dtype) + ";";
-    require_same(comm,
-                 {{"columns of the query", text},
-                  {"fingerprint", fingerprint()},
-                  {"order", unstable_}},
-                 "sqlite: ranks see different data", "every rank must open the same database");
+    require_same(
+        comm,
+        {{"columns of the query", text}, {"fingerprint", fingerprint()}, {"order", unstable_}},
+        "sqlite: ranks see different data", "every rank must open the same database");
 }
 
 SqliteSource::~SqliteSource() = default;
@@ -631,7 +635,8 @@ std::uint64_t SqliteSource::count_rows() const {
     for (;;) {
         const int rc = sqlite3_step(stmt.get());
         if (rc == SQLITE_DONE) return n;
-        if (rc != SQLITE_ROW) throw IoError(db_error(conn_->db.get(), options_.path, "counting the rows"));
+        if (rc != SQLITE_ROW)
+            throw IoError(db_error(conn_->db.get(), options_.path, "counting the rows"));
         ++n;
     }
 }

@@ -97,9 +97,9 @@ struct Known {
 const Known& known() {
     static Known k = [] {
         Known out;
-        const std::string dir =
-            (std::filesystem::temp_directory_path() / ("sqlite_typing_" + std::to_string(getppid())))
-                .string();
+        const std::string dir = (std::filesystem::temp_directory_path() /
+                                 ("sqlite_typing_" + std::to_string(getppid())))
+                                    .string();
         out.db = dir + ".db";
         const std::string answers = dir + ".txt";
         int ok = 1;
@@ -278,8 +278,8 @@ TEST(SqliteTyping, DeclaredTypesDeliverStoredValuesOrNameTheRow) {
 TEST(SqliteTyping, ExpressionsAreTextUnlessTyped) {
     (void)known();
     for (const std::string expr :
-         {"CASE WHEN id % 5 = 0 THEN id ELSE id * 1.5 END", "CASE WHEN id = 0 THEN 7 ELSE 1e300 END",
-          "i + 0.5", "coalesce(s, b)"}) {
+         {"CASE WHEN id % 5 = 0 THEN id ELSE id * 1.5 END",
+          "CASE WHEN id = 0 THEN 7 ELSE 1e300 END", "i + 0.5", "coalesce(s, b)"}) {
         check(expr, SqliteType::text, SqliteNulls::mask, true);  // SQLite's text form
         check(expr, SqliteType::float64, SqliteNulls::mask);
         check(expr, SqliteType::int64, SqliteNulls::mask);
