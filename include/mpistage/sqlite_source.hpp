@@ -69,6 +69,15 @@ struct SqliteOptions {
     /// Column whose value is the item key of `StreamSharding::hash` (integers as themselves,
     /// text and blobs hashed with FNV-1a); empty: key 0.
     std::string key_column;
+    /// Key ranges pushed into the SQL (empty: off): an int64 result column (e.g. the INTEGER
+    /// PRIMARY KEY) whose [min, max] is cut into `range_streams` equal ranges, each a
+    /// sub-stream `SELECT * FROM (query) WHERE column >= a AND column < b` (a last one holds
+    /// the rows whose key is NULL), so that under `StreamSharding::source` every rank reads
+    /// only its own ranges (with an index on the column, SQLite seeks to them) instead of
+    /// stepping through the whole result. The query then runs as that sub-query.
+    std::string range_column;
+    /// Number of key ranges (fewer when the key span is smaller); 1 to 2^20.
+    std::uint64_t range_streams = 64;
     /// Explicit column types (any subset of the result columns, each named once).
     std::vector<SqliteColumn> columns;
     SqliteNulls nulls = SqliteNulls::error;
@@ -118,8 +127,10 @@ public:
     SqliteSource& operator=(const SqliteSource&) = delete;
 
     const std::vector<FieldInfo>& fields() const override { return fields_; }
-    std::size_t num_streams() const override { return 1; }
-    /// Local: a cursor running the query from its first row in the source's snapshot.
+    /// 1, or with `range_column` the number of key ranges + 1 (the NULL keys).
+    std::size_t num_streams() const override;
+    /// Local: a cursor running the query (stream `stream`'s key range of it) from its first
+    /// row in the source's snapshot.
     std::unique_ptr<StreamReader> open(std::size_t stream) const override;
     /// Path, query, key column, typing options and file size.
     std::string fingerprint() const override;
@@ -142,6 +153,12 @@ private:
     int key_column_ = -1;
     std::uint64_t size_bytes_ = 0;
     std::string unstable_;
+    /// The query's statement as SQLite parsed it (without a trailing `;` or comment).
+    std::string statement_;
+    /// With `range_column`: the lower bound of each key range, ascending.
+    std::vector<std::int64_t> bounds_;
+    std::string range_sql(std::size_t stream) const;
+    void plan_ranges();
     /// This rank's connection, inside the read transaction of the agreed snapshot.
     struct Connection;
     std::unique_ptr<Connection> conn_;

@@ -183,7 +183,9 @@ void add_stage_stream_options(CLI::App& cmd, StageArgs& a) {
     cmd.add_option("--query", a.query, "--sqlite: the SELECT statement (rows = samples)");
     cmd.add_option("--shard", a.shard,
                    "--sqlite: chunk (chunks of --chunk-rows rows round-robin over ranks) or "
-                   "hash:COLUMN (rows to rank hash(COLUMN) mod W, forwarded with MPI)")
+                   "hash:COLUMN (rows to rank hash(COLUMN) mod W, forwarded with MPI) or "
+                   "range:COLUMN (an INTEGER column's span cut into 64 key ranges pushed into "
+                   "the SQL, whole ranges to ranks: each rank reads only its rows)")
         ->capture_default_str();
     add_count(cmd, "--chunk-rows", a.chunk_rows, "--sqlite: rows per cursor chunk");
     cmd.add_option("--on-dry", a.on_dry,

@@ -266,6 +266,7 @@ private:
             if (Input::kRowContent) {
                 // Row identity: the contents delivered against the rows of the snapshot.
                 x.content = true;
+                x.positions = input_.dense_ids();
                 x.partial = stopped_ || resumed;
                 x.reference = &input_.reference(comm_);
             }

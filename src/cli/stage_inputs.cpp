@@ -232,8 +232,13 @@ StreamOptions stream_options(const StageArgs& a, SqliteOptions& sqlite) {
     } else if (a.shard.rfind("hash:", 0) == 0 && a.shard.size() > 5) {
         o.sharding = StreamSharding::hash;
         sqlite.key_column = a.shard.substr(5);
+    } else if (a.shard.rfind("range:", 0) == 0 && a.shard.size() > 6) {
+        // Key ranges pushed into the SQL, whole ranges to ranks by their key span.
+        o.sharding = StreamSharding::source;
+        sqlite.range_column = a.shard.substr(6);
     } else {
-        throw ConfigError("stage: --shard must be chunk or hash:COLUMN, not '" + a.shard + "'");
+        throw ConfigError("stage: --shard must be chunk, hash:COLUMN or range:COLUMN, not '" +
+                          a.shard + "'");
     }
     if (a.on_dry != "rebalance" && a.on_dry != "mask") {
         throw ConfigError("stage: --on-dry must be rebalance or mask, not '" + a.on_dry + "'");
@@ -332,7 +337,9 @@ void StreamInput::describe(const StageArgs& a, StageOutcome& o) const {
                  {"batch_tokens", opt.batch_tokens},
                  {"token_field", opt.token_field},
                  {"chunk_size", opt.chunk_size},
-                 {"sharding", opt.sharding == StreamSharding::hash ? "hash" : "chunk"},
+                 {"sharding", opt.sharding == StreamSharding::hash     ? "hash"
+                              : opt.sharding == StreamSharding::source ? "range"
+                                                                       : "chunk"},
                  {"remainder", opt.remainder == StreamRemainder::mask ? "mask" : "rebalance"},
                  {"timeout_seconds", opt.timeout.count()}};
     o.remainder = a.on_dry;

@@ -63,6 +63,7 @@ public:
     void describe(const StageArgs& a, StageOutcome& o) const;
     /// Samples are identified by their position in the files (no content check).
     static constexpr bool kRowContent = false;
+    bool dense_ids() const { return true; }
     void collect(const HostBatch&, std::vector<std::uint64_t>&) const {}
     const std::vector<std::uint64_t>& reference(const Communicator&) { return no_reference_; }
 
@@ -94,6 +95,8 @@ public:
     static std::vector<std::int64_t> consumed_ids(const StreamState& state);
     /// Rows have identities beyond their position: --verify compares their contents.
     static constexpr bool kRowContent = true;
+    /// Ids are the rows' positions 0..rows-1 (one stream; not with key ranges).
+    bool dense_ids() const { return source_->num_streams() == 1; }
     /// Local: appends the content hash (`sample_content_hash`) of every valid row of `b`.
     void collect(const HostBatch& b, std::vector<std::uint64_t>& hashes) const;
     /// Collective (the first call): on rank 0 the sorted content hashes of every row of the

@@ -70,6 +70,9 @@ struct Expectation {
     /// Rank 0 only: ids an earlier run consumed in this epoch before the resume (its --verify
     /// id log); they count with this run's ids.
     const std::vector<std::int64_t>* prior = nullptr;
+    /// Every rank: false when ids are not positions 0..num_samples-1 (a stream source of
+    /// several sub-streams, ids `(stream << 40) | position`): only contents are checked.
+    bool positions = true;
     /// Every rank: true when rows are also checked by content (streams): the delivered rows'
     /// content hashes must be the multiset `reference` (a row twice or a row not in the
     /// snapshot counts as a duplicate, a row never delivered as missing).

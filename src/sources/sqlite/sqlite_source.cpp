@@ -283,6 +283,10 @@ struct SqliteSource::Connection {
         return Stmt(raw);
     }
 
+    /// The text of the last statement `prepare_query` accepted, without what followed it
+    /// (a `;`, comments).
+    std::string statement;
+
     /// The user's query, checked: one statement, read-only, returning columns.
     Stmt prepare_query(const std::string& sql) {
         auth.refused.clear();
@@ -298,6 +302,12 @@ struct SqliteSource::Connection {
         }
         if (rc != SQLITE_OK) throw ConfigError(db_error(db.get(), path, "the query"));
         if (!raw) throw ConfigError("sqlite: the query on '" + path + "' is empty");
+        statement.assign(sql.c_str(), tail ? tail : sql.c_str() + sql.size());
+        // The tail starts after the statement's `;`.
+        while (!statement.empty() && (statement.back() == ';' ||
+                                      std::isspace(static_cast<unsigned char>(statement.back())))) {
+            statement.pop_back();
+        }
         if (tail && *tail) {
             sqlite3_stmt* rest = nullptr;
             const int rc2 = sqlite3_prepare_v2(db.get(), tail, -1, &rest, nullptr);
@@ -339,8 +349,9 @@ namespace {
 class SqliteReader final : public StreamReader {
 public:
     SqliteReader(const SqliteOptions& o, const std::vector<SqliteSource::Column>& columns,
-                 std::size_t num_fields, int key_column, sqlite3* db, Stmt stmt)
-        : o_(o),
+                 std::size_t num_fields, int key_column, sqlite3* db, Stmt stmt, std::string where)
+        : where_(std::move(where)),
+          o_(o),
           columns_(columns),
           num_fields_(num_fields),
           key_column_(key_column),
@@ -369,7 +380,7 @@ private:
         const int rc = sqlite3_step(stmt_.get());
         if (rc == SQLITE_ROW) return true;
         if (rc == SQLITE_DONE) return false;
-        throw IoError(db_error(db_, o_.path, "reading row " + std::to_string(row_)));
+        throw IoError(db_error(db_, o_.path, "reading row " + std::to_string(row_) + where_));
     }
 
     [[noreturn]] void mismatch(int c, int storage, const char* why) const {
@@ -385,8 +396,9 @@ private:
                     (storage == SQLITE_TEXT ? "'" : "") + std::string(t ? t : "").substr(0, 60) +
                     (storage == SQLITE_TEXT ? "'" : "");
         }
-        throw FormatError("sqlite: '" + o_.path + "' row " + std::to_string(row_) + " column '" +
-                          col.name + "': " + value + " " + why + " " + type_name(col.type) +
+        throw FormatError("sqlite: '" + o_.path + "' row " + std::to_string(row_) + where_ +
+                          " column '" + col.name + "': " + value + " " + why + " " +
+                          type_name(col.type) +
                           (col.declared.empty() ? std::string(" (no declared type)")
                                                 : " (declared '" + col.declared + "')") +
                           (storage == SQLITE_NULL
@@ -463,6 +475,7 @@ private:
         return fnv1a64(p ? std::string(p, n) : std::string());
     }
 
+    std::string where_;  ///< which rows of the result this cursor reads ("": all)
     const SqliteOptions& o_;
     const std::vector<SqliteSource::Column>& columns_;
     std::size_t num_fields_;
@@ -484,6 +497,10 @@ void SqliteOptions::validate() const {
                           std::to_string(busy_timeout.count()));
     }
     if (!std::isfinite(fill_value)) throw ConfigError("sqlite: the fill value must be finite");
+    if (!range_column.empty() && (range_streams == 0 || range_streams > (1u << 20))) {
+        throw ConfigError("sqlite: range_streams must be 1 to 2^20, not " +
+                          std::to_string(range_streams));
+    }
     for (std::size_t i = 0; i < columns.size(); ++i) {
         if (columns[i].name.empty()) throw ConfigError("sqlite: a typed column has no name");
         for (std::size_t j = 0; j < i; ++j) {
@@ -495,7 +512,8 @@ void SqliteOptions::validate() const {
 }
 
 std::string SqliteOptions::describe() const {
-    std::string t = "key '" + key_column + "' nulls " +
+    std::string t = "key '" + key_column + "' range '" + range_column + "' x" +
+                    std::to_string(range_streams) + " nulls " +
                     (nulls == SqliteNulls::error  ? "error"
                      : nulls == SqliteNulls::mask ? "mask"
                                                   : "fill:" + std::to_string(fill_value)) +
@@ -608,6 +626,8 @@ SqliteSource::SqliteSource(const Communicator& comm, SqliteOptions options)
             throw ConfigError("sqlite: key column '" + options_.key_column +
                               "' is not a column of the query");
         }
+        statement_ = conn_->statement;
+        if (!options_.range_column.empty()) plan_ranges();
     });
     std::string text;
     for (const auto& f : fields_) text += f.name + ":" + dtype_name(f.dtype) + ";";
@@ -619,9 +639,92 @@ SqliteSource::SqliteSource(const Communicator& comm, SqliteOptions options)
 
 SqliteSource::~SqliteSource() = default;
 
-std::unique_ptr<StreamReader> SqliteSource::open(std::size_t) const {
+namespace {
+
+std::string quoted_name(const std::string& name) {
+    std::string q = "\"";
+    for (char ch : name) q += ch == '"' ? std::string("\"\"") : std::string(1, ch);
+    return q + "\"";
+}
+
+}  // namespace
+
+std::string SqliteSource::range_sql(std::size_t s) const {
+    const std::string c = quoted_name(options_.range_column);
+    // The newlines end a trailing `--` comment of the statement.
+    std::string sql = "SELECT * FROM (\n" + statement_ + "\n) WHERE ";
+    if (s == bounds_.size()) return sql + c + " IS NULL";
+    // Half-open ranges between integer bounds cover every number (a REAL between two bounds
+    // too); text and blobs sort after numbers, into the last range (and fail its typing).
+    const bool lower = s > 0;
+    const bool upper = s + 1 < bounds_.size();
+    if (!lower && !upper) return sql + c + " IS NOT NULL";
+    if (lower) sql += c + " >= ?1";
+    if (lower && upper) sql += " AND ";
+    if (upper) sql += c + " < ?2";
+    return sql;
+}
+
+void SqliteSource::plan_ranges() {
+    int c = -1;
+    for (std::size_t k = 0; k < columns_.size(); ++k) {
+        if (columns_[k].name == options_.range_column) c = static_cast<int>(k);
+    }
+    if (c < 0 || columns_[static_cast<std::size_t>(c)].type != SqliteType::int64) {
+        throw ConfigError("sqlite: range column '" + options_.range_column +
+                          (c < 0 ? "' is not a column of the query"
+                                 : "' is not an int64 column (declared INTEGER or typed int64)"));
+    }
+    const std::string q = quoted_name(options_.range_column);
+    Stmt minmax =
+        conn_->prepare_query("SELECT min(" + q + "), max(" + q + ") FROM (\n" + statement_ + "\n)");
+    if (sqlite3_step(minmax.get()) != SQLITE_ROW) {
+        throw IoError(db_error(conn_->db.get(), options_.path, "the key range of the query"));
+    }
+    if (sqlite3_column_type(minmax.get(), 0) == SQLITE_NULL) {
+        bounds_ = {0};  // no key (no rows, or only NULL keys): one range of no rows
+        return;
+    }
+    if (sqlite3_column_type(minmax.get(), 0) != SQLITE_INTEGER ||
+        sqlite3_column_type(minmax.get(), 1) != SQLITE_INTEGER) {
+        throw ConfigError("sqlite: range column '" + options_.range_column +
+                          "' holds values that are not integers (its least or greatest value "
+                          "is REAL, TEXT or BLOB)");
+    }
+    const std::int64_t lo = sqlite3_column_int64(minmax.get(), 0);
+    const std::int64_t hi = sqlite3_column_int64(minmax.get(), 1);
+    const long double span = static_cast<long double>(hi) - static_cast<long double>(lo) + 1;
+    const auto k = static_cast<std::uint64_t>(
+        std::min<long double>(static_cast<long double>(options_.range_streams), span));
+    for (std::uint64_t i = 0; i < k; ++i) {
+        bounds_.push_back(
+            lo + static_cast<std::int64_t>(
+                     std::floor(span * static_cast<long double>(i) / static_cast<long double>(k))));
+    }
+}
+
+std::unique_ptr<StreamReader> SqliteSource::open(std::size_t s) const {
+    if (options_.range_column.empty()) {
+        return std::make_unique<SqliteReader>(options_, columns_, fields_.size(), key_column_,
+                                              conn_->db.get(), conn_->prepare_query(options_.query),
+                                              "");
+    }
+    Stmt stmt = conn_->prepare_query(range_sql(s));
+    std::string where = " of the rows with " + options_.range_column + " IS NULL";
+    if (s < bounds_.size()) {
+        if (s > 0) sqlite3_bind_int64(stmt.get(), 1, bounds_[s]);
+        if (s + 1 < bounds_.size()) sqlite3_bind_int64(stmt.get(), 2, bounds_[s + 1]);
+        where = " of the rows with " + options_.range_column +
+                (s > 0 ? " >= " + std::to_string(bounds_[s]) : std::string()) +
+                (s > 0 && s + 1 < bounds_.size() ? " and" : "") +
+                (s + 1 < bounds_.size() ? " < " + std::to_string(bounds_[s + 1]) : std::string());
+    }
     return std::make_unique<SqliteReader>(options_, columns_, fields_.size(), key_column_,
-                                          conn_->db.get(), conn_->prepare_query(options_.query));
+                                          conn_->db.get(), std::move(stmt), where);
+}
+
+std::size_t SqliteSource::num_streams() const {
+    return options_.range_column.empty() ? 1 : bounds_.size() + 1;
 }
 
 std::string SqliteSource::fingerprint() const {

@@ -201,6 +201,79 @@ TEST(SqliteSnapshot, RandomOrderIsRefusedByPositionAndExactlyOnceByKey) {
     if (world_rank() == 0) fs::remove_all(dir);
 }
 
+TEST(SqliteSnapshot, KeyRangesPushedIntoTheSqlYieldEveryRowOnce) {
+    Communicator comm(MPI_COMM_WORLD);
+    const std::string dir = fresh_dir("range");
+    const std::string db = dir + "/rows.db";
+    // Keys spread over a wide span (negative, huge, repeated) and NULL keys.
+    std::vector<std::pair<std::int64_t, std::string>> want;  // (key or -1 for NULL, s)
+    if (world_rank() == 0) {
+        sqlite3* h = nullptr;
+        EXPECT_EQ(sqlite3_open(db.c_str(), &h), SQLITE_OK);
+        sqlite3_exec(h, "CREATE TABLE u(k INTEGER, s TEXT); BEGIN", nullptr, nullptr, nullptr);
+        sqlite3_stmt* st = nullptr;
+        sqlite3_prepare_v2(h, "INSERT INTO u VALUES(?, ?)", -1, &st, nullptr);
+        for (int i = 0; i < 2000; ++i) {
+            const std::string text = "s" + std::to_string(i);
+            if (i % 97 == 0) {
+                sqlite3_bind_null(st, 1);
+            } else {
+                const std::int64_t k = (i % 3 == 0 ? -1 : 1) * (std::int64_t{i} * 4611686018427LL) +
+                                       (i % 5 == 0 ? 7 : 0);
+                sqlite3_bind_int64(st, 1, k);
+            }
+            sqlite3_bind_text(st, 2, text.c_str(), -1, SQLITE_TRANSIENT);
+            EXPECT_EQ(sqlite3_step(st), SQLITE_DONE);
+            sqlite3_reset(st);
+        }
+        sqlite3_finalize(st);
+        sqlite3_exec(h, "COMMIT", nullptr, nullptr, nullptr);
+        sqlite3_close(h);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    for (std::uint64_t ranges : {1u, 7u, 64u}) {
+        SqliteOptions so{db, "SELECT k, s FROM u ORDER BY k; -- by key", ""};
+        so.range_column = "k";
+        so.range_streams = ranges;
+        so.nulls = SqliteNulls::mask;
+        SqliteSource source(comm, so);
+        EXPECT_EQ(source.num_streams(), ranges + 1);
+        EXPECT_EQ(source.count_rows(), 2000u);
+        StreamOptions o;
+        o.sharding = StreamSharding::source;
+        o.batch_size = 32;
+        StreamLoader loader(comm, source, o);
+        HostBatch b;
+        std::vector<std::int64_t> rows;  // s's number, and the key (0 for NULL) beside it
+        while (loader.next(b)) {
+            for (std::size_t j = 0; j < b.size(); ++j) {
+                if (!b.valid()[j]) continue;
+                const auto& f = b.fields()[2];
+                const std::string text(reinterpret_cast<const char*>(f.data) + f.offsets[j],
+                                       static_cast<std::size_t>(f.offsets[j + 1] - f.offsets[j]));
+                const int i = std::stoi(text.substr(1));
+                const bool null_key = b.fields()[1].as<std::uint8_t>()[j] == 0;
+                const std::int64_t k = b.fields()[0].as<std::int64_t>()[j];
+                const std::int64_t expect_k =
+                    (i % 3 == 0 ? -1 : 1) * (std::int64_t{i} * 4611686018427LL) +
+                    (i % 5 == 0 ? 7 : 0);
+                EXPECT_EQ(null_key, i % 97 == 0) << i;
+                if (!null_key) EXPECT_EQ(k, expect_k) << i;
+                rows.push_back(i);
+            }
+        }
+        auto all = all_ids(rows);
+        std::sort(all.begin(), all.end());
+        EXPECT_EQ(all, iota_ids(2000)) << ranges << " ranges";
+    }
+    // Not an integer column: refused on every rank.
+    SqliteOptions text_key{db, "SELECT k, s FROM u", ""};
+    text_key.range_column = "s";
+    EXPECT_THROW(SqliteSource(comm, text_key), ConfigError);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (world_rank() == 0) fs::remove_all(dir);
+}
+
 TEST(SqliteSnapshot, ConcurrentWalWriterEveryRankReadsOneSnapshot) {
     Communicator comm(MPI_COMM_WORLD);
     const std::string dir = fresh_dir("wal");
