@@ -7,9 +7,12 @@ Usage: bench_sqlite.py MPISTAGE_CLI [--runs N] [--rows N] [--work DIR] [--ranks 
 Rates are rows/s, medians of N runs (after one warm-up run of each method, warm page cache):
   shell      `sqlite3 -batch DB QUERY > /dev/null`, wall time of the process (it prints every
              row as text, the cheapest complete read a user has at hand)
-  mpistage   the epoch's seconds of the slowest rank (`"epochs"[0].seconds` of --json: opening,
+  mpistage   `--shard chunk` (every rank steps through the result, reads its own chunks) and
+             `--shard range:id` (64 key ranges of the INTEGER PRIMARY KEY pushed into the SQL,
+             whole ranges to ranks: each rank reads only its rows); the epoch's seconds of the slowest rank (`"epochs"[0].seconds` of --json: opening,
              the snapshot agreement and the row count are outside), and the whole `mpirun`
-             wall time (start-up of MPI included) beside it
+             wall time (start-up of MPI included) and the CPU seconds of the busiest rank's
+             process (MPI start-up, opening and counting included) beside it
 Prints a Markdown table and writes it to WORK/bench_sqlite.md.
 """
 import argparse
@@ -39,8 +42,9 @@ def make_db(path, rows):
 
 def timed(cmd):
     t0 = time.perf_counter()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    return time.perf_counter() - t0
+    p = subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                       text=True)
+    return time.perf_counter() - t0, p.stderr
 
 
 def main():
@@ -61,42 +65,53 @@ def main():
     mpirun = os.environ.get("MPIEXEC", "mpirun")
 
     def shell():
-        return timed(["sqlite3", "-batch", db, query])
+        return timed(["sqlite3", "-batch", db, query])[0]
 
-    def stage(np_):
-        wall = timed([mpirun, "-np", str(np_), "--oversubscribe", "--bind-to", "none", a.cli,
+    def stage(np_, shard):
+        # /usr/bin/time per rank: the CPU seconds (user + system) of each rank's process.
+        wall, err = timed([mpirun, "-np", str(np_), "--oversubscribe", "--bind-to", "none",
+                      "/usr/bin/time", "-f", "cpu %U %S", a.cli,
                       "stage", "--sqlite", db, "--query", query, "--quiet", "--json", report,
-                      "--batch-size", str(a.batch_size), "--chunk-rows", str(a.chunk_rows)])
+                      "--batch-size", str(a.batch_size), "--chunk-rows", str(a.chunk_rows),
+                      "--shard", shard])
         r = json.load(open(report))
         assert r["epochs"][0]["valid_samples"] == a.rows, r["epochs"][0]
-        return r["epochs"][0]["seconds"], wall
+        cpu = [float(u) + float(s) for _, u, s in
+               (line.split() for line in err.splitlines() if line.startswith("cpu "))]
+        return r["epochs"][0]["seconds"], wall, max(cpu)
 
     ranks = [int(x) for x in a.ranks.split(",")]
+    shards = ["chunk", "range:id"]
+    runs = [(s, n) for s in shards for n in ranks]
     shell()  # warm-up
-    for np_ in ranks:
-        stage(np_)
-    shell_s, epoch_s, wall_s = [], {n: [] for n in ranks}, {n: [] for n in ranks}
+    for s, n in runs:
+        stage(n, s)
+    shell_s, epoch_s, wall_s = [], {k: [] for k in runs}, {k: [] for k in runs}
+    cpu_s = {k: [] for k in runs}
     for _ in range(a.runs):  # interleaved, so load changes hit every method alike
         shell_s.append(shell())
-        for np_ in ranks:
-            e, w = stage(np_)
-            epoch_s[np_].append(e)
-            wall_s[np_].append(w)
+        for s, n in runs:
+            e, w, c = stage(n, s)
+            epoch_s[(s, n)].append(e)
+            wall_s[(s, n)].append(w)
+            cpu_s[(s, n)].append(c)
     rate = lambda s: a.rows / statistics.median(s)
     base = rate(shell_s)
-    one = rate(epoch_s[ranks[0]])
     lines = [
-        "| method | ranks | rows/s (median of %d) | × sqlite3 shell | × 1 rank | rows/s incl. mpirun start-up |" % a.runs,
-        "|---|---|---|---|---|---|",
-        "| `sqlite3` shell | 1 | %.0f | 1.00 | | |" % base,
+        "| method | ranks | rows/s (median of %d) | × sqlite3 shell | × 1 rank | rows/s incl. mpirun start-up | CPU s of the busiest rank (whole process) |" % a.runs,
+        "|---|---|---|---|---|---|---|",
+        "| `sqlite3` shell | 1 | %.0f | 1.00 | | | |" % base,
     ]
-    for np_ in ranks:
-        r = rate(epoch_s[np_])
-        lines.append("| mpistage chunk | %d | %.0f | %.2f | %.2f | %.0f |"
-                     % (np_, r, r / base, r / one, rate(wall_s[np_])))
+    for s, n in runs:
+        r = rate(epoch_s[(s, n)])
+        one = rate(epoch_s[(s, ranks[0])])
+        lines.append("| mpistage `--shard %s` | %d | %.0f | %.2f | %.2f | %.0f | %.2f |"
+                     % (s, n, r, r / base, r / one, rate(wall_s[(s, n)]),
+                        statistics.median(cpu_s[(s, n)])))
     text = "\n".join(lines)
     print(text)
-    print("raw seconds: shell %s; epochs %s; walls %s" % (shell_s, epoch_s, wall_s))
+    print("raw seconds: shell %s; epochs %s; walls %s; cpu %s"
+          % (shell_s, epoch_s, wall_s, cpu_s))
     with open(os.path.join(a.work, "bench_sqlite.md"), "w") as f:
         f.write(text + "\n")
 

@@ -3,8 +3,11 @@
 /// A database query as a stream. Every rank opens the database read-only, all ranks agree on one
 /// snapshot of it (one read transaction per rank, held for the source's lifetime, checked equal
 /// across ranks), and each runs the query as written inside that snapshot; the stream loader
-/// shards the rows by chunk (rows of chunk c go to rank c mod W) or by a key column (`hash`).
-/// Rows are items; columns are fields, typed so that a value is never silently converted.
+/// shards the rows by chunk (rows of chunk c go to rank c mod W; every rank steps through the
+/// result), by a key column (`hash`), or, with `SqliteOptions::range_column`, by key ranges
+/// pushed into the SQL (one sub-stream per range, whole ranges to ranks under
+/// `StreamSharding::source`: each rank reads only its rows). Rows are items; columns are
+/// fields, typed so that a value is never silently converted.
 
 #include <chrono>
 #include <cstdint>

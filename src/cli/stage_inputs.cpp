@@ -302,9 +302,11 @@ const std::vector<std::uint64_t>& StreamInput::reference(const Communicator& com
     if (!have_reference_) {
         run_agreed(comm, [&] {
             if (comm.rank() != 0) return;
-            std::unique_ptr<StreamReader> reader = source_->open(0);
             StreamSample sample;
-            while (reader->next(sample)) reference_.push_back(sample_content_hash(sample));
+            for (std::size_t s = 0; s < source_->num_streams(); ++s) {
+                std::unique_ptr<StreamReader> reader = source_->open(s);
+                while (reader->next(sample)) reference_.push_back(sample_content_hash(sample));
+            }
             std::sort(reference_.begin(), reference_.end());
         });
         have_reference_ = true;

@@ -6,16 +6,9 @@
 # transaction opened at 2 and 3 ranks. Known answers from Python's sqlite3 module.
 # Usage: stage_sqlite_truth.sh MPISTAGE_CLI WORK_DIR [TEST_DATA_DIR FASHION_MNIST_DIR (unused)]
 set -euo pipefail
-cli="$1"; work="$2"
-if ! python3 -c 'import sqlite3' 2>/dev/null; then
-    echo "SKIP: python3 with the sqlite3 module is needed to generate the database"
-    exit 77
-fi
-mpiexec="${MPIEXEC:-mpirun}"
-rm -rf "$work"
-mkdir -p "$work"
-cd "$work"
-fail() { echo "FAIL: $*" >&2; exit 1; }
+rm -rf "$2"
+# shellcheck source=../common/sqlite_e2e.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../common/sqlite_e2e.sh"
 db="$work/rows.db"
 
 python3 - "$db" <<'PY'
@@ -61,6 +54,7 @@ expect_refused() {  # expect_refused NP QUERY TEXT ARGS...: fails, naming TEXT, 
 # The query as written.
 expect_once 3 "SELECT id, v, s FROM t;" "$rows"
 expect_once 3 "SELECT id, v, s FROM t -- every row" "$rows"
+expect_once 3 "SELECT id, v, s FROM t;" "$rows" --shard range:id
 expect_once 2 "WITH w AS (SELECT id, v FROM t WHERE id % 2 = 0) SELECT * FROM w; -- even" 10000
 
 # Refused before anything runs; no file created or changed.
