@@ -73,17 +73,20 @@ expect_refused 3 "SELECT id, s FROM t ORDER BY random()" "random()" --shard chun
 expect_once 3 "SELECT id, s FROM t ORDER BY random()" "$rows" --shard hash:id
 
 # A writer committing during a 3-rank run: one snapshot, --verify right.
-python3 - "$db" "$work/writer.stop" <<'PY' &
+python3 - "$db" "$work/writer.stop" "$work/writer.started" <<'PY' &
 import os, sqlite3, sys, time
 db = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)
 i = 100000
 while not os.path.exists(sys.argv[2]):
     db.execute("INSERT INTO t VALUES(?, ?, ?)", (i, i / 4, "new%d" % i))
     i += 1
+    if i == 100020:
+        open(sys.argv[3], "w").close()
     time.sleep(0.0005)
 PY
 writer=$!
-sleep 0.5
+for _ in $(seq 600); do [ -e "$work/writer.started" ] && break; sleep 0.05; done
+[ -e "$work/writer.started" ] || fail "the writer did not start committing"
 run 3 "$work/out.txt" "SELECT id, v, s FROM t" --verify --json "$work/report.json" --chunk-rows 64
 touch "$work/writer.stop"
 wait "$writer"

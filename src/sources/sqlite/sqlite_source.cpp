@@ -485,7 +485,7 @@ private:
     std::uint64_t row_ = 0;
 };
 
-constexpr int kSnapshotTries = 20;
+constexpr int kSnapshotTries = 40;
 
 }  // namespace
 
@@ -559,7 +559,7 @@ SqliteSource::SqliteSource(const Communicator& comm, SqliteOptions options)
         const std::vector<std::uint64_t> all = comm.allgather(h);
         conn_->release_writers();
         agreed = std::all_of(all.begin(), all.end(), [&](std::uint64_t x) { return x == all[0]; });
-        if (!agreed) std::this_thread::sleep_for(std::chrono::milliseconds(5 * (attempt + 1)));
+        if (!agreed) std::this_thread::sleep_for(std::chrono::milliseconds(1 + 2 * attempt));
     }
     run_agreed(comm, [&] {
         if (!agreed) {
