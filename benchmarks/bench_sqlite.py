@@ -18,6 +18,7 @@ Prints a Markdown table and writes it to WORK/bench_sqlite.md.
 import argparse
 import json
 import os
+import re
 import sqlite3
 import statistics
 import subprocess
@@ -62,22 +63,27 @@ def main():
     make_db(db, a.rows)
     query = "SELECT id, v FROM t"
     report = os.path.join(a.work, "report.json")
+    cpu_log = os.path.join(a.work, "cpu.txt")
     mpirun = os.environ.get("MPIEXEC", "mpirun")
 
     def shell():
         return timed(["sqlite3", "-batch", db, query])[0]
 
     def stage(np_, shard):
-        # /usr/bin/time per rank: the CPU seconds (user + system) of each rank's process.
+        # /usr/bin/time per rank: the CPU seconds (user + system) of each rank's process,
+        # appended to one file (one write per rank).
+        if os.path.exists(cpu_log):
+            os.remove(cpu_log)
         wall, err = timed([mpirun, "-np", str(np_), "--oversubscribe", "--bind-to", "none",
-                      "/usr/bin/time", "-f", "cpu %U %S", a.cli,
+                      "/usr/bin/time", "-a", "-o", cpu_log, "-f", "cpu %U %S", a.cli,
                       "stage", "--sqlite", db, "--query", query, "--quiet", "--json", report,
                       "--batch-size", str(a.batch_size), "--chunk-rows", str(a.chunk_rows),
                       "--shard", shard])
         r = json.load(open(report))
         assert r["epochs"][0]["valid_samples"] == a.rows, r["epochs"][0]
-        cpu = [float(u) + float(s) for _, u, s in
-               (line.split() for line in err.splitlines() if line.startswith("cpu "))]
+        text = open(cpu_log).read()
+        cpu = [float(u) + float(s) for u, s in re.findall(r"cpu ([0-9.]+) ([0-9.]+)", text)]
+        assert len(cpu) == np_, (text, err)
         return r["epochs"][0]["seconds"], wall, max(cpu)
 
     ranks = [int(x) for x in a.ranks.split(",")]

@@ -18,6 +18,8 @@
 #include "mpistage/comm.hpp"
 #include "mpistage/stream.hpp"
 
+struct sqlite3_stmt;
+
 namespace mpistage {
 
 /// The type a result column is delivered as.
@@ -162,6 +164,10 @@ private:
     std::vector<std::int64_t> bounds_;
     std::string range_sql(std::size_t stream) const;
     void plan_ranges();
+    /// Collective: every rank's connection in a read transaction on one version.
+    void agree_snapshot(const Communicator& comm);
+    /// Local: columns and fields from the prepared query's result columns.
+    void type_columns(sqlite3_stmt* stmt);
     /// This rank's connection, inside the read transaction of the agreed snapshot.
     struct Connection;
     std::unique_ptr<Connection> conn_;
