@@ -60,7 +60,20 @@ public:
     /// Text identifying the data (query, paths, generator parameters); ranks compare hashes,
     /// and a resumed state must carry the same text.
     virtual std::string fingerprint() const = 0;
+    /// Why the streams' order is not the same on every rank and every pass (e.g. a query
+    /// ordered by random()); empty (the default) when it is. Reading by position (`chunk`,
+    /// `HashReading::chunks`) and resuming are refused for such a source: one reader per
+    /// stream (`source`, or `hash` with `HashReading::sources`) still yields each item once.
+    virtual std::string unstable_order() const;
 };
+
+/// Local: a 64-bit identity of a sample's content: FNV-1a 64 over every field's byte count
+/// (8 bytes, little-endian) followed by its bytes, in field order. Equal samples have equal
+/// hashes; `--verify` of a stream compares these (row identity), not positions.
+std::uint64_t sample_content_hash(const StreamSample& sample) noexcept;
+/// Local: the same hash of slot `slot` of a batch a `StreamLoader` yielded (fixed fields
+/// `sample_bytes` bytes, ragged fields their slot's bytes). `slot` must be < `batch.size()`.
+std::uint64_t sample_content_hash(const HostBatch& batch, std::size_t slot) noexcept;
 
 /// A `StreamSource` made of the user's callables: `make(s)` returns the generator of stream
 /// `s`, a callable filling a `StreamSample` and returning false at the end.

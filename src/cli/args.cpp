@@ -196,7 +196,9 @@ void add_stage_stream_options(CLI::App& cmd, StageArgs& a) {
     cmd.add_option("--query", a.query, "--sqlite: the SELECT statement (rows = samples)");
     cmd.add_option("--shard", a.shard,
                    "--sqlite: chunk (chunks of --chunk-rows rows round-robin over ranks) or "
-                   "hash:COLUMN (rows to rank hash(COLUMN) mod W, forwarded with MPI)")
+                   "hash:COLUMN (rows to rank hash(COLUMN) mod W, forwarded with MPI) or "
+                   "range:COLUMN (an INTEGER column's span cut into 64 key ranges pushed into "
+                   "the SQL, whole ranges to ranks: each rank reads only its rows)")
         ->capture_default_str();
     add_count(cmd, "--chunk-rows", a.chunk_rows, "--sqlite: rows per cursor chunk");
     cmd.add_option("--on-dry", a.on_dry,
@@ -206,6 +208,16 @@ void add_stage_stream_options(CLI::App& cmd, StageArgs& a) {
     cmd.add_option("--ids-out", a.ids_out,
                    "--sqlite: rank 0 writes the position (in the query result) of every row "
                    "delivered, one per line (for checks)");
+    cmd.add_option("--column", a.columns,
+                   "--sqlite: the type of a result column, NAME:TYPE[:convert] with TYPE int64, "
+                   "float64, text or blob (default: from its declared type; expressions are "
+                   "text). A value of another storage class is an error naming its row, unless "
+                   ":convert asks for SQLite's own conversion. Repeatable");
+    cmd.add_option("--nulls", a.nulls,
+                   "--sqlite: what a NULL becomes: error (names its row and column), mask (each "
+                   "column gets a NAME.valid uint8 field, 0 for NULL) or fill:VALUE (numbers "
+                   "VALUE, text and blobs empty)")
+        ->capture_default_str();
     cmd.parse_complete_callback([&a, files] {
         if (a.sqlite.empty() && files->count() == 0) {
             throw CLI::RequiredError("FILE(s) or --sqlite DB");
@@ -378,6 +390,8 @@ std::vector<NamedValue> stage_argument_values(const StageArgs& a) {
         {"--chunk-rows", std::to_string(a.chunk_rows)},
         {"--on-dry", a.on_dry},
         {"--ids-out", a.ids_out.empty() ? "(none)" : "(given)"},
+        {"--column", join_words(a.columns)},
+        {"--nulls", a.nulls},
     };
 }
 

@@ -82,6 +82,10 @@ struct StageArgs {
     std::string on_dry = "rebalance";
     /// Rank 0 writes the ids of every delivered row here (one per line, ascending).
     std::string ids_out;
+    /// --column NAME:TYPE[:convert] (SqliteOptions::columns), repeatable.
+    std::vector<std::string> columns;
+    /// --nulls error|mask|fill:VALUE (SqliteOptions::nulls).
+    std::string nulls = "error";
 
     /// Long names of the flags given on the command line ("--epochs", "files"), filled by
     /// `CommandLine::parse_agreed`; a flag not listed kept its default.

@@ -113,6 +113,8 @@ constexpr Rule kRules[] = {
     {"--chunk-rows", sqlite, kStreamOnly},
     {"--on-dry", sqlite, kStreamOnly},
     {"--ids-out", sqlite, kStreamOnly},
+    {"--column", sqlite, kStreamOnly},
+    {"--nulls", sqlite, kStreamOnly},
 };
 
 std::string describe(const StageInput& in, const StageArgs& a) {

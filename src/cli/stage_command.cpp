@@ -190,6 +190,7 @@ public:
         }
         const std::uint64_t every =
             exchange_interval(a_.budget() ? a_.max_batch_samples : a_.batch_size);
+        std::vector<std::uint64_t> hashes;
         BatchCounts c;
         const std::uint64_t bytes_before = input_.totals().bytes;
         const auto t0 = Clock::now();
@@ -205,6 +206,7 @@ public:
             }
             // Every rank yields the same steps, so every rank exchanges at the same one.
             if (count && c.batches % every == 0) count->exchange();
+            if (Input::kRowContent && a_.verify) input_.collect(batch, hashes);
             input_.consume(batch);
             const auto compute = std::chrono::microseconds(a_.compute_ms * 1000 + a_.compute_us);
             if (compute.count() > 0) std::this_thread::sleep_for(compute);
@@ -226,7 +228,7 @@ public:
         totals_.batches += c.batches;
         totals_.samples += c.valid;
         totals_.padding_slots += c.padding_slots;
-        EpochReport r = report(e, range, c, count ? &*count : nullptr, resumed);
+        EpochReport r = report(e, range, c, count ? &*count : nullptr, hashes, resumed);
         note_epoch_tier(comm_, input_.tier_stats(), elapsed, r);
         if (!a_.ids_out.empty()) {
             const std::vector<std::int64_t> all = gather_to_root(comm_, ids);
@@ -278,7 +280,7 @@ private:
 
     template <class Range>
     EpochReport report(std::uint64_t e, const Range& range, const BatchCounts& c, IdCount* count,
-                       bool resumed) {
+                       const std::vector<std::uint64_t>& hashes, bool resumed) {
         EpochReport r;
         if (!count) {
             r = count_epoch(comm_, e, c.batches);
@@ -293,7 +295,14 @@ private:
             x.prior_count = prior;
             x.expected =
                 stopped_ ? prior + comm_.allreduce_sum(c.valid) : input_.expected(range, prior);
-            r = verify_epoch(comm_, e, *count, c.batches, x);
+            if (Input::kRowContent) {
+                // Row identity: the contents delivered against the rows of the snapshot.
+                x.content = true;
+                x.positions = input_.dense_ids();
+                x.partial = stopped_ || resumed;
+                x.reference = &input_.reference(comm_);
+            }
+            r = verify_epoch(comm_, e, *count, c.batches, x, &hashes);
             r.prior_ids = prior;
         }
         r.resumed = resumed;

@@ -3,6 +3,7 @@
 #include "cli/stage_inputs.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "comm/agree.hpp"
@@ -178,6 +179,52 @@ void FileInput::describe(const StageArgs& a, StageOutcome& o) const {
 
 namespace {
 
+// --column NAME:TYPE[:convert] (the name may itself hold ':'; the type is the last or, with
+// :convert, the second-to-last part).
+SqliteColumn sqlite_column(const std::string& spec) {
+    std::string rest = spec;
+    SqliteColumn c;
+    const std::string convert = ":convert";
+    if (rest.size() > convert.size() &&
+        rest.compare(rest.size() - convert.size(), convert.size(), convert) == 0) {
+        c.convert = true;
+        rest.resize(rest.size() - convert.size());
+    }
+    const auto colon = rest.rfind(':');
+    const std::string type = colon == std::string::npos ? "" : rest.substr(colon + 1);
+    c.name = colon == std::string::npos ? "" : rest.substr(0, colon);
+    if (type == "int64") {
+        c.type = SqliteType::int64;
+    } else if (type == "float64") {
+        c.type = SqliteType::float64;
+    } else if (type == "text") {
+        c.type = SqliteType::text;
+    } else if (type == "blob") {
+        c.type = SqliteType::blob;
+    } else {
+        throw ConfigError(
+            "stage: --column must be NAME:TYPE[:convert] with TYPE int64, float64, "
+            "text or blob, not '" +
+            spec + "'");
+    }
+    if (c.name.empty()) throw ConfigError("stage: --column '" + spec + "' names no column");
+    return c;
+}
+
+double parse_fill(const std::string& text) {
+    std::size_t used = 0;
+    double v = 0;
+    try {
+        v = std::stod(text, &used);
+    } catch (const std::exception&) {
+        used = 0;
+    }
+    if (used != text.size() || !std::isfinite(v)) {
+        throw ConfigError("stage: --nulls fill:VALUE needs a finite number, not '" + text + "'");
+    }
+    return v;
+}
+
 StreamOptions stream_options(const StageArgs& a, SqliteOptions& sqlite) {
     StreamOptions o;
     sqlite.path = a.sqlite;
@@ -187,13 +234,31 @@ StreamOptions stream_options(const StageArgs& a, SqliteOptions& sqlite) {
     } else if (a.shard.rfind("hash:", 0) == 0 && a.shard.size() > 5) {
         o.sharding = StreamSharding::hash;
         sqlite.key_column = a.shard.substr(5);
+    } else if (a.shard.rfind("range:", 0) == 0 && a.shard.size() > 6) {
+        // Key ranges pushed into the SQL, whole ranges to ranks by their key span.
+        o.sharding = StreamSharding::source;
+        sqlite.range_column = a.shard.substr(6);
     } else {
-        throw ConfigError("stage: --shard must be chunk or hash:COLUMN, not '" + a.shard + "'");
+        throw ConfigError("stage: --shard must be chunk, hash:COLUMN or range:COLUMN, not '" +
+                          a.shard + "'");
     }
     if (a.on_dry != "rebalance" && a.on_dry != "mask") {
         throw ConfigError("stage: --on-dry must be rebalance or mask, not '" + a.on_dry + "'");
     }
     o.remainder = a.on_dry == "mask" ? StreamRemainder::mask : StreamRemainder::rebalance;
+    for (const std::string& spec : a.columns) sqlite.columns.push_back(sqlite_column(spec));
+    if (a.nulls == "error") {
+        sqlite.nulls = SqliteNulls::error;
+    } else if (a.nulls == "mask") {
+        sqlite.nulls = SqliteNulls::mask;
+    } else if (a.nulls.rfind("fill:", 0) == 0 && a.nulls.size() > 5) {
+        sqlite.nulls = SqliteNulls::fill;
+        sqlite.fill_value = parse_fill(a.nulls.substr(5));
+    } else {
+        throw ConfigError("stage: --nulls must be error, mask or fill:VALUE, not '" + a.nulls +
+                          "'");
+    }
+    sqlite.validate();
     o.chunk_size = a.chunk_rows;
     o.batch_bytes = a.batch_bytes;
     o.batch_tokens = a.batch_tokens;
@@ -215,10 +280,40 @@ StreamInput::StreamInput(const Communicator& comm, const StageArgs& a,
             options.token_field = token_field_index(source_->fields(), a.token_field, "sqlite");
         });
     }
+    // A query without an order shared by the ranks (random()) is read by one rank and routed
+    // by its key under hash sharding; chunk sharding refuses it (StreamLoader).
+    if (!source_->unstable_order().empty() && options.sharding == StreamSharding::hash) {
+        options.hash_reading = HashReading::sources;
+    }
     const StreamState* state = resume && resume->stream ? &*resume->stream : nullptr;
     loader_ = std::make_unique<StreamLoader>(comm, *source_, options, state);
-    rows_ = run_agreed_value(comm, [&] { return source_->count_rows(); });
+    // Counted in the source's snapshot (the one every rank reads), once, on rank 0.
+    const std::uint64_t rows =
+        run_agreed_value(comm, [&] { return comm.rank() == 0 ? source_->count_rows() : 0; });
+    rows_ = comm.broadcast(std::vector<std::uint64_t>{rows}, 0).at(0);
     tier_.tier = "stream";
+}
+
+void StreamInput::collect(const HostBatch& b, std::vector<std::uint64_t>& hashes) const {
+    for (std::size_t j = 0; j < b.size(); ++j) {
+        if (b.valid()[j]) hashes.push_back(sample_content_hash(b, j));
+    }
+}
+
+const std::vector<std::uint64_t>& StreamInput::reference(const Communicator& comm) {
+    if (!have_reference_) {
+        run_agreed(comm, [&] {
+            if (comm.rank() != 0) return;
+            StreamSample sample;
+            for (std::size_t s = 0; s < source_->num_streams(); ++s) {
+                std::unique_ptr<StreamReader> reader = source_->open(s);
+                while (reader->next(sample)) reference_.push_back(sample_content_hash(sample));
+            }
+            std::sort(reference_.begin(), reference_.end());
+        });
+        have_reference_ = true;
+    }
+    return reference_;
 }
 
 std::optional<SavedState> StreamInput::snapshot() const {
@@ -246,7 +341,9 @@ void StreamInput::describe(const StageArgs& a, StageOutcome& o) const {
                  {"batch_tokens", opt.batch_tokens},
                  {"token_field", opt.token_field},
                  {"chunk_size", opt.chunk_size},
-                 {"sharding", opt.sharding == StreamSharding::hash ? "hash" : "chunk"},
+                 {"sharding", opt.sharding == StreamSharding::hash     ? "hash"
+                              : opt.sharding == StreamSharding::source ? "range"
+                                                                       : "chunk"},
                  {"remainder", opt.remainder == StreamRemainder::mask ? "mask" : "rebalance"},
                  {"timeout_seconds", opt.timeout.count()}};
     o.remainder = a.on_dry;

@@ -64,8 +64,14 @@ public:
     const LoaderStats& tier_stats() const noexcept { return loader_.stats(); }
     /// Fills the input part of the report (sizes, options, fields).
     void describe(const StageArgs& a, StageOutcome& o) const;
+    /// Samples are identified by their position in the files (no content check).
+    static constexpr bool kRowContent = false;
+    bool dense_ids() const { return true; }
+    void collect(const HostBatch&, std::vector<std::uint64_t>&) const {}
+    const std::vector<std::uint64_t>& reference(const Communicator&) { return no_reference_; }
 
 private:
+    std::vector<std::uint64_t> no_reference_;
     Loader loader_;
     BatchStaging staging_;
 };
@@ -91,12 +97,24 @@ public:
     void describe(const StageArgs& a, StageOutcome& o) const;
     /// Rank 0: the ids `state` had delivered in its pass (the prior run's, for --verify).
     static std::vector<std::int64_t> consumed_ids(const StreamState& state);
+    /// Rows have identities beyond their position: --verify compares their contents.
+    static constexpr bool kRowContent = true;
+    /// Ids are the rows' positions 0..rows-1 (one stream; not with key ranges).
+    bool dense_ids() const { return source_->num_streams() == 1; }
+    /// Local: appends the content hash (`sample_content_hash`) of every valid row of `b`.
+    void collect(const HostBatch& b, std::vector<std::uint64_t>& hashes) const;
+    /// Collective (the first call): on rank 0 the sorted content hashes of every row of the
+    /// query in the source's snapshot (read once again by rank 0), empty elsewhere.
+    /// @throws what reading the rows throws, the same on every rank.
+    const std::vector<std::uint64_t>& reference(const Communicator& comm);
 
 private:
     std::unique_ptr<SqliteSource> source_;
     std::unique_ptr<StreamLoader> loader_;
     std::uint64_t rows_ = 0;
     LoaderStats tier_;
+    std::vector<std::uint64_t> reference_;
+    bool have_reference_ = false;
 };
 
 }  // namespace mpistage::cli

@@ -17,6 +17,35 @@ namespace {
 /// Ids buffered between two exchanges, per rank: 1 Mi ids (8 MiB).
 constexpr std::uint64_t kExchangeIds = std::uint64_t{1} << 20;
 
+// Rank 0: the delivered content hashes against the snapshot's rows (multisets): a hash
+// delivered more often than the snapshot holds it is a duplicate (a row twice, or a row the
+// snapshot does not hold), one delivered less often is missing.
+struct ContentVerdict {
+    std::uint64_t duplicates = 0;
+    std::uint64_t missing = 0;
+};
+
+ContentVerdict count_contents(std::vector<std::uint64_t> delivered,
+                              const std::vector<std::uint64_t>& reference) {
+    std::sort(delivered.begin(), delivered.end());
+    ContentVerdict v;
+    std::size_t i = 0;
+    std::size_t k = 0;
+    while (i < delivered.size() || k < reference.size()) {
+        if (k == reference.size() || (i < delivered.size() && delivered[i] < reference[k])) {
+            ++v.duplicates;
+            ++i;
+        } else if (i == delivered.size() || reference[k] < delivered[i]) {
+            ++v.missing;
+            ++k;
+        } else {
+            ++i;
+            ++k;
+        }
+    }
+    return v;
+}
+
 // Collective: the ids of every rank, concatenated in rank order on rank 0 (empty elsewhere).
 std::vector<std::int64_t> gather_ids(const Communicator& comm, const std::vector<std::int64_t>& ids,
                                      const std::vector<std::uint64_t>& valid) {
@@ -125,7 +154,8 @@ std::vector<std::int64_t> gather_to_root(const Communicator& comm,
 }
 
 EpochReport verify_epoch(const Communicator& comm, std::uint64_t epoch, IdCount& count,
-                         std::uint64_t batches, const Expectation& expect) {
+                         std::uint64_t batches, const Expectation& expect,
+                         const std::vector<std::uint64_t>* hashes) {
     EpochReport r = count_epoch(comm, epoch, batches);
     r.valid = comm.allgather(count.added());
     r.expected = expect.expected;
@@ -150,7 +180,26 @@ EpochReport verify_epoch(const Communicator& comm, std::uint64_t epoch, IdCount&
         r.out_of_range += all[k + 1];
         unique += all[k + 2];
     }
+    if (!expect.positions) {
+        // Ids are not positions 0..N-1 (several sub-streams): identity by content only (below).
+        r.duplicates = 0;
+        r.out_of_range = 0;
+        unique = r.expected;
+    }
     r.missing = r.expected > unique ? r.expected - unique : 0;
+    if (expect.content) {
+        const std::vector<std::uint64_t> none;
+        const std::vector<std::uint64_t> delivered = comm.gatherv(hashes ? *hashes : none, 0);
+        ContentVerdict by_content;
+        if (comm.rank() == 0) {
+            by_content = count_contents(delivered, expect.reference ? *expect.reference : none);
+            if (expect.partial) by_content.missing = 0;
+        }
+        const std::vector<std::uint64_t> verdict =
+            comm.broadcast(std::vector<std::uint64_t>{by_content.duplicates, by_content.missing}, 0);
+        r.duplicates = std::max(r.duplicates, verdict[0]);
+        r.missing = std::max(r.missing, verdict[1]);
+    }
     const bool equal_steps =
         std::all_of(r.batches.begin(), r.batches.end(), [&](auto b) { return b == r.batches[0]; });
     r.ok = equal_steps && r.duplicates == 0 && r.missing == 0 && r.out_of_range == 0 &&

@@ -72,6 +72,18 @@ struct Expectation {
     const std::vector<std::int64_t>* prior = nullptr;
     /// Every rank: how many ids `prior` holds on rank 0 (0 without a prior run).
     std::uint64_t prior_count = 0;
+    /// Every rank: false when ids are not positions 0..num_samples-1 (a stream source of
+    /// several sub-streams, ids `(stream << 40) | position`): only contents are checked.
+    bool positions = true;
+    /// Every rank: true when rows are also checked by content (streams): the delivered rows'
+    /// content hashes must be the multiset `reference` (a row twice or a row not in the
+    /// snapshot counts as a duplicate, a row never delivered as missing).
+    bool content = false;
+    /// Rank 0 with `content`: the sorted content hashes of every row of the pass.
+    const std::vector<std::uint64_t>* reference = nullptr;
+    /// With `content`: only part of the pass ran here (resumed or interrupted), so rows not
+    /// delivered are not counted missing.
+    bool partial = false;
 };
 
 /// The exactly-once count of one epoch, distributed by id range so that no rank holds O(N):
@@ -124,9 +136,13 @@ std::uint64_t exchange_interval(std::uint64_t batch_slots) noexcept;
 
 /// Collective: the verdict of `count` (every rank's ids of the epoch added) together with the
 /// prior run's ids (`expect.prior`, added from rank 0 in pieces), so every rank returns the
-/// same report. O(N/W) memory per rank. @throws MpiError, ConfigError (same on every rank).
+/// same report. O(N/W) memory per rank for ids. With `expect.content`, `hashes` holds the
+/// content hashes of this rank's delivered rows; they are gathered on rank 0 and compared
+/// with `expect.reference` as multisets (O(rows) on rank 0: streams only).
+/// @throws MpiError, ConfigError (same on every rank).
 EpochReport verify_epoch(const Communicator& comm, std::uint64_t epoch, IdCount& count,
-                         std::uint64_t batches, const Expectation& expect);
+                         std::uint64_t batches, const Expectation& expect,
+                         const std::vector<std::uint64_t>* hashes = nullptr);
 
 /// Collective: every rank's `ids`, concatenated in rank order on rank 0 (empty elsewhere).
 /// @throws ConfigError (same on every rank) above 2^31-1 ids in all; MpiError.

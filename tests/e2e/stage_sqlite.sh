@@ -6,15 +6,8 @@
 # against Python's own sqlite3 reader.
 # Usage: stage_sqlite.sh MPISTAGE_CLI WORK_DIR [TEST_DATA_DIR FASHION_MNIST_DIR (unused)]
 set -euo pipefail
-cli="$1"; work="$2"
-if ! python3 -c 'import sqlite3' 2>/dev/null; then
-    echo "SKIP: python3 with the sqlite3 module is needed to generate the database"
-    exit 77
-fi
-mpiexec="${MPIEXEC:-mpirun}"
-mkdir -p "$work"
-cd "$work"
-fail() { echo "FAIL: $*" >&2; exit 1; }
+# shellcheck source=../common/sqlite_e2e.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../common/sqlite_e2e.sh"
 db="$work/rows.db"
 query='SELECT id, payload FROM t'
 

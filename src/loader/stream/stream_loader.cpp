@@ -57,6 +57,22 @@ void StreamLoader::Impl::check_agreement(const StreamState* resume) {
         if (source.num_streams() >= (std::uint64_t{1} << 23)) {
             throw ConfigError("stream: at most 2^23 sub-streams (item ids are stream << 40)");
         }
+        const std::string unstable = source.unstable_order();
+        const bool by_position = options.sharding == StreamSharding::chunk ||
+                                 (options.sharding == StreamSharding::hash &&
+                                  options.hash_reading == HashReading::chunks);
+        if (!unstable.empty() && by_position) {
+            throw ConfigError("stream: " + unstable +
+                              ", so every rank would see its rows in another order and reading "
+                              "by position would yield some twice and others never; order it "
+                              "by a key, or read each stream on one rank (sharding source, or "
+                              "hash with hash_reading sources)");
+        }
+        if (!unstable.empty() && resume) {
+            throw ConfigError("stream: " + unstable +
+                              ", so a saved state's positions do not name the same rows again; "
+                              "it cannot be resumed");
+        }
         if (resume) {
             if (resume->fingerprint != state_fingerprint()) {
                 throw ConfigError(

@@ -46,21 +46,29 @@ bool StreamLoader::Impl::exhausted() const {
 }
 
 bool StreamLoader::Impl::read_one(detail::StreamItem& out) {
-    while (!exhausted()) {
+    // Round-robin; a live cursor lies within cursors.size() - 1 ended ones in cyclic order, so
+    // `ended_seen` reaching the count means all ended (O(1) per item with many live cursors,
+    // where testing `exhausted()` per item cost one pass over all of them).
+    for (std::size_t ended_seen = 0; ended_seen < cursors.size();) {
         auto& c = cursors[next_cursor];
         next_cursor = (next_cursor + 1) % cursors.size();
-        if (c.ended) continue;
+        if (c.ended) {
+            ++ended_seen;
+            continue;
+        }
         const std::uint64_t want = c.filter.next_wanted(c.position);
         if (want > c.position) {
             const std::uint64_t skipped = c.reader->skip(want - c.position);
             c.position += skipped;
             if (c.position < want) {
                 c.ended = true;
+                ++ended_seen;
                 continue;
             }
         }
         if (!c.reader->next(scratch)) {
             c.ended = true;
+            ++ended_seen;
             continue;
         }
         out = detail::make_item(std::move(scratch), source.fields(), c.stream, c.position, options);

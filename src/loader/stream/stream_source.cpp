@@ -19,6 +19,44 @@ double StreamSource::weight(std::size_t) const {
     return 1.0;
 }
 
+std::string StreamSource::unstable_order() const {
+    return {};
+}
+
+namespace {
+
+constexpr std::uint64_t kFnvBasis = 0xcbf29ce484222325ULL;
+constexpr std::uint64_t kFnvPrime = 0x100000001b3ULL;
+
+void fnv_bytes(std::uint64_t& h, const std::byte* p, std::uint64_t n) noexcept {
+    for (std::uint64_t i = 0; i < 8; ++i) {
+        h = (h ^ ((n >> (8 * i)) & 0xff)) * kFnvPrime;
+    }
+    for (std::uint64_t i = 0; i < n; ++i) h = (h ^ static_cast<std::uint64_t>(p[i])) * kFnvPrime;
+}
+
+}  // namespace
+
+std::uint64_t sample_content_hash(const StreamSample& sample) noexcept {
+    std::uint64_t h = kFnvBasis;
+    for (const auto& f : sample.fields) fnv_bytes(h, f.data(), f.size());
+    return h;
+}
+
+std::uint64_t sample_content_hash(const HostBatch& batch, std::size_t slot) noexcept {
+    std::uint64_t h = kFnvBasis;
+    for (const HostField& f : batch.fields()) {
+        if (f.info->ragged) {
+            const auto begin = static_cast<std::uint64_t>(f.offsets[slot]);
+            const auto end = static_cast<std::uint64_t>(f.offsets[slot + 1]);
+            fnv_bytes(h, f.data + begin, end - begin);
+        } else {
+            fnv_bytes(h, f.data + slot * f.info->sample_bytes, f.info->sample_bytes);
+        }
+    }
+    return h;
+}
+
 namespace {
 
 class CallableReader final : public StreamReader {

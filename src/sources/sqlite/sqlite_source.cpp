@@ -1,198 +1,298 @@
-// SQLite query as a stream: read-only connections, one prepared cursor per reader, rows as
-// items (see mpistage/sqlite_source.hpp).
+// SQLite query as a stream: one read-only connection per rank inside a read transaction that
+// every rank agreed on (one snapshot), the query as written (read-only, checked before it runs),
+// rows as items with every value checked against its column's type (see
+// mpistage/sqlite_source.hpp).
 #include "mpistage/sqlite_source.hpp"
 
 #include <sqlite3.h>
 
+#include <algorithm>
+#include <cctype>
+#include <cmath>
 #include <cstring>
+#include <thread>
 
 #include "comm/agree.hpp"
 #include "mpistage/hash.hpp"
+#include "sources/sqlite/sqlite_detail.hpp"
+#include "sources/sqlite/sqlite_reader.hpp"
 #include "util/input_file.hpp"
 
 namespace mpistage {
 
+using detail::sqlite::affinity_type;
+using detail::sqlite::db_error;
+using detail::sqlite::SqliteReader;
+using detail::sqlite::type_name;
+using detail::sqlite::upper;
+
 namespace {
 
-struct DbCloser {
-    void operator()(sqlite3* db) const noexcept { sqlite3_close_v2(db); }
-};
-struct StmtFinalizer {
-    void operator()(sqlite3_stmt* s) const noexcept { sqlite3_finalize(s); }
-};
-using Db = std::unique_ptr<sqlite3, DbCloser>;
-using Stmt = std::unique_ptr<sqlite3_stmt, StmtFinalizer>;
-
-std::string db_error(sqlite3* db, const std::string& path, const std::string& what) {
-    return "sqlite: " + what + " of '" + path +
-           "' failed: " + (db ? sqlite3_errmsg(db) : "out of memory");
-}
-
-Db open_db(const std::string& path) {
-    sqlite3* raw = nullptr;
-    const int rc =
-        sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, nullptr);
-    Db db(raw);
-    if (rc != SQLITE_OK) throw IoError(db_error(raw, path, "open"));
-    return db;
-}
-
-Stmt prepare(sqlite3* db, const std::string& sql, const std::string& path) {
-    sqlite3_stmt* raw = nullptr;
-    if (sqlite3_prepare_v2(db, sql.c_str(), static_cast<int>(sql.size()), &raw, nullptr) !=
-        SQLITE_OK) {
-        throw ConfigError(db_error(db, path, "query '" + sql + "'"));
-    }
-    if (!raw) throw ConfigError("sqlite: the query of '" + path + "' is empty");
-    return Stmt(raw);
-}
-
-/// Field type of column `c` from its declared type, else from the first row's value.
-DType column_type(sqlite3_stmt* stmt, int c, bool& ragged, bool have_row) {
-    ragged = false;
-    if (const char* decl = sqlite3_column_decltype(stmt, c)) {
-        std::string t(decl);
-        for (auto& ch : t) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
-        if (t.find("INT") != std::string::npos) return DType::int64;
-        if (t.find("REAL") != std::string::npos || t.find("FLOA") != std::string::npos ||
-            t.find("DOUB") != std::string::npos) {
-            return DType::float64;
-        }
-    } else if (have_row) {
-        const int v = sqlite3_column_type(stmt, c);
-        if (v == SQLITE_INTEGER) return DType::int64;
-        if (v == SQLITE_FLOAT) return DType::float64;
-    }
-    ragged = true;
-    return DType::uint8;
-}
-
-class SqliteReader final : public StreamReader {
-public:
-    SqliteReader(const SqliteOptions& o, const std::vector<FieldInfo>& fields, int key_column)
-        : o_(o),
-          fields_(fields),
-          key_column_(key_column),
-          db_(open_db(o.path)),
-          stmt_(prepare(db_.get(), o.query, o.path)) {}
-
-    bool next(StreamSample& out) override {
-        if (!step()) return false;
-        out.fields.resize(fields_.size());
-        for (std::size_t f = 0; f < fields_.size(); ++f) read_column(static_cast<int>(f), out);
-        out.key = key_column_ < 0 ? 0 : key_of(key_column_);
-        ++row_;
-        return true;
-    }
-    std::uint64_t skip(std::uint64_t count) override {
-        std::uint64_t n = 0;
-        while (n < count && step()) {
-            ++n;
-            ++row_;
-        }
-        return n;
-    }
-
-private:
-    bool step() {
-        const int rc = sqlite3_step(stmt_.get());
-        if (rc == SQLITE_ROW) return true;
-        if (rc == SQLITE_DONE) return false;
-        throw IoError(db_error(db_.get(), o_.path, "reading row " + std::to_string(row_)));
-    }
-    void read_column(int c, StreamSample& out) const {
-        auto& bytes = out.fields[static_cast<std::size_t>(c)];
-        const FieldInfo& info = fields_[static_cast<std::size_t>(c)];
-        const int type = sqlite3_column_type(stmt_.get(), c);
-        if (info.ragged) {
-            const void* p = type == SQLITE_BLOB ? sqlite3_column_blob(stmt_.get(), c)
-                                                : sqlite3_column_text(stmt_.get(), c);
-            const auto n = static_cast<std::size_t>(sqlite3_column_bytes(stmt_.get(), c));
-            bytes.resize(p ? n : 0);
-            if (p && n) std::memcpy(bytes.data(), p, n);
-            return;
-        }
-        if (type == SQLITE_NULL || type == SQLITE_TEXT || type == SQLITE_BLOB) {
-            throw FormatError("sqlite: '" + o_.path + "' row " + std::to_string(row_) +
-                              " column '" + info.name + "' is not a number");
-        }
-        bytes.resize(8);
-        if (info.dtype == DType::int64) {
-            const std::int64_t v = sqlite3_column_int64(stmt_.get(), c);
-            std::memcpy(bytes.data(), &v, 8);
-        } else {
-            const double v = sqlite3_column_double(stmt_.get(), c);
-            std::memcpy(bytes.data(), &v, 8);
-        }
-    }
-    std::uint64_t key_of(int c) const {
-        if (sqlite3_column_type(stmt_.get(), c) == SQLITE_INTEGER) {
-            return static_cast<std::uint64_t>(sqlite3_column_int64(stmt_.get(), c));
-        }
-        const auto* p = static_cast<const char*>(sqlite3_column_blob(stmt_.get(), c));
-        const auto n = static_cast<std::size_t>(sqlite3_column_bytes(stmt_.get(), c));
-        return fnv1a64(p ? std::string(p, n) : std::string());
-    }
-
-    const SqliteOptions& o_;
-    const std::vector<FieldInfo>& fields_;
-    int key_column_;
-    Db db_;
-    Stmt stmt_;
-    std::uint64_t row_ = 0;
-};
+constexpr int kSnapshotTries = 40;
 
 }  // namespace
+
+void SqliteOptions::validate() const {
+    if (path.empty()) throw ConfigError("sqlite: no database path given");
+    if (query.empty()) throw ConfigError("sqlite: no query given");
+    if (busy_timeout.count() < 0 || busy_timeout.count() > 86400000) {
+        throw ConfigError("sqlite: busy_timeout must be 0 to 86400000 ms, not " +
+                          std::to_string(busy_timeout.count()));
+    }
+    if (!std::isfinite(fill_value)) throw ConfigError("sqlite: the fill value must be finite");
+    if (!range_column.empty() && (range_streams == 0 || range_streams > (1u << 20))) {
+        throw ConfigError("sqlite: range_streams must be 1 to 2^20, not " +
+                          std::to_string(range_streams));
+    }
+    for (std::size_t i = 0; i < columns.size(); ++i) {
+        if (columns[i].name.empty()) throw ConfigError("sqlite: a typed column has no name");
+        for (std::size_t j = 0; j < i; ++j) {
+            if (columns[j].name == columns[i].name) {
+                throw ConfigError("sqlite: column '" + columns[i].name + "' is typed twice");
+            }
+        }
+    }
+}
+
+std::string SqliteOptions::describe() const {
+    std::string t = "key '" + key_column + "' range '" + range_column + "' x" +
+                    std::to_string(range_streams) + " nulls " +
+                    (nulls == SqliteNulls::error  ? "error"
+                     : nulls == SqliteNulls::mask ? "mask"
+                                                  : "fill:" + std::to_string(fill_value)) +
+                    " columns";
+    for (const auto& c : columns) {
+        t += " " + c.name + ":" + type_name(c.type) + (c.convert ? ":convert" : "");
+    }
+    return t;
+}
 
 SqliteSource::SqliteSource(const Communicator& comm, SqliteOptions options)
     : options_(std::move(options)) {
     run_agreed(comm, [&] {
+        options_.validate();
         size_bytes_ = detail::probe_input_file(options_.path, "sqlite").size_bytes;
-        Db db = open_db(options_.path);
-        Stmt stmt = prepare(db.get(), options_.query, options_.path);
-        const int rc = sqlite3_step(stmt.get());
-        if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
-            throw IoError(db_error(db.get(), options_.path, "query '" + options_.query + "'"));
+    });
+    // Rank 0 opens first: a WAL left by a writer that died is recovered by the first
+    // connection, and the others then wait at most the busy timeout on it, not fail.
+    for (int turn = 0; turn < 2; ++turn) {
+        run_agreed(comm, [&] {
+            if ((comm.rank() == 0) == (turn == 0)) {
+                conn_ = std::make_unique<Connection>(options_.path, options_.busy_timeout);
+                conn_->begin_snapshot();
+                conn_->end();
+            }
+        });
+    }
+    agree_snapshot(comm);
+    run_agreed(comm, [&] {
+        Stmt stmt = conn_->prepare_query(options_.query);
+        unstable_ = conn_->auth.unstable;
+        if (unstable_.empty() && conn_->auth.date_functions &&
+            upper(options_.query).find("'NOW'") != std::string::npos) {
+            unstable_ = "the query calls a date/time function of 'now'";
         }
-        const int n = sqlite3_column_count(stmt.get());
-        if (n == 0) throw ConfigError("sqlite: the query returns no columns: " + options_.query);
-        for (int c = 0; c < n; ++c) {
-            FieldInfo f;
-            f.name = sqlite3_column_name(stmt.get(), c);
-            f.dtype = column_type(stmt.get(), c, f.ragged, rc == SQLITE_ROW);
-            f.sample_bytes = f.ragged ? 0 : 8;
-            if (f.name == options_.key_column) key_column_ = c;
-            fields_.push_back(std::move(f));
-        }
+        type_columns(stmt.get());
         if (!options_.key_column.empty() && key_column_ < 0) {
             throw ConfigError("sqlite: key column '" + options_.key_column +
                               "' is not a column of the query");
         }
+        statement_ = conn_->statement;
+        if (!options_.range_column.empty()) plan_ranges();
     });
     std::string text;
     for (const auto& f : fields_) text += f.name + ":" + dtype_name(f.dtype) + ";";
-    require_same(comm, {{"columns of the query", text}, {"fingerprint", fingerprint()}},
-                 "sqlite: ranks see different data", "every rank must open the same database");
+    require_same(
+        comm,
+        {{"columns of the query", text}, {"fingerprint", fingerprint()}, {"order", unstable_}},
+        "sqlite: ranks see different data", "every rank must open the same database");
+}
+
+void SqliteSource::agree_snapshot(const Communicator& comm) {
+    // One snapshot: every rank's read transaction reads the same version of the database.
+    // Rank 0 starts first (holding WAL writers back; under a rollback journal its shared lock
+    // keeps writers from committing), then the others; then the versions are compared.
+    bool agreed = false;
+    for (int attempt = 0; attempt < kSnapshotTries && !agreed; ++attempt) {
+        std::string identity;
+        for (int turn = 0; turn < 2; ++turn) {
+            run_agreed(comm, [&] {
+                if ((comm.rank() == 0) != (turn == 0)) return;
+                if (comm.rank() == 0) conn_->hold_writers(options_.busy_timeout);
+                identity = conn_->begin_snapshot();
+            });
+        }
+        const std::uint64_t h =
+            identity.empty() ? static_cast<std::uint64_t>(comm.rank()) + 1 : fnv1a64(identity);
+        const std::vector<std::uint64_t> all = comm.allgather(h);
+        conn_->release_writers();
+        agreed = std::all_of(all.begin(), all.end(), [&](std::uint64_t x) { return x == all[0]; });
+        if (!agreed) std::this_thread::sleep_for(std::chrono::milliseconds(1 + 2 * attempt));
+    }
+    run_agreed(comm, [&] {
+        if (!agreed) {
+            throw IoError("sqlite: '" + options_.path + "' changed while the ranks opened it, " +
+                          std::to_string(kSnapshotTries) +
+                          " times (a writer committed between the ranks' read transactions); "
+                          "the ranks could not agree on one snapshot");
+        }
+    });
+}
+
+void SqliteSource::type_columns(sqlite3_stmt* stmt) {
+    const int n = sqlite3_column_count(stmt);
+    for (const auto& typed : options_.columns) {
+        bool found = false;
+        for (int c = 0; c < n; ++c) found = found || typed.name == sqlite3_column_name(stmt, c);
+        if (!found) {
+            throw ConfigError("sqlite: typed column '" + typed.name +
+                              "' is not a column of the query");
+        }
+    }
+    for (int c = 0; c < n; ++c) {
+        Column col;
+        col.name = sqlite3_column_name(stmt, c);
+        const char* decl = sqlite3_column_decltype(stmt, c);
+        col.declared = decl ? decl : "";
+        col.type = affinity_type(decl);
+        for (const auto& typed : options_.columns) {
+            if (typed.name != col.name) continue;
+            if (typed.type != SqliteType::automatic) col.type = typed.type;
+            col.convert = typed.convert;
+        }
+        if (col.type == SqliteType::int64 && options_.nulls == SqliteNulls::fill &&
+            (std::trunc(options_.fill_value) != options_.fill_value ||
+             std::fabs(options_.fill_value) >= 9.2e18)) {
+            throw ConfigError("sqlite: the NULL fill value " + std::to_string(options_.fill_value) +
+                              " of int64 column '" + col.name + "' is not an integer");
+        }
+        FieldInfo f;
+        f.name = col.name;
+        f.ragged = col.type == SqliteType::text || col.type == SqliteType::blob;
+        f.dtype = col.type == SqliteType::int64     ? DType::int64
+                  : col.type == SqliteType::float64 ? DType::float64
+                                                    : DType::uint8;
+        f.sample_bytes = f.ragged ? 0 : 8;
+        if (f.name == options_.key_column) key_column_ = c;
+        col.field = fields_.size();
+        fields_.push_back(std::move(f));
+        if (options_.nulls == SqliteNulls::mask) {
+            FieldInfo v;
+            v.name = col.name + ".valid";
+            v.dtype = DType::uint8;
+            v.sample_bytes = 1;
+            col.valid_field = fields_.size();
+            fields_.push_back(std::move(v));
+        }
+        columns_.push_back(std::move(col));
+    }
 }
 
 SqliteSource::~SqliteSource() = default;
 
-std::unique_ptr<StreamReader> SqliteSource::open(std::size_t) const {
-    return std::make_unique<SqliteReader>(options_, fields_, key_column_);
+namespace {
+
+std::string quoted_name(const std::string& name) {
+    std::string q = "\"";
+    for (char ch : name) q += ch == '"' ? std::string("\"\"") : std::string(1, ch);
+    return q + "\"";
+}
+
+}  // namespace
+
+std::string SqliteSource::range_sql(std::size_t s) const {
+    const std::string c = quoted_name(options_.range_column);
+    // The newlines end a trailing `--` comment of the statement.
+    std::string sql = "SELECT * FROM (\n" + statement_ + "\n) WHERE ";
+    if (s == bounds_.size()) return sql + c + " IS NULL";
+    // Half-open ranges between integer bounds cover every number (a REAL between two bounds
+    // too); text and blobs sort after numbers, into the last range (and fail its typing).
+    const bool lower = s > 0;
+    const bool upper = s + 1 < bounds_.size();
+    if (!lower && !upper) return sql + c + " IS NOT NULL";
+    if (lower) sql += c + " >= ?1";
+    if (lower && upper) sql += " AND ";
+    if (upper) sql += c + " < ?2";
+    return sql;
+}
+
+void SqliteSource::plan_ranges() {
+    int c = -1;
+    for (std::size_t k = 0; k < columns_.size(); ++k) {
+        if (columns_[k].name == options_.range_column) c = static_cast<int>(k);
+    }
+    if (c < 0 || columns_[static_cast<std::size_t>(c)].type != SqliteType::int64) {
+        throw ConfigError("sqlite: range column '" + options_.range_column +
+                          (c < 0 ? "' is not a column of the query"
+                                 : "' is not an int64 column (declared INTEGER or typed int64)"));
+    }
+    const std::string q = quoted_name(options_.range_column);
+    Stmt minmax =
+        conn_->prepare_query("SELECT min(" + q + "), max(" + q + ") FROM (\n" + statement_ + "\n)");
+    if (sqlite3_step(minmax.get()) != SQLITE_ROW) {
+        throw IoError(db_error(conn_->db.get(), options_.path, "the key range of the query"));
+    }
+    if (sqlite3_column_type(minmax.get(), 0) == SQLITE_NULL) {
+        bounds_ = {0};  // no key (no rows, or only NULL keys): one range of no rows
+        return;
+    }
+    if (sqlite3_column_type(minmax.get(), 0) != SQLITE_INTEGER ||
+        sqlite3_column_type(minmax.get(), 1) != SQLITE_INTEGER) {
+        throw ConfigError("sqlite: range column '" + options_.range_column +
+                          "' holds values that are not integers (its least or greatest value "
+                          "is REAL, TEXT or BLOB)");
+    }
+    const std::int64_t lo = sqlite3_column_int64(minmax.get(), 0);
+    const std::int64_t hi = sqlite3_column_int64(minmax.get(), 1);
+    const long double span = static_cast<long double>(hi) - static_cast<long double>(lo) + 1;
+    const auto k = static_cast<std::uint64_t>(
+        std::min<long double>(static_cast<long double>(options_.range_streams), span));
+    for (std::uint64_t i = 0; i < k; ++i) {
+        bounds_.push_back(
+            lo + static_cast<std::int64_t>(
+                     std::floor(span * static_cast<long double>(i) / static_cast<long double>(k))));
+    }
+}
+
+std::unique_ptr<StreamReader> SqliteSource::open(std::size_t s) const {
+    if (options_.range_column.empty()) {
+        return std::make_unique<SqliteReader>(options_, columns_, fields_.size(), key_column_,
+                                              conn_->db.get(), conn_->prepare_query(options_.query),
+                                              "");
+    }
+    Stmt stmt = conn_->prepare_query(range_sql(s));
+    std::string where = " of the rows with " + options_.range_column + " IS NULL";
+    if (s < bounds_.size()) {
+        if (s > 0) sqlite3_bind_int64(stmt.get(), 1, bounds_[s]);
+        if (s + 1 < bounds_.size()) sqlite3_bind_int64(stmt.get(), 2, bounds_[s + 1]);
+        where = " of the rows with " + options_.range_column +
+                (s > 0 ? " >= " + std::to_string(bounds_[s]) : std::string()) +
+                (s > 0 && s + 1 < bounds_.size() ? " and" : "") +
+                (s + 1 < bounds_.size() ? " < " + std::to_string(bounds_[s + 1]) : std::string());
+    }
+    return std::make_unique<SqliteReader>(options_, columns_, fields_.size(), key_column_,
+                                          conn_->db.get(), std::move(stmt), where);
+}
+
+std::size_t SqliteSource::num_streams() const {
+    return options_.range_column.empty() ? 1 : bounds_.size() + 1;
 }
 
 std::string SqliteSource::fingerprint() const {
     return "sqlite " + options_.path + " (" + std::to_string(size_bytes_) + " bytes) query '" +
-           options_.query + "' key '" + options_.key_column + "'";
+           options_.query + "' " + options_.describe();
 }
 
 std::uint64_t SqliteSource::count_rows() const {
-    Db db = open_db(options_.path);
-    Stmt stmt = prepare(db.get(), "SELECT COUNT(*) FROM (" + options_.query + ")", options_.path);
-    if (sqlite3_step(stmt.get()) != SQLITE_ROW) {
-        throw IoError(db_error(db.get(), options_.path, "counting the rows"));
+    Stmt stmt = conn_->prepare_query(options_.query);
+    std::uint64_t n = 0;
+    for (;;) {
+        const int rc = sqlite3_step(stmt.get());
+        if (rc == SQLITE_DONE) return n;
+        if (rc != SQLITE_ROW)
+            throw IoError(db_error(conn_->db.get(), options_.path, "counting the rows"));
+        ++n;
     }
-    return static_cast<std::uint64_t>(sqlite3_column_int64(stmt.get(), 0));
 }
 
 }  // namespace mpistage

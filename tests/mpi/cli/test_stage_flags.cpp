@@ -516,6 +516,25 @@ const std::map<std::string, Spec>& spec() {
               return Args{"--on-dry", "mask"};
           },
           [](const Context& c) { return c.r["options"]["remainder"] == "mask"; }}},
+        {"--column",
+         {[](const std::string&, const std::string&) {
+              return Args{"--column", "id:text"};
+          },
+          [](const Context& c) {
+              // The INTEGER column delivered as its text (ragged uint8) instead of int64.
+              for (const auto& f : c.r["fields"]) {
+                  if (f["name"] == "id") return f["dtype"] == "uint8" && f["ragged"] == true;
+              }
+              return false;
+          }}},
+        {"--nulls",
+         {[](const std::string&, const std::string&) {
+              return Args{"--nulls", "mask"};
+          },
+          [](const Context& c) {
+              return field_names(c.r) ==
+                     std::vector<std::string>{"id", "id.valid", "payload", "payload.valid"};
+          }}},
         {"--ids-out",
          {[](const std::string&, const std::string& w) {
               return Args{"--ids-out", w + ".ids"};
