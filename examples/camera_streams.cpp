@@ -99,10 +99,11 @@ struct Args {
 /// Collective: parses the command line with CLI11 on every rank; rank 0 prints --help or a
 /// parse error. Returns -1 to go on, else the exit code (the same on every rank: the worst).
 int parse(int argc, char** argv, const Communicator& comm, Args& a) {
-    CLI::App app{"Synthetic cameras staged by mpistage's StreamLoader (source sharding): prints "
-                 "per camera the ranks that saw its frames and in which order, and checks exactly "
-                 "once, equal steps and per-camera frame order.",
-                 "example_camera_streams"};
+    CLI::App app{
+        "Synthetic cameras staged by mpistage's StreamLoader (source sharding): prints "
+        "per camera the ranks that saw its frames and in which order, and checks exactly "
+        "once, equal steps and per-camera frame order.",
+        "example_camera_streams"};
     app.add_option("cameras", a.cameras, "number of cameras (camera 0 records nothing)")
         ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 20))
         ->capture_default_str();
@@ -200,10 +201,11 @@ int run(int argc, char** argv) {
                 expected.push_back(stream_item_id(c, f));
             frames += cams[c].frames();
         }
-        std::printf("camera_streams: %zu cameras, %llu frames, %d ranks, source sharding, %s, "
-                    "byte budget %llu\n",
-                    n, static_cast<unsigned long long>(frames), comm.size(), a.remainder.c_str(),
-                    static_cast<unsigned long long>(a.budget_bytes));
+        std::printf(
+            "camera_streams: %zu cameras, %llu frames, %d ranks, source sharding, %s, "
+            "byte budget %llu\n",
+            n, static_cast<unsigned long long>(frames), comm.size(), a.remainder.c_str(),
+            static_cast<unsigned long long>(a.budget_bytes));
         std::printf("camera  fps  seconds  frames  rank: frames in the order it saw them\n");
         bool in_order = true;
         for (std::size_t c = 0; c < n; ++c) {

@@ -31,8 +31,7 @@ constexpr std::uint64_t kOpenDescriptorMargin = 1;
 /// soft limit. `what` names what is about to be opened ("'a.tfrecord' and 3 other files").
 /// @throws IoError "<context>: too few file descriptors to open <what>: ..." naming the
 ///         descriptors open, the soft and hard limits (getrlimit RLIMIT_NOFILE) and `ulimit -n`.
-void require_descriptors(std::uint64_t needed, const std::string& what,
-                         const std::string& context);
+void require_descriptors(std::uint64_t needed, const std::string& what, const std::string& context);
 
 /// Local: "" or, when this process is within kOpenDescriptorMargin of its descriptor limit,
 /// " (N of the M file descriptors allowed are open: RLIMIT_NOFILE, raise it with ulimit -n)",

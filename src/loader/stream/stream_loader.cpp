@@ -27,8 +27,8 @@ std::vector<NamedValue> option_values(const StreamOptions& o) {
     std::istringstream words(o.describe());
     for (std::string w; words >> w;) {
         const auto eq = w.find('=');
-        out.push_back({"StreamOptions::" + w.substr(0, eq),
-                       eq == std::string::npos ? "" : w.substr(eq + 1)});
+        out.push_back(
+            {"StreamOptions::" + w.substr(0, eq), eq == std::string::npos ? "" : w.substr(eq + 1)});
     }
     return out;
 }
@@ -88,11 +88,10 @@ void StreamLoader::Impl::check_agreement(const StreamState* resume) {
         }
     });
     std::vector<NamedValue> same = option_values(options);
-    same.insert(same.end(),
-                {{"fields", fields_text(source.fields())},
-                  {"number of streams", std::to_string(source.num_streams())},
-                  {"source fingerprint", source.fingerprint()},
-                  {"resumed state", resume ? resume->to_json() : "(none)"}});
+    same.insert(same.end(), {{"fields", fields_text(source.fields())},
+                             {"number of streams", std::to_string(source.num_streams())},
+                             {"source fingerprint", source.fingerprint()},
+                             {"resumed state", resume ? resume->to_json() : "(none)"}});
     require_same(comm, same, "stream loader: ranks disagree",
                  "every rank must build the same source and options");
 }

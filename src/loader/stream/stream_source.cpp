@@ -120,8 +120,7 @@ std::string StreamOptions::describe() const {
        << " hash_reading=" << (hash_reading == HashReading::chunks ? "chunks" : "sources")
        << " remainder=" << (remainder == StreamRemainder::rebalance ? "rebalance" : "mask")
        << " batch_size=" << batch_size << " batch_bytes=" << batch_bytes
-       << " batch_tokens=" << batch_tokens << " token_field=" << token_field
-       << " length_buckets=";
+       << " batch_tokens=" << batch_tokens << " token_field=" << token_field << " length_buckets=";
     for (auto b : length_buckets) os << b << ',';
     os << " timeout=" << timeout.count() << "s";
     return os.str();

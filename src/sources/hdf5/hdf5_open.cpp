@@ -53,8 +53,8 @@ void Hdf5Source::Impl::open(const Communicator& c) {
             // HDF5 could not open the file to look: out of descriptors is not "not HDF5".
             const std::string note = detail::descriptor_note();
             if (!note.empty()) {
-                throw IoError("hdf5: " + path + ": cannot open it to check its signature" +
-                              note + ": " + stack);
+                throw IoError("hdf5: " + path + ": cannot open it to check its signature" + note +
+                              ": " + stack);
             }
         }
         if (is_h5 <= 0) {
@@ -74,9 +74,9 @@ void Hdf5Source::Impl::open(const Communicator& c) {
                 "hdf5: H5Pset_fapl_mpio");
         const detail::BlockingWatch watch(*comm, "H5Fopen(" + path + ")");
         const hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get());
-        file = detail::H5File(h5check(
-            id, "hdf5: " + path + ": H5Fopen (MPI-IO)" +
-                    (id < 0 ? detail::descriptor_note() : std::string())));
+        file =
+            detail::H5File(h5check(id, "hdf5: " + path + ": H5Fopen (MPI-IO)" +
+                                           (id < 0 ? detail::descriptor_note() : std::string())));
     });
     // 4. Fields: same file, same answers on every rank, but agree anyway.
     run_agreed(c, [&] { open_fields(); });

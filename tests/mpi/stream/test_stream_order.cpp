@@ -15,7 +15,8 @@ bool each_stream_ascends(const std::vector<std::int64_t>& ids, std::string& firs
     std::map<std::uint64_t, std::int64_t> last;
     for (std::int64_t id : ids) {
         const std::uint64_t s = static_cast<std::uint64_t>(id) >> 40;
-        const auto p = static_cast<std::int64_t>(static_cast<std::uint64_t>(id) & ((1ull << 40) - 1));
+        const auto p =
+            static_cast<std::int64_t>(static_cast<std::uint64_t>(id) & ((1ull << 40) - 1));
         const auto it = last.find(s);
         if (it != last.end() && p <= it->second) {
             first_bad = "stream " + std::to_string(s) + ": position " + std::to_string(p) +
@@ -46,9 +47,9 @@ TEST(StreamOrder, RebalanceKeepsEachStreamsOrderUnderSourceSharding) {
                 o.timeout = std::chrono::seconds(60);
                 StreamLoader loader(comm, source, o);
                 const Seen seen = consume(loader);
-                const std::string what = "B=" + std::to_string(b) + " budget=" +
-                                         std::to_string(budget) + " streams=" +
-                                         std::to_string(lengths.size());
+                const std::string what = "B=" + std::to_string(b) +
+                                         " budget=" + std::to_string(budget) +
+                                         " streams=" + std::to_string(lengths.size());
                 expect_exactly_once(seen, expected_ids(lengths), what);
                 std::string bad;
                 const bool ascends = each_stream_ascends(seen.ids, bad);
