@@ -162,6 +162,9 @@ Loader::Loader(const Communicator& comm, const Source& source, LoaderOptions opt
     d.comm.set_context({"loader: construction", -1, -1, "", -1});
     run_agreed(d.comm, [&] {
         d.options.validate();
+        // Armed before the first collective (this agreement), so a rank that never arrives
+        // is reported within the caller's timeout; agreed across ranks just below.
+        d.comm.set_timeout(d.options.timeout);
         d.num_samples = source.num_samples();
         if (d.num_samples == 0) {
             throw ConfigError("loader: the source has no samples: nothing to shard");
