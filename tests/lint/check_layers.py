@@ -64,6 +64,7 @@ PUBLIC = {
     "convert": "sources",
     "plan": "plan",
     "state": "loader",
+    "batch": "loader",
     "loader": "loader",
     "stop": "loader",
     "stream": "loader",

@@ -8,12 +8,11 @@
 #include <hdf5.h>
 #include <mpi.h>
 
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "h5t_mpi.hpp"
+#include "peak_rss.hpp"
 #include "mpistage/comm.hpp"
 #include "mpistage/hdf5_source.hpp"
 #include "mpistage/loader.hpp"
@@ -25,27 +24,8 @@ namespace {
 constexpr hsize_t kRows = 100000000;             // 10^8 rows of one uint8
 constexpr std::uint64_t kBound = 48ull << 20;    // ring + allocator + MPI + HDF5 chunk cache
 
-/// A field of /proc/self/status in bytes ("VmRSS", "VmHWM"), 0 when absent.
-std::uint64_t status_bytes(const std::string& key) {
-    std::ifstream in("/proc/self/status");
-    std::string line;
-    while (std::getline(in, line)) {
-        if (line.rfind(key + ":", 0) != 0) continue;
-        std::istringstream s(line.substr(key.size() + 1));
-        std::uint64_t kib = 0;
-        s >> kib;
-        return kib * 1024;
-    }
-    return 0;
-}
-
-/// Resets VmHWM to the current RSS (Linux: "5" > /proc/self/clear_refs). False if unsupported.
-bool reset_peak() {
-    std::ofstream out("/proc/self/clear_refs");
-    out << "5";
-    out.flush();
-    return static_cast<bool>(out);
-}
+using mpistage::testing::reset_peak;
+using mpistage::testing::status_bytes;
 
 /// Rank 0 (serial HDF5): dataset "x" of kRows uint8, chunks of 2^20 rows, none written.
 bool write_virtual(const std::string& path) {

@@ -6,11 +6,11 @@
 #include <mpi.h>
 
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "h5t_mpi.hpp"
+#include "peak_rss.hpp"
 #include "mpistage/comm.hpp"
 #include "mpistage/loader.hpp"
 #include "mpistage/raw_source.hpp"
@@ -23,27 +23,8 @@ constexpr std::uint64_t kRecordBytes = 4096;
 constexpr std::uint64_t kRecordsPerRank = 8192;        // 32 MiB per rank
 constexpr std::uint64_t kConstantBytes = 24ull << 20;  // allocator, MPI windows, thread stacks
 
-/// A field of /proc/self/status in bytes ("VmRSS", "VmHWM"), 0 when absent.
-std::uint64_t status_bytes(const std::string& key) {
-    std::ifstream in("/proc/self/status");
-    std::string line;
-    while (std::getline(in, line)) {
-        if (line.rfind(key + ":", 0) != 0) continue;
-        std::istringstream s(line.substr(key.size() + 1));
-        std::uint64_t kib = 0;
-        s >> kib;
-        return kib * 1024;
-    }
-    return 0;
-}
-
-/// Resets VmHWM to the current RSS (Linux: "5" > /proc/self/clear_refs). False if unsupported.
-bool reset_peak() {
-    std::ofstream out("/proc/self/clear_refs");
-    out << "5";
-    out.flush();
-    return static_cast<bool>(out);
-}
+using mpistage::testing::reset_peak;
+using mpistage::testing::status_bytes;
 
 struct Peak {
     std::uint64_t growth = 0;  // VmHWM after the run - VmRSS before it
