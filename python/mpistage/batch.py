@@ -1,0 +1,69 @@
+"""The batch type every mpistage loader yields in Python."""
+
+_torch = None
+
+
+def _torch_module():
+    global _torch
+    if _torch is None:
+        import torch
+        _torch = torch
+    return _torch
+
+
+class Batch:
+    """One batch of one rank, its fields viewing the loader's ring slot without a copy.
+
+    Attributes:
+        epoch, step: ints; ``step`` is equal on every rank for the same batch.
+        index: int64 tensor [B], the global sample id of each slot (-1 for padding).
+        valid: bool tensor [B], True where the slot holds a sample counted in this epoch.
+        num_valid: int, number of True in ``valid``.
+        fields: dict name -> tensor. Fixed fields: [B, *sample_shape] of the field's dtype
+            (e.g. images uint8 [B, 28, 28], labels uint8 [B]). Ragged fields: the
+            concatenated values, 1-D; ``offsets[name]`` gives int64 [B + 1] byte offsets.
+        offsets: dict name -> int64 tensor [B + 1] for ragged fields only.
+
+    Ownership: the tensors (``torch.Tensor`` built with ``torch.from_numpy``, or the numpy
+    arrays with ``tensors="numpy"``) share one owner of the batch's ring slot; the slot
+    returns to the loader when the last of them is gone, so they stay valid after the loader
+    moved on. A rank holding ``prefetch`` batches alive leaves the loader no slot to fill (an
+    error on every rank, naming it): copy what must outlive many steps. Writing into the
+    tensors changes only this batch. Thread safety: read-only use from any thread.
+    """
+
+    __slots__ = ("epoch", "step", "num_valid", "index", "valid", "fields", "offsets")
+
+    def __init__(self, epoch, step, num_valid, index, valid, fields, offsets):
+        self.epoch = epoch
+        self.step = step
+        self.num_valid = num_valid
+        self.index = index
+        self.valid = valid
+        self.fields = fields
+        self.offsets = offsets
+
+    def __getitem__(self, name):
+        return self.fields[name]
+
+    def __len__(self):
+        return len(self.index)
+
+    def __repr__(self):
+        shapes = ", ".join(f"{k}={tuple(v.shape)}" for k, v in self.fields.items())
+        return (f"Batch(epoch={self.epoch}, step={self.step}, size={len(self)}, "
+                f"num_valid={self.num_valid}, {shapes})")
+
+
+def make_batch(raw, names, tensors):
+    """A Batch from the extension's tuple (see bindings.hpp, batch_to_python)."""
+    epoch, step, num_valid, index, valid, arrays, offsets = raw
+    if tensors == "torch":
+        convert = _torch_module().from_numpy
+        index = convert(index)
+        valid = convert(valid)
+        arrays = [convert(a) for a in arrays]
+        offsets = [None if o is None else convert(o) for o in offsets]
+    fields = dict(zip(names, arrays))
+    offs = {n: o for n, o in zip(names, offsets) if o is not None}
+    return Batch(epoch, step, num_valid, index, valid, fields, offs)

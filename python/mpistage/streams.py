@@ -1,0 +1,175 @@
+"""Streams from Python with the guarantees of the C++ streams (include/mpistage/stream.hpp).
+
+A user's Python iterables (a Kafka consumer, a database cursor, a camera, a generator) become
+the sub-streams of a ``StreamSource``; the C++ ``StreamLoader`` shards them (chunk / hash /
+source), batches them by count or bytes, and agrees collectively at every step whether any
+rank still holds items, so uneven streams end together on every rank instead of deadlocking,
+and every item is yielded by exactly one rank.
+"""
+import json
+
+import numpy as np
+
+from . import _lifetime
+from . import _mpistage as _core
+from .batch import make_batch
+from .loader import _handle
+
+_KEY_MASK = (1 << 64) - 1
+
+
+class Field:
+    """One field of every item: ``name``, numpy ``dtype`` name, fixed ``shape`` of one item
+    (``()`` for a scalar), or ``ragged=True`` for variable-length 1-D values (bytes, text,
+    token lists; ``shape`` ignored)."""
+
+    def __init__(self, name, dtype="uint8", shape=(), ragged=False):
+        self.name = name
+        self.dtype = np.dtype(dtype).name if dtype != "bool" else "bool"
+        self.shape = tuple(int(d) for d in shape)
+        self.ragged = bool(ragged)
+
+    def _spec(self):
+        dtype = "boolean" if self.dtype == "bool" else self.dtype
+        return (self.name, dtype, list(self.shape), self.ragged)
+
+
+def _as_buffer(value, field):
+    if isinstance(value, (bytes, bytearray, memoryview)) and field.dtype == "uint8":
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if hasattr(value, "detach") and hasattr(value, "numpy"):  # torch.Tensor
+        value = value.detach().cpu().numpy()
+    return np.ascontiguousarray(value, dtype=field.dtype)
+
+
+def _items(iterable, fields, key):
+    """(key, [buffers]) per item of ``iterable``; items are dicts by field name, tuples/lists
+    in field order, or (one field) the value itself."""
+    single = len(fields) == 1
+    for item in iterable:
+        if isinstance(item, dict):
+            values = [item[f.name] for f in fields]
+        elif single and not isinstance(item, (tuple, list)):
+            values = [item]
+        else:
+            values = item
+        buffers = [_as_buffer(v, f) for v, f in zip(values, fields)]
+        if len(values) != len(fields):
+            buffers = list(values)  # the C++ side names the count mismatch
+        yield (None if key is None else int(key(item)) & _KEY_MASK, buffers)
+
+
+class StreamSource:
+    """Sub-streams of items with the same fields (see ``stream_source``)."""
+
+    def __init__(self, core, fields):
+        self._core = core
+        self.fields = list(fields)
+        _lifetime.track_source(self)
+
+    @property
+    def num_streams(self):
+        return self._core.num_streams
+
+    def _release(self):
+        self._core = None
+
+
+def stream_source(fields, make, num_streams=1, *, fingerprint, weights=None, key=None):
+    """Local: a StreamSource of ``num_streams`` sub-streams; ``make(s)`` returns the iterable of
+    stream ``s`` (called on the rank(s) that read it, each time a pass opens it).
+
+    Args:
+        fields: list of ``Field``.
+        fingerprint: text identifying the data, equal on every rank (ranks compare it; a
+            resumed state must carry the same).
+        weights: relative cost per stream (``sharding="source"`` balances ranks by it).
+        key: ``key(item) -> int`` routing items under ``sharding="hash"``; default the
+            content hash of the item.
+    Errors raised by ``make`` or the iterables become an ``mpistage.Error`` naming stream and
+    item, raised on every rank at the same step.
+    """
+    fields = list(fields)
+    core = _core.python_stream_source([f._spec() for f in fields], num_streams,
+                                      lambda s: _items(make(s), fields, key), fingerprint,
+                                      list(weights or []))
+    return StreamSource(core, fields)
+
+
+def per_rank_stream(iterable, fields, *, fingerprint, comm=None, key=None):
+    """Collective-free helper: this rank's own iterable (a camera, a consumer) as stream
+    ``rank`` of a source with one stream per rank. Use it with ``sharding="source"``: stream
+    r is read by rank r (equal weights), and the loader's agreement ends all ranks together
+    when the last stream runs dry (``remainder="rebalance"`` keeps batches full meanwhile)."""
+    from mpi4py import MPI
+    c = MPI.COMM_WORLD if comm is None else comm
+    rank = c.Get_rank()
+
+    def make(s):
+        if s != rank:
+            raise RuntimeError(f"stream {s} belongs to rank {s}; use sharding='source'")
+        return iterable
+
+    return stream_source(fields, make, c.Get_size(), fingerprint=fingerprint, key=key)
+
+
+def open_sqlite(path, query, *, key_column="", range_column="", range_streams=64, nulls="error",
+                fill_value=0.0, comm=None):
+    """Collective: a SQLite query as a StreamSource (mpistage::SqliteSource): rows are items,
+    columns fields (INTEGER -> int64, REAL -> float64, TEXT/BLOB -> ragged uint8)."""
+    core = _core.sqlite_source(_handle(comm), str(path), query, key_column, range_column,
+                               range_streams, nulls, fill_value)
+    return StreamSource(core, [Field(f["name"], "bool" if f["dtype"] == "boolean" else f["dtype"],
+                                     f["shape"], f["ragged"]) for f in core.fields])
+
+
+class StreamLoader:
+    """Stages a StreamSource across the ranks of ``comm`` (mpistage::StreamLoader).
+
+    Options (equal on every rank, checked): sharding ("chunk" | "hash" | "source"),
+    chunk_size, hash_reading ("chunks" | "sources"), remainder ("rebalance" | "mask"),
+    batch_size, batch_bytes, batch_tokens, token_field, length_buckets, timeout (seconds).
+    ``state``: a dict from ``state()`` (any world size) to continue where it stopped.
+    Every ``next`` is collective; batches are ``Batch``es (ids ``(stream << 40) | position``).
+    """
+
+    def __init__(self, source, *, comm=None, state=None, tensors="torch", **options):
+        self._source = source
+        self._names = [f.name for f in source.fields]
+        self._tensors = tensors
+        self._core = _core.StreamLoader(_handle(comm), source._core,
+                                        _core.StreamOptions(**options),
+                                        None if state is None else json.dumps(state))
+        _lifetime.track_loader(self)
+
+    def epoch(self, epoch):
+        """Collective: the batches of pass ``epoch`` (a new number reopens every stream)."""
+        self._core.epoch(epoch)
+        return self
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return make_batch(self._core.next(), self._names, self._tensors)
+
+    def state(self):
+        """Collective: where the loader stands, as a dict identical on every rank."""
+        return json.loads(self._core.state_json())
+
+    @property
+    def stats(self):
+        return self._core.stats
+
+    @property
+    def steps(self):
+        return self._core.steps
+
+    @property
+    def last_oversize(self):
+        return self._core.last_oversize
+
+    def _release(self):
+        self._core = None

@@ -1,0 +1,42 @@
+#pragma once
+/// @file
+/// Shared pieces of the `mpistage._mpistage` extension (pybind11): the communicator hand-off from
+/// mpi4py, the batch hand-off to numpy (zero copy), and the binders of each part of the API.
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <string>
+
+#include "mpistage/mpistage.hpp"
+
+namespace mpistage::python {
+
+namespace py = pybind11;
+
+/// A Communicator over the MPI communicator whose Fortran handle is `fortran_handle`
+/// (`mpi4py.MPI.Comm.py2f()`), duplicated (collective over it). @throws MpiError when MPI is not
+/// initialised (import mpi4py.MPI first).
+Communicator communicator(std::int64_t fortran_handle);
+
+/// The numpy dtype of an mpistage element type.
+py::dtype numpy_dtype(DType dtype);
+
+/// The batch as a tuple `(epoch, step, num_valid, index, valid, fields, offsets)`: `index` int64
+/// [B], `valid` bool [B], `fields` one numpy array per field (fixed: [B, *sample_shape] of the
+/// field's dtype; ragged: the concatenated values, 1-D), `offsets` per field None or int64 [B+1]
+/// byte offsets. Every array views the batch's own memory (no copy); all share one capsule
+/// that owns the batch, so its ring slot returns to the loader when the last array is gone.
+py::tuple batch_to_python(HostBatch&& batch);
+
+/// A field list as Python data: one dict per field (name, dtype, shape, sample_bytes, ragged).
+py::list fields_to_python(const std::vector<FieldInfo>& fields);
+
+void bind_errors(py::module_& m);
+void bind_options(py::module_& m);
+void bind_loader(py::module_& m);
+void bind_streams(py::module_& m);
+
+}  // namespace mpistage::python

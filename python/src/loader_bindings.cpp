@@ -1,0 +1,139 @@
+// Sources of samples by id (HDF5, IDX, TFRecord/Example) and the Loader with its epochs. Every
+// call that can wait (collectives, reads) releases the GIL.
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bindings.hpp"
+
+namespace mpistage::python {
+
+namespace {
+
+SourceFormat parse_format(const std::string& s) {
+    if (s == "auto") return SourceFormat::automatic;
+    if (s == "hdf5") return SourceFormat::hdf5;
+    if (s == "idx") return SourceFormat::idx;
+    if (s == "tfrecord") return SourceFormat::tfrecord;
+    throw ConfigError("source format '" + s + "' is not one of auto, hdf5, idx, tfrecord");
+}
+
+std::unique_ptr<Source> open(std::int64_t comm, const std::vector<std::string>& paths,
+                             const std::string& format, const std::vector<std::string>& fields,
+                             const std::vector<std::string>& index_paths,
+                             const std::string& on_corrupt,
+                             const std::vector<std::string>& features) {
+    OpenOptions o;
+    o.format = parse_format(format);
+    o.fields = fields;
+    o.index_paths = index_paths;
+    o.on_corrupt = parse_on_corrupt(on_corrupt);
+    for (const std::string& f : features) o.features.push_back(parse_feature_spec(f));
+    py::gil_scoped_release unlocked;
+    return open_source(communicator(comm), paths, o);
+}
+
+py::dict stats_to_python(const LoaderStats& s) {
+    py::dict d;
+    d["batches"] = s.batches;
+    d["valid_samples"] = s.valid_samples;
+    d["padding_slots"] = s.padding_slots;
+    d["oversize_batches"] = s.oversize_batches;
+    d["bytes_read"] = s.bytes_read;
+    d["wait_s"] = s.wait_time.count();
+    d["wait_io_s"] = s.wait_io_time.count();
+    d["wait_peers_s"] = s.wait_peers_time.count();
+    d["epoch_s"] = s.epoch_time.count();
+    d["records_in_cut"] = s.records_in_cut;
+    d["records_moved"] = s.records_moved;
+    d["pinned"] = s.pinned;
+    d["device"] = s.device.name();
+    d["tier"] = s.tier;
+    d["tier_note"] = s.tier_note;
+    d["staged_bytes"] = s.staged_bytes;
+    d["stage_s"] = s.stage_time.count();
+    return d;
+}
+
+py::dict totals_to_python(const EpochTotals& t) {
+    py::dict d;
+    d["steps"] = t.steps;
+    d["valid_samples"] = t.valid_samples;
+    d["padding_slots"] = t.padding_slots;
+    d["dropped_samples"] = t.dropped_samples;
+    return d;
+}
+
+std::unique_ptr<Loader> make_loader(std::int64_t comm, const Source& source,
+                                    const LoaderOptions& options) {
+    py::gil_scoped_release unlocked;
+    return std::make_unique<Loader>(communicator(comm), source, options);
+}
+
+std::unique_ptr<Loader> restore_loader(std::int64_t comm, const Source& source,
+                                       const LoaderOptions& options, const std::string& state) {
+    const LoaderState parsed = LoaderState::from_json(state, "python state");
+    py::gil_scoped_release unlocked;
+    return std::make_unique<Loader>(Loader::restore(communicator(comm), source, options, parsed));
+}
+
+py::object next_batch(EpochRange& range) {
+    HostBatch batch;
+    bool more = false;
+    {
+        py::gil_scoped_release unlocked;
+        more = range.next(batch);
+    }
+    if (!more) throw py::stop_iteration();
+    return batch_to_python(std::move(batch));
+}
+
+}  // namespace
+
+void bind_loader(py::module_& m) {
+    py::class_<Source, std::unique_ptr<Source>>(m, "Source")
+        .def_property_readonly("fields",
+                               [](const Source& s) { return fields_to_python(s.fields()); })
+        .def_property_readonly("num_samples", &Source::num_samples)
+        .def_property_readonly("fingerprint", &Source::fingerprint);
+    m.def("open_source", &open, py::arg("comm"), py::arg("paths"), py::arg("format"),
+          py::arg("fields"), py::arg("index_paths"), py::arg("on_corrupt"),
+          py::arg("features"), "Collective: opens files as a Source (mpistage::open_source).");
+
+    py::class_<EpochRange, std::unique_ptr<EpochRange>>(m, "EpochRange")
+        .def_property_readonly("steps", &EpochRange::steps)
+        .def_property_readonly("stopped", &EpochRange::stopped)
+        .def("request_stop", &EpochRange::request_stop)
+        .def_property_readonly("totals",
+                               [](const EpochRange& r) { return totals_to_python(r.totals()); })
+        .def("next", &next_batch, "Collective: the next batch tuple; StopIteration at the end.");
+
+    py::class_<Loader, std::unique_ptr<Loader>>(m, "Loader")
+        .def(py::init(&make_loader), py::arg("comm"), py::arg("source"), py::arg("options"),
+             py::keep_alive<1, 3>())
+        .def_static("restore", &restore_loader, py::arg("comm"), py::arg("source"),
+                    py::arg("options"), py::arg("state_json"), py::keep_alive<0, 2>())
+        .def(
+            "epoch",
+            [](Loader& l, std::uint64_t e, std::uint64_t max_steps) {
+                EpochOptions o;
+                o.max_steps = max_steps;
+                py::gil_scoped_release unlocked;
+                return std::make_unique<EpochRange>(l.epoch(e, o));
+            },
+            py::arg("epoch"), py::arg("max_steps") = 0, py::keep_alive<0, 1>())
+        .def("state_json", [](const Loader& l) { return l.state().to_json(); })
+        .def("close",
+             [](Loader& l) {
+                 py::gil_scoped_release unlocked;
+                 l.close();
+             })
+        .def_property_readonly("num_samples", &Loader::num_samples)
+        .def_property_readonly("totals", [](const Loader& l) { return totals_to_python(l.totals()); })
+        .def_property_readonly("stats", [](const Loader& l) { return stats_to_python(l.stats()); })
+        .def_property_readonly("rank", [](const Loader& l) { return l.comm().rank(); })
+        .def_property_readonly("world_size", [](const Loader& l) { return l.comm().size(); });
+}
+
+}  // namespace mpistage::python

@@ -1,0 +1,117 @@
+// The `mpistage._mpistage` extension module: errors, the communicator hand-off and the batch
+// hand-off shared by the loader and stream bindings. The Python package `mpistage` wraps it.
+#include <mpi.h>
+
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "bindings.hpp"
+
+namespace mpistage::python {
+
+Communicator communicator(std::int64_t fortran_handle) {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) {
+        throw MpiError("python: MPI is not initialised; import mpi4py.MPI before using mpistage");
+    }
+    const MPI_Comm comm = MPI_Comm_f2c(static_cast<MPI_Fint>(fortran_handle));
+    if (comm == MPI_COMM_NULL) throw ConfigError("python: the communicator is MPI_COMM_NULL");
+    return Communicator(comm);
+}
+
+py::dtype numpy_dtype(DType dtype) {
+    switch (dtype) {
+        case DType::uint8: return py::dtype::of<std::uint8_t>();
+        case DType::int8: return py::dtype::of<std::int8_t>();
+        case DType::uint16: return py::dtype::of<std::uint16_t>();
+        case DType::int16: return py::dtype::of<std::int16_t>();
+        case DType::uint32: return py::dtype::of<std::uint32_t>();
+        case DType::int32: return py::dtype::of<std::int32_t>();
+        case DType::uint64: return py::dtype::of<std::uint64_t>();
+        case DType::int64: return py::dtype::of<std::int64_t>();
+        case DType::float32: return py::dtype::of<float>();
+        case DType::float64: return py::dtype::of<double>();
+        case DType::boolean: return py::dtype("bool");
+    }
+    throw ConfigError("python: unknown dtype");
+}
+
+namespace {
+
+// One field of `batch` as a numpy array over the batch's memory, kept alive by `owner`.
+py::array field_array(const HostBatch& batch, const HostField& f, const py::capsule& owner) {
+    const py::dtype dt = numpy_dtype(f.info->dtype);
+    const auto elem = static_cast<py::ssize_t>(dtype_size(f.info->dtype));
+    if (f.info->ragged) {
+        const py::ssize_t count = static_cast<py::ssize_t>(f.size_bytes) / elem;
+        return py::array(dt, {count}, {elem}, f.data, owner);
+    }
+    std::vector<py::ssize_t> shape{static_cast<py::ssize_t>(batch.size())};
+    for (std::int64_t d : f.info->sample_shape) shape.push_back(static_cast<py::ssize_t>(d));
+    std::vector<py::ssize_t> strides(shape.size(), elem);
+    for (std::size_t i = shape.size() - 1; i > 0; --i) strides[i - 1] = strides[i] * shape[i];
+    return py::array(dt, shape, strides, f.data, owner);
+}
+
+}  // namespace
+
+py::tuple batch_to_python(HostBatch&& batch) {
+    auto* owned = new HostBatch(std::move(batch));
+    py::capsule owner(owned, [](void* p) { delete static_cast<HostBatch*>(p); });
+    const auto size = static_cast<py::ssize_t>(owned->size());
+    py::array index(py::dtype::of<std::int64_t>(), {size}, {py::ssize_t{8}}, owned->index(),
+                    owner);
+    py::array valid(py::dtype("bool"), {size}, {py::ssize_t{1}}, owned->valid(), owner);
+    py::list fields;
+    py::list offsets;
+    for (const HostField& f : owned->fields()) {
+        fields.append(field_array(*owned, f, owner));
+        if (f.info->ragged) {
+            offsets.append(py::array(py::dtype::of<std::int64_t>(), {size + 1},
+                                     {py::ssize_t{8}}, f.offsets, owner));
+        } else {
+            offsets.append(py::none());
+        }
+    }
+    return py::make_tuple(owned->epoch(), owned->step(), owned->num_valid(), index, valid,
+                          fields, offsets);
+}
+
+py::list fields_to_python(const std::vector<FieldInfo>& fields) {
+    py::list out;
+    for (const FieldInfo& f : fields) {
+        py::dict d;
+        d["name"] = f.name;
+        d["dtype"] = dtype_name(f.dtype);
+        d["shape"] = py::tuple(py::cast(f.sample_shape));
+        d["sample_bytes"] = f.sample_bytes;
+        d["ragged"] = f.ragged;
+        out.append(d);
+    }
+    return out;
+}
+
+void bind_errors(py::module_& m) {
+    // Translators are tried newest first, so the subclasses are registered after the base.
+    auto& base = py::register_exception<Error>(m, "Error", PyExc_RuntimeError);
+    py::register_exception<ConfigError>(m, "ConfigError", base.ptr());
+    py::register_exception<IoError>(m, "IoError", base.ptr());
+    py::register_exception<FormatError>(m, "FormatError", base.ptr());
+    py::register_exception<MpiError>(m, "MpiError", base.ptr());
+    py::register_exception<Hdf5Error>(m, "Hdf5Error", base.ptr());
+    py::register_exception<CudaError>(m, "CudaError", base.ptr());
+}
+
+}  // namespace mpistage::python
+
+PYBIND11_MODULE(_mpistage, m) {
+    namespace mp = mpistage::python;
+    m.doc() = "mpistage C++ core: sources, Loader, StreamLoader (use the `mpistage` package)";
+    m.attr("version") = MPISTAGE_VERSION;
+    mp::bind_errors(m);
+    mp::bind_options(m);
+    mp::bind_loader(m);
+    mp::bind_streams(m);
+}
