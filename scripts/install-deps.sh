@@ -12,6 +12,7 @@ packages=(
     libgtest-dev libgmock-dev libbenchmark-dev
     dataset-fashion-mnist
     python3-torch python3-h5py-mpi python3-mpi4py python3-numpy
+    python3-dev python3-pybind11 python3-pytest
 )
 
 missing=()

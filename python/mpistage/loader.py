@@ -18,7 +18,7 @@ def _paths(paths):
         else [str(p) for p in paths]
 
 
-class Source:
+class Source(_lifetime.Tracked):
     """Files opened as one dataset of samples addressed by id (HDF5, IDX, TFRecord/Example).
 
     ``fields``: list of dicts (name, dtype, shape, sample_bytes, ragged); ``num_samples``: N.
@@ -27,7 +27,7 @@ class Source:
 
     def __init__(self, core):
         self._core = core
-        _lifetime.track_source(self)
+        self._track()
 
     @property
     def fields(self):
@@ -37,8 +37,6 @@ class Source:
     def num_samples(self):
         return self._core.num_samples
 
-    def _release(self):
-        self._core = None
 
 
 def open_source(paths, *, format="auto", fields=(), index=(), on_corrupt="error", features=(),
@@ -61,7 +59,7 @@ def open_source(paths, *, format="auto", fields=(), index=(), on_corrupt="error"
     return Source(core)
 
 
-class Epoch:
+class Epoch(_lifetime.Tracked):
     """The batches of one epoch (``Loader.epoch``): an iterator of ``Batch``.
 
     Every ``next`` is collective (all ranks iterate the epoch to the same step; ``len`` is the
@@ -73,6 +71,7 @@ class Epoch:
     def __init__(self, loader, core):
         self._loader = loader
         self._core = core
+        self._track()
 
     def __iter__(self):
         return self
@@ -104,7 +103,7 @@ class Epoch:
         self._core.request_stop()
 
 
-class Loader:
+class Loader(_lifetime.Tracked):
     """Stages the samples of a Source across the ranks of ``comm`` (mpistage::Loader).
 
     Construction is collective (options, N and the files are compared across ranks; ranks that
@@ -145,7 +144,7 @@ class Loader:
         device = self._core.stats["device"]
         if tensors == "torch" and device.startswith("cuda"):
             self._device = device
-        _lifetime.track_loader(self)
+        self._track()
 
     @classmethod
     def restore(cls, source, state, **kwargs):
@@ -163,8 +162,23 @@ class Loader:
         return json.loads(self._core.state_json())
 
     def close(self):
-        """Collective: checks every rank left its last epoch at the same step."""
-        self._core.close()
+        """Collective: checks every rank left its last epoch at the same step (ConfigError
+        otherwise, on every rank), then releases the C++ loader (its communicator, ring and
+        memory tier). Python's cyclic garbage collector runs at different times on different
+        ranks, so a loader caught in a reference cycle is released only here or at exit."""
+        core = self.__dict__.get("_core")
+        if core is not None:
+            core.close()
+            self._release()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if exc[0] is None:
+            self.close()
+        else:
+            self._release()
 
     @property
     def stats(self):
@@ -191,7 +205,5 @@ class Loader:
     def field_names(self):
         return list(self._names)
 
-    def _release(self):
-        self._core = None
 
 

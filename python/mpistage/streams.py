@@ -61,20 +61,18 @@ def _items(iterable, fields, key):
         yield (None if key is None else int(key(item)) & _KEY_MASK, buffers)
 
 
-class StreamSource:
+class StreamSource(_lifetime.Tracked):
     """Sub-streams of items with the same fields (see ``stream_source``)."""
 
     def __init__(self, core, fields):
         self._core = core
         self.fields = list(fields)
-        _lifetime.track_source(self)
+        self._track()
 
     @property
     def num_streams(self):
         return self._core.num_streams
 
-    def _release(self):
-        self._core = None
 
 
 def stream_source(fields, make, num_streams=1, *, fingerprint, weights=None, key=None):
@@ -125,7 +123,7 @@ def open_sqlite(path, query, *, key_column="", range_column="", range_streams=64
                                      f["shape"], f["ragged"]) for f in core.fields])
 
 
-class StreamLoader:
+class StreamLoader(_lifetime.Tracked):
     """Stages a StreamSource across the ranks of ``comm`` (mpistage::StreamLoader).
 
     Options (equal on every rank, checked): sharding ("chunk" | "hash" | "source"),
@@ -142,7 +140,7 @@ class StreamLoader:
         self._core = _core.StreamLoader(_handle(comm), source._core,
                                         _core.StreamOptions(**options),
                                         None if state is None else json.dumps(state))
-        _lifetime.track_loader(self)
+        self._track()
 
     def epoch(self, epoch):
         """Collective: the batches of pass ``epoch`` (a new number reopens every stream)."""
@@ -171,5 +169,3 @@ class StreamLoader:
     def last_oversize(self):
         return self._core.last_oversize
 
-    def _release(self):
-        self._core = None

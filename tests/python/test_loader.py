@@ -1,0 +1,142 @@
+"""The Loader from Python at 1-4 ranks: exactly once, equal steps, errors on every rank, resume
+at another world size, zero-copy tensors that outlive the loader's step, plain-data state."""
+import json
+
+import numpy as np
+import pytest
+import torch
+from conftest import COMM, TIMEOUT, gather_ids, same_on_every_rank
+
+import mpistage
+
+N = 103
+
+
+def load(source, **kw):
+    kw.setdefault("timeout", TIMEOUT)
+    kw.setdefault("device", "cpu")
+    return mpistage.Loader(source, **kw)
+
+
+@pytest.mark.parametrize("sharding,shuffle", [("byte_range", "none"), ("byte_range", "local"),
+                                              ("global", "global")])
+@pytest.mark.parametrize("remainder", ["mask", "pad", "drop"])
+def test_exactly_once_and_equal_steps(small_h5, sharding, shuffle, remainder):
+    source = mpistage.open_source(small_h5, fields=["x", "y"])
+    assert source.num_samples == N
+    loader = load(source, batch_size=5, sharding=sharding, shuffle=shuffle, seed=7,
+                  remainder=remainder)
+    for epoch in range(2):
+        ids, steps = [], 0
+        batches = loader.epoch(epoch)
+        for batch in batches:
+            steps += 1
+            assert batch.step == steps - 1 and batch.epoch == epoch
+            assert isinstance(batch["x"], torch.Tensor) and batch["x"].dtype == torch.float32
+            assert batch["x"].shape == (5, 3) and batch["y"].dtype == torch.int64
+            v = batch.valid
+            assert v.dtype == torch.bool and int(v.sum()) == batch.num_valid
+            # the content is the sample the index names (known answer of the writer)
+            assert torch.equal(batch["y"][v], batch.index[v])
+            expect = batch.index[v][:, None].float() * 10 + torch.arange(3).float()
+            assert torch.equal(batch["x"][v], expect)
+            if remainder == "mask":
+                assert torch.all(batch.index[~v] == -1)
+            ids.extend(batch.index[v].tolist())
+        assert steps == len(batches) and same_on_every_rank(steps)
+        everyone = np.sort(gather_ids(ids))
+        if remainder == "drop":
+            assert len(np.unique(everyone)) == len(everyone) and len(everyone) <= N
+            assert N - len(everyone) < 5 * COMM.size
+        else:
+            uniq = np.unique(everyone)
+            assert np.array_equal(uniq, np.arange(N))
+            if remainder == "mask":
+                assert len(everyone) == N
+    assert loader.stats["batches"] == 2 * steps
+
+
+def test_errors_are_raised_on_every_rank(small_h5, workdir):
+    messages = []
+    with pytest.raises(mpistage.Error) as missing:
+        mpistage.open_source(workdir + "/does-not-exist.h5")
+    messages.append(str(missing.value))
+    assert "does-not-exist.h5" in str(missing.value)
+    source = mpistage.open_source(small_h5)
+    with pytest.raises(mpistage.ConfigError) as bad:
+        load(source, batch_size=0)
+    assert "batch_size" in str(bad.value)
+    with pytest.raises(mpistage.ConfigError) as unknown:
+        load(source, batch_sise=4)
+    assert "batch_sise" in str(unknown.value)
+    if COMM.size > 1:
+        # options that differ between ranks: the same ConfigError everywhere, never a hang
+        with pytest.raises(mpistage.ConfigError) as differ:
+            load(source, batch_size=4, seed=COMM.rank)
+        messages.append(str(differ.value))
+    assert same_on_every_rank(messages)
+    assert issubclass(mpistage.ConfigError, mpistage.Error)
+    assert issubclass(mpistage.Error, RuntimeError)
+
+
+def test_resume_at_another_world_size(small_h5):
+    """Consume 3 steps at W ranks, save the state as JSON text, restore it on a communicator of
+    W - 1 ranks (W at 1 rank): consumed + rest is every sample exactly once."""
+    source = mpistage.open_source(small_h5)
+    opts = dict(batch_size=4, sharding="global", shuffle="global", seed=11, remainder="mask")
+    loader = load(source, **opts)
+    consumed = []
+    epoch = loader.epoch(0, max_steps=3)
+    for batch in epoch:
+        consumed.extend(batch.index[batch.valid].tolist())
+    state = json.loads(json.dumps(loader.state()))  # plain data, survives JSON
+    assert state["steps_consumed"] == 3 and state["world_size"] == COMM.size
+    del epoch, loader
+    smaller = COMM.Split(0 if COMM.rank < max(COMM.size - 1, 1) else 1, COMM.rank)
+    rest = []
+    if COMM.rank < max(COMM.size - 1, 1):
+        sub_source = mpistage.open_source(small_h5, comm=smaller)
+        resumed = mpistage.Loader.restore(sub_source, state, comm=smaller, timeout=TIMEOUT,
+                                          device="cpu", **opts)
+        for batch in resumed.epoch(0):
+            rest.extend(batch.index[batch.valid].tolist())
+        del resumed
+    smaller.Free()
+    everyone = np.sort(np.concatenate([gather_ids(consumed), gather_ids(rest)]))
+    assert np.array_equal(everyone, np.arange(N))
+
+
+def test_tensors_outlive_the_step_and_the_loader(small_h5):
+    source = mpistage.open_source(small_h5)
+    loader = load(source, batch_size=4, prefetch=3)
+    kept = None
+    for batch in loader.epoch(0):
+        if kept is None:
+            kept = (batch["x"], batch["x"].clone(), batch.index.clone())
+    del batch, loader
+    x, copy, index = kept
+    assert torch.equal(x, copy)  # its slot was not refilled while the tensor lived
+    valid = index >= 0
+    assert torch.equal(x[valid][:, 0], index[valid].float() * 10)
+
+
+def test_numpy_batches_and_stats(small_h5):
+    source = mpistage.open_source(small_h5)
+    loader = load(source, batch_size=8, tensors="numpy", stage="memory")
+    n = 0
+    for batch in loader.epoch(0):
+        assert isinstance(batch["y"], np.ndarray)
+        n += batch.num_valid
+    stats = loader.stats
+    assert stats["tier"] == "memory" and stats["valid_samples"] == n
+    assert COMM.allreduce(n) <= N and loader.totals["valid_samples"] == COMM.allreduce(n)
+
+
+def test_budget_batches(small_h5):
+    source = mpistage.open_source(small_h5)
+    loader = load(source, batch_bytes=7 * 20, remainder="mask")  # 20 bytes a sample
+    ids = []
+    for batch in loader.epoch(0):
+        assert len(batch) <= 7
+        ids.extend(batch.index[batch.valid].tolist())
+    assert np.array_equal(np.sort(gather_ids(ids)), np.arange(N))
