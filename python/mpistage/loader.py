@@ -5,7 +5,7 @@ from mpi4py import MPI
 
 from . import _lifetime
 from . import _mpistage as _core
-from .batch import make_batch
+from .batch import _torch_module, make_batch
 
 
 def _handle(comm):
@@ -140,6 +140,8 @@ class Loader(_lifetime.Tracked):
         else:
             self._core = _core.Loader.restore(_handle(comm), source._core, core_options,
                                               json.dumps(state))
+        if tensors == "torch":
+            _torch_module()  # imported here, not inside the first epoch
         self._device = None
         device = self._core.stats["device"]
         if tensors == "torch" and device.startswith("cuda"):

@@ -98,8 +98,8 @@ void bind_loader(py::module_& m) {
         .def_property_readonly("num_samples", &Source::num_samples)
         .def_property_readonly("fingerprint", &Source::fingerprint);
     m.def("open_source", &open, py::arg("comm"), py::arg("paths"), py::arg("format"),
-          py::arg("fields"), py::arg("index_paths"), py::arg("on_corrupt"),
-          py::arg("features"), "Collective: opens files as a Source (mpistage::open_source).");
+          py::arg("fields"), py::arg("index_paths"), py::arg("on_corrupt"), py::arg("features"),
+          "Collective: opens files as a Source (mpistage::open_source).");
 
     py::class_<EpochRange, std::unique_ptr<EpochRange>>(m, "EpochRange")
         .def_property_readonly("steps", &EpochRange::steps)
@@ -130,7 +130,8 @@ void bind_loader(py::module_& m) {
                  l.close();
              })
         .def_property_readonly("num_samples", &Loader::num_samples)
-        .def_property_readonly("totals", [](const Loader& l) { return totals_to_python(l.totals()); })
+        .def_property_readonly("totals",
+                               [](const Loader& l) { return totals_to_python(l.totals()); })
         .def_property_readonly("stats", [](const Loader& l) { return stats_to_python(l.stats()); })
         .def_property_readonly("rank", [](const Loader& l) { return l.comm().rank(); })
         .def_property_readonly("world_size", [](const Loader& l) { return l.comm().size(); });

@@ -23,17 +23,28 @@ Communicator communicator(std::int64_t fortran_handle) {
 
 py::dtype numpy_dtype(DType dtype) {
     switch (dtype) {
-        case DType::uint8: return py::dtype::of<std::uint8_t>();
-        case DType::int8: return py::dtype::of<std::int8_t>();
-        case DType::uint16: return py::dtype::of<std::uint16_t>();
-        case DType::int16: return py::dtype::of<std::int16_t>();
-        case DType::uint32: return py::dtype::of<std::uint32_t>();
-        case DType::int32: return py::dtype::of<std::int32_t>();
-        case DType::uint64: return py::dtype::of<std::uint64_t>();
-        case DType::int64: return py::dtype::of<std::int64_t>();
-        case DType::float32: return py::dtype::of<float>();
-        case DType::float64: return py::dtype::of<double>();
-        case DType::boolean: return py::dtype("bool");
+        case DType::uint8:
+            return py::dtype::of<std::uint8_t>();
+        case DType::int8:
+            return py::dtype::of<std::int8_t>();
+        case DType::uint16:
+            return py::dtype::of<std::uint16_t>();
+        case DType::int16:
+            return py::dtype::of<std::int16_t>();
+        case DType::uint32:
+            return py::dtype::of<std::uint32_t>();
+        case DType::int32:
+            return py::dtype::of<std::int32_t>();
+        case DType::uint64:
+            return py::dtype::of<std::uint64_t>();
+        case DType::int64:
+            return py::dtype::of<std::int64_t>();
+        case DType::float32:
+            return py::dtype::of<float>();
+        case DType::float64:
+            return py::dtype::of<double>();
+        case DType::boolean:
+            return py::dtype("bool");
     }
     throw ConfigError("python: unknown dtype");
 }
@@ -61,22 +72,21 @@ py::tuple batch_to_python(HostBatch&& batch) {
     auto* owned = new HostBatch(std::move(batch));
     py::capsule owner(owned, [](void* p) { delete static_cast<HostBatch*>(p); });
     const auto size = static_cast<py::ssize_t>(owned->size());
-    py::array index(py::dtype::of<std::int64_t>(), {size}, {py::ssize_t{8}}, owned->index(),
-                    owner);
+    py::array index(py::dtype::of<std::int64_t>(), {size}, {py::ssize_t{8}}, owned->index(), owner);
     py::array valid(py::dtype("bool"), {size}, {py::ssize_t{1}}, owned->valid(), owner);
     py::list fields;
     py::list offsets;
     for (const HostField& f : owned->fields()) {
         fields.append(field_array(*owned, f, owner));
         if (f.info->ragged) {
-            offsets.append(py::array(py::dtype::of<std::int64_t>(), {size + 1},
-                                     {py::ssize_t{8}}, f.offsets, owner));
+            offsets.append(py::array(py::dtype::of<std::int64_t>(), {size + 1}, {py::ssize_t{8}},
+                                     f.offsets, owner));
         } else {
             offsets.append(py::none());
         }
     }
-    return py::make_tuple(owned->epoch(), owned->step(), owned->num_valid(), index, valid,
-                          fields, offsets);
+    return py::make_tuple(owned->epoch(), owned->step(), owned->num_valid(), index, valid, fields,
+                          offsets);
 }
 
 py::list fields_to_python(const std::vector<FieldInfo>& fields) {

@@ -32,8 +32,7 @@ const Setters<LoaderOptions>& loader_setters() {
         {"seed", [](O& o, V v) { o.plan.seed = count(v); }},
         {"sharding", [](O& o, V v) { o.plan.sharding = parse_sharding(v.cast<std::string>()); }},
         {"shuffle", [](O& o, V v) { o.plan.shuffle = parse_shuffle(v.cast<std::string>()); }},
-        {"remainder",
-         [](O& o, V v) { o.plan.remainder = parse_remainder(v.cast<std::string>()); }},
+        {"remainder", [](O& o, V v) { o.plan.remainder = parse_remainder(v.cast<std::string>()); }},
         {"balance_steps", [](O& o, V v) { o.plan.balance_steps = v.cast<bool>(); }},
         {"batch_bytes", [](O& o, V v) { o.plan.budget.batch_bytes = count(v); }},
         {"batch_tokens", [](O& o, V v) { o.plan.budget.batch_tokens = count(v); }},
@@ -117,15 +116,13 @@ Options from_kwargs(const Setters<Options>& setters, const py::dict& kwargs, con
 
 void bind_options(py::module_& m) {
     py::class_<LoaderOptions>(m, "LoaderOptions")
-        .def(py::init([](const py::kwargs& kw) {
-                 return from_kwargs(loader_setters(), kw, "loader");
-             }),
+        .def(py::init(
+                 [](const py::kwargs& kw) { return from_kwargs(loader_setters(), kw, "loader"); }),
              "Local: LoaderOptions from keyword arguments named as the C++ fields "
              "(plan fields flattened: batch_size, seed, sharding, ...). @throws ConfigError.");
     py::class_<StreamOptions>(m, "StreamOptions")
-        .def(py::init([](const py::kwargs& kw) {
-                 return from_kwargs(stream_setters(), kw, "stream");
-             }),
+        .def(py::init(
+                 [](const py::kwargs& kw) { return from_kwargs(stream_setters(), kw, "stream"); }),
              "Local: StreamOptions from keyword arguments. @throws ConfigError.")
         .def("describe", &StreamOptions::describe);
 }

@@ -22,8 +22,8 @@ std::shared_ptr<py::object> hold(py::object o) {
 }
 
 // Copies one item `(key, values)` of stream `stream` into `out`; `key` None: the content hash.
-void fill_sample(const py::handle& item, const std::vector<FieldInfo>& fields,
-                 std::size_t stream, std::uint64_t position, StreamSample& out) {
+void fill_sample(const py::handle& item, const std::vector<FieldInfo>& fields, std::size_t stream,
+                 std::uint64_t position, StreamSample& out) {
     const std::string where =
         "stream " + std::to_string(stream) + " item " + std::to_string(position) + ": ";
     const auto pair = py::reinterpret_borrow<py::tuple>(item);
@@ -49,9 +49,9 @@ void fill_sample(const py::handle& item, const std::vector<FieldInfo>& fields,
 }
 
 // The generator of one stream: pulls `(key, values)` items from a Python iterator.
-CallableStreamSource::Generator generator(
-    std::shared_ptr<py::object> iterator, std::shared_ptr<const std::vector<FieldInfo>> fields,
-    std::size_t stream) {
+CallableStreamSource::Generator generator(std::shared_ptr<py::object> iterator,
+                                          std::shared_ptr<const std::vector<FieldInfo>> fields,
+                                          std::size_t stream) {
     auto position = std::make_shared<std::uint64_t>(0);
     return [iterator, fields, stream, position](StreamSample& out) {
         py::gil_scoped_acquire locked;
@@ -66,8 +66,8 @@ CallableStreamSource::Generator generator(
             ++*position;
             return true;
         } catch (py::error_already_set& e) {
-            throw Error("stream " + std::to_string(stream) + " item " +
-                        std::to_string(*position) + ": Python raised " + e.what());
+            throw Error("stream " + std::to_string(stream) + " item " + std::to_string(*position) +
+                        ": Python raised " + e.what());
         } catch (const py::cast_error& e) {
             throw FormatError("stream " + std::to_string(stream) + " item " +
                               std::to_string(*position) + ": " + e.what());
@@ -111,21 +111,24 @@ std::unique_ptr<StreamSource> python_stream_source(const py::list& field_specs,
 }
 
 std::unique_ptr<StreamSource> sqlite_source(std::int64_t comm, const std::string& path,
-                                            const std::string& query,
-                                            const std::string& key_column,
+                                            const std::string& query, const std::string& key_column,
                                             const std::string& range_column,
-                                            std::uint64_t range_streams,
-                                            const std::string& nulls, double fill_value) {
+                                            std::uint64_t range_streams, const std::string& nulls,
+                                            double fill_value) {
     SqliteOptions o;
     o.path = path;
     o.query = query;
     o.key_column = key_column;
     o.range_column = range_column;
     o.range_streams = range_streams;
-    if (nulls == "error") o.nulls = SqliteNulls::error;
-    else if (nulls == "mask") o.nulls = SqliteNulls::mask;
-    else if (nulls == "fill") o.nulls = SqliteNulls::fill;
-    else throw ConfigError("sqlite nulls '" + nulls + "' is not one of error, mask, fill");
+    if (nulls == "error")
+        o.nulls = SqliteNulls::error;
+    else if (nulls == "mask")
+        o.nulls = SqliteNulls::mask;
+    else if (nulls == "fill")
+        o.nulls = SqliteNulls::fill;
+    else
+        throw ConfigError("sqlite nulls '" + nulls + "' is not one of error, mask, fill");
     o.fill_value = fill_value;
     py::gil_scoped_release unlocked;
     return std::make_unique<SqliteSource>(communicator(comm), std::move(o));
@@ -151,7 +154,8 @@ std::unique_ptr<StreamLoader> make_stream_loader(std::int64_t comm, const Stream
                                                  const py::object& resume_json) {
     std::unique_ptr<StreamState> state;
     if (!resume_json.is_none()) {
-        state = std::make_unique<StreamState>(StreamState::from_json(resume_json.cast<std::string>()));
+        state =
+            std::make_unique<StreamState>(StreamState::from_json(resume_json.cast<std::string>()));
     }
     py::gil_scoped_release unlocked;
     return std::make_unique<StreamLoader>(communicator(comm), source, options, state.get());
@@ -165,15 +169,15 @@ void bind_streams(py::module_& m) {
                                [](const StreamSource& s) { return fields_to_python(s.fields()); })
         .def_property_readonly("num_streams", &StreamSource::num_streams)
         .def_property_readonly("fingerprint", &StreamSource::fingerprint);
-    m.def("python_stream_source", &python_stream_source, py::arg("fields"),
-          py::arg("num_streams"), py::arg("make"), py::arg("fingerprint"), py::arg("weights"));
+    m.def("python_stream_source", &python_stream_source, py::arg("fields"), py::arg("num_streams"),
+          py::arg("make"), py::arg("fingerprint"), py::arg("weights"));
     m.def("sqlite_source", &sqlite_source, py::arg("comm"), py::arg("path"), py::arg("query"),
           py::arg("key_column"), py::arg("range_column"), py::arg("range_streams"),
           py::arg("nulls"), py::arg("fill_value"));
 
     py::class_<StreamLoader, std::unique_ptr<StreamLoader>>(m, "StreamLoader")
-        .def(py::init(&make_stream_loader), py::arg("comm"), py::arg("source"),
-             py::arg("options"), py::arg("resume_json"), py::keep_alive<1, 3>())
+        .def(py::init(&make_stream_loader), py::arg("comm"), py::arg("source"), py::arg("options"),
+             py::arg("resume_json"), py::keep_alive<1, 3>())
         .def("epoch",
              [](StreamLoader& l, std::uint64_t e) {
                  py::gil_scoped_release unlocked;
@@ -197,7 +201,8 @@ void bind_streams(py::module_& m) {
              })
         .def_property_readonly("steps", &StreamLoader::steps)
         .def_property_readonly("last_oversize", &StreamLoader::last_oversize)
-        .def_property_readonly("stats", [](const StreamLoader& l) { return stream_stats(l.stats()); })
+        .def_property_readonly("stats",
+                               [](const StreamLoader& l) { return stream_stats(l.stats()); })
         .def_property_readonly("rank", [](const StreamLoader& l) { return l.comm().rank(); })
         .def_property_readonly("world_size", [](const StreamLoader& l) { return l.comm().size(); });
 }
