@@ -140,3 +140,31 @@ def test_budget_batches(small_h5):
         assert len(batch) <= 7
         ids.extend(batch.index[batch.valid].tolist())
     assert np.array_equal(np.sort(gather_ids(ids)), np.arange(N))
+
+
+def test_idx_files(workdir):
+    """Two IDX files (the Fashion-MNIST format), written here with numpy: one field each."""
+    import os
+    import struct
+    n = 37
+    images = (np.arange(n * 16) % 251).astype(np.uint8).reshape(n, 4, 4)
+    labels = (np.arange(n) % 10).astype(np.uint8)
+    paths = [os.path.join(workdir, "images.idx3"), os.path.join(workdir, "labels.idx1")]
+    if COMM.rank == 0:
+        with open(paths[0], "wb") as f:
+            f.write(struct.pack(">IIII", 0x803, n, 4, 4) + images.tobytes())
+        with open(paths[1], "wb") as f:
+            f.write(struct.pack(">II", 0x801, n) + labels.tobytes())
+    COMM.Barrier()
+    source = mpistage.open_source(paths, format="idx")
+    assert source.num_samples == n and len(source.fields) == 2
+    names = [f["name"] for f in source.fields]
+    loader = load(source, batch_size=4, remainder="mask")
+    ids = []
+    for batch in loader.epoch(0):
+        v = batch.valid
+        idx = batch.index[v].numpy()
+        assert np.array_equal(batch[names[0]][v].numpy(), images[idx])
+        assert np.array_equal(batch[names[1]][v].numpy(), labels[idx])
+        ids.extend(idx.tolist())
+    assert np.array_equal(np.sort(gather_ids(ids)), np.arange(n))
