@@ -36,6 +36,7 @@ class Mpistage(CMakePackage, CudaPackage):
     variant("shared", default=True, description="Build shared libraries")
     variant("examples", default=True, description="Build the examples (the trainer needs +torch)")
     variant("benchmarks", default=False, description="Build the benchmarks")
+    variant("python", default=False, description="Build the Python module mpistage (pybind11)")
 
     depends_on("cmake@3.19:", type="build")
     depends_on("pkgconfig", type="build")
@@ -55,6 +56,10 @@ class Mpistage(CMakePackage, CudaPackage):
     for _arch in CudaPackage.cuda_arch_values:
         depends_on(f"py-torch cuda_arch={_arch}", when=f"+torch+cuda cuda_arch={_arch}")
     depends_on("benchmark", when="+benchmarks", type="build")
+    depends_on("python@3.8:", when="+python")
+    depends_on("py-pybind11@2.6:", when="+python", type="build")
+    depends_on("py-numpy", when="+python", type="run")
+    depends_on("py-mpi4py", when="+python", type="run")
     # The test suite is built and run by `spack install --test=root` (Spack's `check`).
     depends_on("googletest", type="test")
 
@@ -70,6 +75,8 @@ class Mpistage(CMakePackage, CudaPackage):
             self.define_from_variant("BUILD_SHARED_LIBS", "shared"),
             self.define_from_variant("MPISTAGE_BUILD_EXAMPLES", "examples"),
             self.define_from_variant("MPISTAGE_BUILD_BENCHMARKS", "benchmarks"),
+            self.define_from_variant("MPISTAGE_WITH_PYTHON", "python"),
+            self.define_from_variant("MPISTAGE_REQUIRE_PYTHON", "python"),
             self.define("MPISTAGE_BUILD_TESTS", self.run_tests),
         ]
         if spec.satisfies("+cuda"):
