@@ -357,8 +357,13 @@ EpochRange Loader::epoch(std::uint64_t e, EpochOptions eo) {
         }
     });
     impl->limit = eo.max_steps > 0 ? std::min(eo.max_steps, impl->plan.steps) : impl->plan.steps;
-    d.progress = {true, e, start, 0, impl->plan.steps, impl->plan.job_samples_before,
-                  0, {digest_base}};
+    d.progress = Impl::Progress{};
+    d.progress.started = true;
+    d.progress.epoch = e;
+    d.progress.start = start;
+    d.progress.steps = impl->plan.steps;
+    d.progress.job_samples_before = impl->plan.job_samples_before;
+    d.progress.digest_before = {digest_base};
     detail::StepReader step_reader;
     if (d.options.two_phase) {  // collective: every rank has the same options
         step_reader = detail::two_phase_step_reader(d.comm, d.source, d.num_samples,

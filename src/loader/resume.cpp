@@ -34,8 +34,8 @@ void require_same_sequence(const LoaderState& state, const PlanOptions& o, int w
                    origin);
     require_option(s.sharding == o.sharding, "sharding", to_string(s.sharding),
                    to_string(o.sharding), origin);
-    require_option(s.shuffle == o.shuffle, "shuffle", to_string(s.shuffle),
-                   to_string(o.shuffle), origin);
+    require_option(s.shuffle == o.shuffle, "shuffle", to_string(s.shuffle), to_string(o.shuffle),
+                   origin);
     require_option(s.remainder == o.remainder, "remainder", to_string(s.remainder),
                    to_string(o.remainder), origin);
     require_option(s.budget.describe() == o.budget.describe(), "budget",
@@ -43,13 +43,14 @@ void require_same_sequence(const LoaderState& state, const PlanOptions& o, int w
                    o.budget.active() ? o.budget.describe() : "none", origin);
     if (o.sharding == Sharding::byte_range) {
         if (!o.budget.active()) {
-            require_option(s.batch_size == o.batch_size, "batch_size",
-                           std::to_string(s.batch_size), std::to_string(o.batch_size), origin);
+            require_option(s.batch_size == o.batch_size, "batch_size", std::to_string(s.batch_size),
+                           std::to_string(o.batch_size), origin);
         }
         if (state.world_size != world_size) {
             throw ConfigError(
                 "loader: cannot resume: the state was saved by " +
-                std::to_string(state.world_size) + " ranks with byte_range sharding, whose "
+                std::to_string(state.world_size) +
+                " ranks with byte_range sharding, whose "
                 "shards depend on the world size; this job has " +
                 std::to_string(world_size) +
                 " ranks (resume at the same world size, or use global sharding, which "

@@ -167,8 +167,7 @@ LoaderState LoaderState::from_json(const std::string& text, const std::string& o
         s.consumed_digest = get_string(j, "consumed_digest", origin);
         std::uint64_t digest = 0;
         if (!detail::digest_from_hex(s.consumed_digest, digest)) {
-            bad_value("consumed_digest", j["consumed_digest"], origin,
-                      "16 lowercase hex digits");
+            bad_value("consumed_digest", j["consumed_digest"], origin, "16 lowercase hex digits");
         }
     }
     s.format_version = kFormatVersion;

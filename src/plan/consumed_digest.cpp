@@ -36,8 +36,8 @@ std::uint64_t plan_steps_digest(const EpochPlan& plan, std::uint64_t from, std::
     for (std::uint64_t k = plan.batch_begin(from); k < end; ++k) {
         // On-demand slots: one evaluation of the rule gives both the id and its validity.
         const auto [id, valid] =
-            plan.rule ? plan.rule->at(k) : std::pair<std::int64_t, bool>{plan.ids[k],
-                                                                          plan.valid[k] != 0};
+            plan.rule ? plan.rule->at(k)
+                      : std::pair<std::int64_t, bool>{plan.ids[k], plan.valid[k] != 0};
         if (valid) sum += consumed_term(static_cast<std::uint64_t>(id), epoch);
     }
     return sum;
@@ -50,8 +50,7 @@ std::uint64_t id_range_digest(std::uint64_t begin, std::uint64_t end, std::uint6
 }
 
 std::uint64_t global_positions_digest(std::uint64_t num_samples, const PlanOptions& options,
-                                      std::uint64_t epoch, std::uint64_t begin,
-                                      std::uint64_t end) {
+                                      std::uint64_t epoch, std::uint64_t begin, std::uint64_t end) {
     // The global plan's own slot rule at one rank with batches of one sample: slot k is
     // epoch position k, so the ids are the ones every plan of this epoch yields there.
     SlotRule rule;

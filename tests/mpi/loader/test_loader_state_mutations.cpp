@@ -182,7 +182,8 @@ Tally mutate_and_resume(const Communicator& comm, const Source& src, const Loade
     nlohmann::json j = base;
     j["steps_consumed"] = later.steps_consumed;
     j["samples_consumed"] = later.samples_consumed;
-    const std::string error = try_resume(comm, src, o, saved, j, "steps/samples of a later state", t);
+    const std::string error =
+        try_resume(comm, src, o, saved, j, "steps/samples of a later state", t);
     EXPECT_NE(error.find("'consumed_digest'"), std::string::npos) << error;
     return t;
 }
@@ -202,11 +203,11 @@ void run_property(const Communicator& comm, const Source& src, const LoaderOptio
     // Fixed batches: epoch 0, epoch 2 and the later steps/samples; budget: at least the last.
     EXPECT_GE(t.refused_digest, o.plan.budget.active() ? 1 : 3);
     if (comm.rank() == 0) {
-        std::printf("%s%s: %d refused when parsed, %d refused by restore (%d of them by the "
-                    "consumed-id digest), %d resumed\n",
-                    to_string(o.plan.sharding).c_str(),
-                    o.plan.budget.active() ? " budget" : "", t.refused_parse,
-                    t.refused_restore, t.refused_digest, t.resumed);
+        std::printf(
+            "%s%s: %d refused when parsed, %d refused by restore (%d of them by the "
+            "consumed-id digest), %d resumed\n",
+            to_string(o.plan.sharding).c_str(), o.plan.budget.active() ? " budget" : "",
+            t.refused_parse, t.refused_restore, t.refused_digest, t.resumed);
     }
 }
 

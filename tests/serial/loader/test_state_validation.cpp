@@ -167,8 +167,10 @@ TEST(StateValidation, ParsingRefusesNegativeFractionalHugeAndMistypedValues) {
     }
     // Out of range, with the limit in the message.
     const std::pair<const char*, const char*> cases[] = {
-        {"world_size", "16777216"}, {"batch_size", "must be at least 1"},
-        {"num_samples", "at least 1"}, {"samples_consumed", "exceeds num_samples"},
+        {"world_size", "16777216"},
+        {"batch_size", "must be at least 1"},
+        {"num_samples", "at least 1"},
+        {"samples_consumed", "exceeds num_samples"},
         {"format_version", "versions 1 to 4"}};
     const nlohmann::json values[] = {1ull << 40, 0, 0, 158, 5};
     for (std::size_t k = 0; k < std::size(cases); ++k) {
@@ -193,15 +195,14 @@ TEST(StateValidation, ParsingRefusesNegativeFractionalHugeAndMistypedValues) {
 TEST(StateValidation, ConsumedDigestIsSixteenHexDigitsFromVersionFour) {
     EXPECT_EQ(LoaderState::from_json(valid_json(), "t").consumed_digest, "fedcba9876543210");
     for (const nlohmann::json bad :
-         {nlohmann::json(""), nlohmann::json("fedcba987654321"), nlohmann::json("fedcba98765432100"),
-          nlohmann::json("FEDCBA9876543210"), nlohmann::json("fedcba987654321g"),
-          nlohmann::json(7), nlohmann::json(nullptr)}) {
+         {nlohmann::json(""), nlohmann::json("fedcba987654321"),
+          nlohmann::json("fedcba98765432100"), nlohmann::json("FEDCBA9876543210"),
+          nlohmann::json("fedcba987654321g"), nlohmann::json(7), nlohmann::json(nullptr)}) {
         try {
             (void)LoaderState::from_json(with("consumed_digest", bad), "t.json");
             ADD_FAILURE() << bad.dump() << " was accepted";
         } catch (const ConfigError& e) {
-            EXPECT_NE(std::string(e.what()).find("consumed_digest"), std::string::npos)
-                << e.what();
+            EXPECT_NE(std::string(e.what()).find("consumed_digest"), std::string::npos) << e.what();
         }
     }
     nlohmann::json j = nlohmann::json::parse(valid_json());

@@ -164,8 +164,8 @@ TEST(ConsumedDigest, HexRoundTrip) {
     EXPECT_EQ(detail::digest_to_hex(0x0123456789abcdefull), "0123456789abcdef");
     EXPECT_TRUE(detail::digest_from_hex("0123456789abcdef", v));
     EXPECT_EQ(v, 0x0123456789abcdefull);
-    for (const char* bad : {"", "0123456789abcde", "0123456789ABCDEF", "0123456789abcdeg",
-                            "0123456789abcdef0"}) {
+    for (const char* bad :
+         {"", "0123456789abcde", "0123456789ABCDEF", "0123456789abcdeg", "0123456789abcdef0"}) {
         EXPECT_FALSE(detail::digest_from_hex(bad, v)) << bad;
     }
 }
