@@ -197,6 +197,16 @@ void run_property(const Communicator& comm, const Source& src, const LoaderOptio
     const Saved other = save_after(comm, src, other_options, other_steps);
     const Saved later = save_after(comm, src, o, steps + 2);
     const Tally t = mutate_and_resume(comm, src, o, saved, other.state, later.state);
+    {
+        // A state of format version 3 (no digest) resumes, and restore computes the digest
+        // the saving run summed.
+        nlohmann::json v3 = nlohmann::json::parse(saved.state.to_json());
+        v3["format_version"] = 3;
+        v3.erase("consumed_digest");
+        Loader old = Loader::restore(comm, src, o, LoaderState::from_json(v3.dump(), "v3"));
+        EXPECT_EQ(old.state().consumed_digest, saved.state.consumed_digest);
+        EXPECT_EQ(old.state().format_version, LoaderState::kFormatVersion);
+    }
     // The unmutated state resumes; most mutations are refused, a few are harmless (e.g.
     // balance_steps, which may differ between runs).
     EXPECT_GT(t.refused_parse + t.refused_restore, 100);
