@@ -130,6 +130,9 @@ public:
     /// Collective element-wise minimum of `values` (the same count on every rank), in one
     /// allreduce. @throws MpiError.
     std::vector<std::uint64_t> allreduce_min(const std::vector<std::uint64_t>& values) const;
+    /// Collective element-wise sum modulo 2^64 of `values` (the same count on every rank), in
+    /// one allreduce. @throws MpiError.
+    std::vector<std::uint64_t> allreduce_sum(const std::vector<std::uint64_t>& values) const;
     /// Collective gather of one value from every rank, on every rank. @throws MpiError.
     std::vector<std::uint64_t> allgather(std::uint64_t value) const;
     /// Collective gather of `values` (the same count on every rank), rank-major, on every rank.

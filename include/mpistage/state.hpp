@@ -48,9 +48,12 @@ constexpr int kMaxStateWorldSize = 1 << 24;
 /// on W, and the state resumes only at the same world size.
 struct LoaderState {
     /// Version of this layout. `from_json` also reads versions 1 (fixed batches only, no
-    /// budget keys) and 2 (no fingerprint level, no run start): their fingerprint is of level
-    /// `ends` and their run start is taken as the state itself. Other versions are refused.
-    static constexpr int kFormatVersion = 3;
+    /// budget keys), 2 (no fingerprint level, no run start) and 3 (no consumed-id digest):
+    /// the fingerprint of versions 1 and 2 is of level `ends`, their run start is taken as the
+    /// state itself, and states of versions 1 to 3 have no `consumed_digest` to check (a
+    /// restore computes it and keeps it in the state it continues from). Other versions are
+    /// refused.
+    static constexpr int kFormatVersion = 4;
 
     int format_version = kFormatVersion;
     /// Identity of the dataset independent of paths (so staged copies resume), at
@@ -85,12 +88,23 @@ struct LoaderState {
     /// function of `steps_consumed` that a restore checks (docs/resume.md, "Validation").
     std::uint64_t run_start_steps = 0;
     std::uint64_t run_start_samples = 0;
+    /// Digest of the sample ids consumed in `epoch` (16 hex digits): a hash of the epoch plus
+    /// the sum (mod 2^64) of a 64-bit hash of each consumed id, keyed by the epoch, so it
+    /// depends on the set of ids (not on their order or on W). `state()` sums what the ranks
+    /// were planned (each its own ids; one allreduce per 1024 steps); `restore` recomputes it
+    /// from the plan the other keys imply (epoch, seed, steps, samples, world size, options)
+    /// and refuses a state whose digest differs (docs/resume.md, "Consumed-id digest"). Empty
+    /// for states read from format versions 1 to 3 (or built by hand), which are not checked
+    /// this way.
+    std::string consumed_digest;
 
-    /// The state as one JSON object (nlohmann-json; keys documented in docs/resume.md).
+    /// The state as one JSON object (nlohmann-json; keys documented in docs/resume.md). A
+    /// state without `consumed_digest` is written in the layout of version 3.
     std::string to_json() const;
     /// Parses `to_json`'s output. `origin` (e.g. the file name) is named in errors. Checks
     /// what the state alone decides: JSON types (an unsigned key must be a non-negative
-    /// integer that fits 64 bits: never a wrap-around), `world_size` in
+    /// integer that fits 64 bits: never a wrap-around), `consumed_digest` of 16 lowercase
+    /// hex digits (from version 4), `world_size` in
     /// [1, kMaxStateWorldSize], the plan options (`PlanOptions::validate`), N ≥ 1,
     /// `samples_consumed` ≤ N, the run start not after the state, and no steps without
     /// samples or samples without steps. What needs the dataset and the options is checked by

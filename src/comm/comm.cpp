@@ -174,6 +174,20 @@ std::vector<std::uint64_t> Communicator::allreduce_min(
     });
     return out;
 }
+std::vector<std::uint64_t> Communicator::allreduce_sum(
+    const std::vector<std::uint64_t>& values) const {
+    std::vector<std::uint64_t> out(values.size());
+    if (values.empty()) {
+        barrier();
+        return out;
+    }
+    // Unsigned addition wraps modulo 2^64 (MPI_SUM on MPI_UINT64_T is C addition).
+    watched("MPI_Iallreduce(sum, vector)", [&](MPI_Request* r) {
+        return MPI_Iallreduce(values.data(), out.data(), static_cast<int>(values.size()),
+                              MPI_UINT64_T, MPI_SUM, comm_, r);
+    });
+    return out;
+}
 std::uint64_t Communicator::exscan_sum(std::uint64_t value) const {
     std::uint64_t out = 0;
     watched("MPI_Iexscan", [&](MPI_Request* r) {

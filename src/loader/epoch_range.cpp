@@ -92,6 +92,9 @@ void EpochRange::Impl::agree_window() {
                     std::to_string(epoch) + " found no batch ready");
     }
     agreed = static_cast<std::size_t>(a.min_value);
+    // The consumed-id digest of every step this window can return (LoaderState): the same
+    // decision on every rank (the same step and window), so its allreduce matches.
+    l.cover_digest(plan, next_consume + agreed);
 }
 
 bool EpochRange::next(HostBatch& out) {

@@ -9,6 +9,7 @@
 #include "loader/contents.hpp"
 #include "loader/loader_impl.hpp"
 #include "mpistage/hash.hpp"
+#include "plan/consumed_digest.hpp"
 #include "stage/cuda_api.hpp"
 #include "stage/device_choice.hpp"
 #include "stage/host_memory.hpp"
@@ -337,6 +338,12 @@ EpochRange Loader::epoch(std::uint64_t e, EpochOptions eo) {
     impl->loader = &d;
     impl->epoch = e;
     const EpochStart start = d.start_of(e);
+    // The digest before the plan's first step: the resumed state's (checked by restore), or
+    // the epoch's seed (nothing consumed).
+    std::uint64_t digest_base = detail::consumed_digest_seed(e);
+    if (d.resume && d.resume->epoch == e) {
+        (void)detail::digest_from_hex(d.resume->consumed_digest, digest_base);
+    }
     d.resume.reset();
     run_agreed(d.comm, [&] {
         impl->plan = d.plan_of(e, start);
@@ -350,7 +357,13 @@ EpochRange Loader::epoch(std::uint64_t e, EpochOptions eo) {
         }
     });
     impl->limit = eo.max_steps > 0 ? std::min(eo.max_steps, impl->plan.steps) : impl->plan.steps;
-    d.progress = {true, e, start, 0, impl->plan.steps, impl->plan.job_samples_before};
+    d.progress = Impl::Progress{};
+    d.progress.started = true;
+    d.progress.epoch = e;
+    d.progress.start = start;
+    d.progress.steps = impl->plan.steps;
+    d.progress.job_samples_before = impl->plan.job_samples_before;
+    d.progress.digest_before = {digest_base};
     detail::StepReader step_reader;
     if (d.options.two_phase) {  // collective: every rank has the same options
         step_reader = detail::two_phase_step_reader(d.comm, d.source, d.num_samples,

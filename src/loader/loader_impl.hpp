@@ -41,6 +41,14 @@ struct Loader::Impl {
         std::uint64_t steps = 0;
         /// Budget batches: `EpochPlan::job_samples_before` of the epoch's plan.
         std::vector<std::uint64_t> job_samples_before;
+        /// Consumed-id digest (LoaderState::consumed_digest) before plan steps digest_first,
+        /// digest_first + 1, ... (at least one entry; the ones the consumer can still reach:
+        /// from `consumed` to the end of the agreed window, a block of up to kDigestBlock
+        /// steps ahead). Identical on every rank (`cover_digest`).
+        std::uint64_t digest_first = 0;
+        std::deque<std::uint64_t> digest_before;
+        /// The digest after `consumed` steps of the plan.
+        std::uint64_t digest() const { return digest_before.at(consumed - digest_first); }
     } progress;
     /// Budget batches: the sample costs the planner packs by (built at construction).
     SampleBytesFn sample_bytes;
@@ -83,6 +91,22 @@ struct Loader::Impl {
     EpochPlan plan_of(std::uint64_t epoch, const EpochStart& start) const;
     /// Collective: checks `state` against this loader (see Loader::restore) and keeps it.
     void apply_resume(const LoaderState& state);
+    /// Not collective: this rank's share of the consumed-id digest of `state` (which every
+    /// rank holds alike; its resume point already checked), computed from the plan its keys
+    /// imply: fixed `global`, the epoch positions [0, samples_consumed) divided among the
+    /// ranks; fixed `byte_range` (same W), this rank's first steps_consumed steps; a budget,
+    /// this rank's part of [0, N) minus what `rest` (this rank's plan from the state's point)
+    /// still yields (every sample is in exactly one budget batch). The shares sum to the
+    /// digest minus its seed. O(consumed/W) time (budget: O(N/W)), O(1) memory.
+    std::uint64_t consumed_share(const LoaderState& state, const EpochPlan* rest) const;
+    /// Collective (one allreduce, skipped when nothing was consumed): the digest `state`'s
+    /// keys imply. When the state carries one, a different one is the same ConfigError on
+    /// every rank naming the keys; when it carries none (format versions 1 to 3), it is set.
+    void check_consumed_digest(LoaderState& state, const EpochPlan* rest) const;
+    /// Collective when the agreed window reaches past the known digests (the same on every
+    /// rank): extends `progress.digest_before` to cover plan step `until` (≤ plan.steps), one
+    /// allreduce of the per-step sums of a block of at least kDigestBlock steps.
+    void cover_digest(const EpochPlan& plan, std::uint64_t until);
     /// Collective: `skipped_records` and `dataset_fingerprint` at `options.fingerprint`
     /// (`detail::dataset_fingerprint`).
     void record_identity();

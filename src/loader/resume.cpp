@@ -4,6 +4,7 @@
 #include "loader/fingerprint.hpp"
 #include "loader/loader_impl.hpp"
 #include "loader/state_check.hpp"
+#include "plan/consumed_digest.hpp"
 
 namespace mpistage {
 
@@ -25,10 +26,42 @@ void require_option(bool same, const char* name, const std::string& saved,
                       " (the sample sequence depends on it)");
 }
 
+// The options that decide the sequence, as saved in `state`, against the loader's `o`.
+void require_same_sequence(const LoaderState& state, const PlanOptions& o, int world_size) {
+    const std::string origin = "the saved state";
+    const PlanOptions& s = state.plan;
+    require_option(s.seed == o.seed, "seed", std::to_string(s.seed), std::to_string(o.seed),
+                   origin);
+    require_option(s.sharding == o.sharding, "sharding", to_string(s.sharding),
+                   to_string(o.sharding), origin);
+    require_option(s.shuffle == o.shuffle, "shuffle", to_string(s.shuffle), to_string(o.shuffle),
+                   origin);
+    require_option(s.remainder == o.remainder, "remainder", to_string(s.remainder),
+                   to_string(o.remainder), origin);
+    require_option(s.budget.describe() == o.budget.describe(), "budget",
+                   s.budget.active() ? s.budget.describe() : "none",
+                   o.budget.active() ? o.budget.describe() : "none", origin);
+    if (o.sharding == Sharding::byte_range) {
+        if (!o.budget.active()) {
+            require_option(s.batch_size == o.batch_size, "batch_size", std::to_string(s.batch_size),
+                           std::to_string(o.batch_size), origin);
+        }
+        if (state.world_size != world_size) {
+            throw ConfigError(
+                "loader: cannot resume: the state was saved by " +
+                std::to_string(state.world_size) +
+                " ranks with byte_range sharding, whose "
+                "shards depend on the world size; this job has " +
+                std::to_string(world_size) +
+                " ranks (resume at the same world size, or use global sharding, which "
+                "resumes at any world size)");
+        }
+    }
+}
+
 }  // namespace
 
 void Loader::Impl::apply_resume(const LoaderState& state) {
-    const std::string origin = "the saved state";
     require_same(comm, {{"saved state", state.to_json()}},
                  "loader: the saved state differs across ranks",
                  "every rank must restore the same state (read the same file)");
@@ -39,6 +72,7 @@ void Loader::Impl::apply_resume(const LoaderState& state) {
             ? dataset_fingerprint
             : detail::dataset_fingerprint(comm, source, num_samples, skipped_records,
                                           state.fingerprint_level);
+    EpochPlan rest;  // budget batches: this rank's plan from the state's point
     run_agreed(comm, [&] {
         if (epoch_active || progress.started) {
             throw ConfigError("loader: restore must come before the first epoch");
@@ -55,46 +89,23 @@ void Loader::Impl::apply_resume(const LoaderState& state) {
                 to_string(state.fingerprint_level) +
                 "); docs/resume.md, \"Fingerprint levels\", says what each level compares)");
         }
-        const PlanOptions& s = state.plan;
-        const PlanOptions& o = options.plan;
-        require_option(s.seed == o.seed, "seed", std::to_string(s.seed), std::to_string(o.seed),
-                       origin);
-        require_option(s.sharding == o.sharding, "sharding", to_string(s.sharding),
-                       to_string(o.sharding), origin);
-        require_option(s.shuffle == o.shuffle, "shuffle", to_string(s.shuffle),
-                       to_string(o.shuffle), origin);
-        require_option(s.remainder == o.remainder, "remainder", to_string(s.remainder),
-                       to_string(o.remainder), origin);
-        require_option(s.budget.describe() == o.budget.describe(), "budget",
-                       s.budget.active() ? s.budget.describe() : "none",
-                       o.budget.active() ? o.budget.describe() : "none", origin);
-        if (o.sharding == Sharding::byte_range) {
-            if (!o.budget.active()) {
-                require_option(s.batch_size == o.batch_size, "batch_size",
-                               std::to_string(s.batch_size), std::to_string(o.batch_size), origin);
-            }
-            if (state.world_size != comm.size()) {
-                throw ConfigError(
-                    "loader: cannot resume: the state was saved by " +
-                    std::to_string(state.world_size) + " ranks with byte_range sharding, whose "
-                    "shards depend on the world size; this job has " +
-                    std::to_string(comm.size()) +
-                    " ranks (resume at the same world size, or use global sharding, which "
-                    "resumes at any world size)");
-            }
-        }
+        require_same_sequence(state, options.plan, comm.size());
         // The state's numbers against each other (at the world size that saved it), then
         // the resume point inside the epoch at this world size (the planner throws
         // otherwise; with a budget also when it is not the end of a batch).
         detail::check_resume_point(state, sample_bytes, sample_tokens);
         const EpochStart start{state.steps_consumed, state.samples_consumed};
-        if (o.budget.active()) {
-            (void)plan_of(state.epoch, start);
+        if (options.plan.budget.active()) {
+            rest = plan_of(state.epoch, start);
         } else {
-            (void)plan_totals(num_samples, comm.size(), o, start);
+            (void)plan_totals(num_samples, comm.size(), options.plan, start);
         }
     });
-    resume = state;
+    // Last, the samples the keys select against the digest of those the saving job consumed:
+    // catches keys edited consistently with each other (epoch, steps with samples, seed).
+    LoaderState kept = state;
+    check_consumed_digest(kept, options.plan.budget.active() ? &rest : nullptr);
+    resume = kept;
 }
 
 EpochStart Loader::Impl::start_of(std::uint64_t e) const {
@@ -115,6 +126,7 @@ LoaderState Loader::state() const {
     const Impl& d = *impl_;
     if (d.diverged) throw ConfigError(d.divergence + " (no state is the same on every rank)");
     LoaderState s;
+    s.consumed_digest = detail::digest_to_hex(detail::consumed_digest_seed(0));
     s.dataset_fingerprint = d.dataset_fingerprint;
     s.num_samples = d.num_samples;
     s.skipped_records = d.skipped_records;
@@ -130,9 +142,11 @@ LoaderState Loader::state() const {
     const Impl::Progress& p = d.progress;
     if (p.consumed >= p.steps) {  // the epoch was consumed to its end
         s.epoch = p.epoch + 1;
+        s.consumed_digest = detail::digest_to_hex(detail::consumed_digest_seed(s.epoch));
         return s;
     }
     s.epoch = p.epoch;
+    s.consumed_digest = detail::digest_to_hex(p.digest());
     s.steps_consumed = p.start.step + p.consumed;
     s.run_start_steps = p.start.step;  // this run's steps were all at this world size
     s.run_start_samples = p.start.position;

@@ -6,6 +6,7 @@
 
 #include "loader/state_check.hpp"
 #include "mpistage/error.hpp"
+#include "plan/consumed_digest.hpp"
 
 namespace mpistage {
 
@@ -26,8 +27,10 @@ FingerprintLevel parse_fingerprint_level(const std::string& s, bool allow_ends) 
 }
 
 std::string LoaderState::to_json() const {
-    const nlohmann::ordered_json j = {
-        {"format_version", format_version},
+    // A state without a consumed-id digest (read from versions 1 to 3, or built by hand) is
+    // written as version 3, the layout without it, so it reads back the same.
+    nlohmann::ordered_json j = {
+        {"format_version", consumed_digest.empty() ? 3 : format_version},
         {"dataset_fingerprint", dataset_fingerprint},
         {"fingerprint_level", to_string(fingerprint_level)},
         {"num_samples", num_samples},
@@ -50,6 +53,7 @@ std::string LoaderState::to_json() const {
         {"run_start_steps", run_start_steps},
         {"run_start_samples", run_start_samples},
     };
+    if (!consumed_digest.empty()) j["consumed_digest"] = consumed_digest;
     return j.dump();
 }
 
@@ -158,6 +162,13 @@ LoaderState LoaderState::from_json(const std::string& text, const std::string& o
     } else {  // unknown: the state is its own run start (nothing to relate it to)
         s.run_start_steps = s.steps_consumed;
         s.run_start_samples = s.samples_consumed;
+    }
+    if (read_version >= 4) {  // versions 1 to 3 had no digest: left empty (not checked)
+        s.consumed_digest = get_string(j, "consumed_digest", origin);
+        std::uint64_t digest = 0;
+        if (!detail::digest_from_hex(s.consumed_digest, digest)) {
+            bad_value("consumed_digest", j["consumed_digest"], origin, "16 lowercase hex digits");
+        }
     }
     s.format_version = kFormatVersion;
     detail::check_state_numbers(s, origin);

@@ -25,6 +25,7 @@ LoaderState fixed_state(Sharding sharding, std::uint64_t n, int w, std::uint64_t
                         std::uint64_t steps) {
     LoaderState s;
     s.dataset_fingerprint = "0123456789abcdef";
+    s.consumed_digest = "fedcba9876543210";  // checked against the plan by restore only
     s.num_samples = n;
     s.plan.batch_size = b;
     s.plan.sharding = sharding;
@@ -166,10 +167,12 @@ TEST(StateValidation, ParsingRefusesNegativeFractionalHugeAndMistypedValues) {
     }
     // Out of range, with the limit in the message.
     const std::pair<const char*, const char*> cases[] = {
-        {"world_size", "16777216"}, {"batch_size", "must be at least 1"},
-        {"num_samples", "at least 1"}, {"samples_consumed", "exceeds num_samples"},
-        {"format_version", "versions 1 to 3"}};
-    const nlohmann::json values[] = {1ull << 40, 0, 0, 158, 4};
+        {"world_size", "16777216"},
+        {"batch_size", "must be at least 1"},
+        {"num_samples", "at least 1"},
+        {"samples_consumed", "exceeds num_samples"},
+        {"format_version", "versions 1 to 4"}};
+    const nlohmann::json values[] = {1ull << 40, 0, 0, 158, 5};
     for (std::size_t k = 0; k < std::size(cases); ++k) {
         try {
             (void)LoaderState::from_json(with(cases[k].first, values[k]), "t.json");
@@ -189,12 +192,36 @@ TEST(StateValidation, ParsingRefusesNegativeFractionalHugeAndMistypedValues) {
     EXPECT_FALSE(accepted(far));
 }
 
+TEST(StateValidation, ConsumedDigestIsSixteenHexDigitsFromVersionFour) {
+    EXPECT_EQ(LoaderState::from_json(valid_json(), "t").consumed_digest, "fedcba9876543210");
+    for (const nlohmann::json bad :
+         {nlohmann::json(""), nlohmann::json("fedcba987654321"),
+          nlohmann::json("fedcba98765432100"), nlohmann::json("FEDCBA9876543210"),
+          nlohmann::json("fedcba987654321g"), nlohmann::json(7), nlohmann::json(nullptr)}) {
+        try {
+            (void)LoaderState::from_json(with("consumed_digest", bad), "t.json");
+            ADD_FAILURE() << bad.dump() << " was accepted";
+        } catch (const ConfigError& e) {
+            EXPECT_NE(std::string(e.what()).find("consumed_digest"), std::string::npos) << e.what();
+        }
+    }
+    nlohmann::json j = nlohmann::json::parse(valid_json());
+    j.erase("consumed_digest");
+    EXPECT_THROW((void)LoaderState::from_json(j.dump(), "t.json"), ConfigError);
+    // Version 3 had no digest: read with none (a restore computes it, see docs/resume.md).
+    j["format_version"] = 3;
+    const LoaderState v3 = LoaderState::from_json(j.dump(), "v3");
+    EXPECT_TRUE(v3.consumed_digest.empty());
+    EXPECT_EQ(v3.format_version, LoaderState::kFormatVersion);
+}
+
 TEST(StateValidation, OldVersionsAreReadWithTheEndsFingerprint) {
     nlohmann::json j = nlohmann::json::parse(valid_json());
     j["format_version"] = 2;
     j.erase("fingerprint_level");
     j.erase("run_start_steps");
     j.erase("run_start_samples");
+    j.erase("consumed_digest");
     const LoaderState s = LoaderState::from_json(j.dump(), "v2");
     EXPECT_EQ(s.fingerprint_level, FingerprintLevel::ends);
     EXPECT_EQ(s.run_start_steps, s.steps_consumed);
