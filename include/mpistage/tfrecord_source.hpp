@@ -140,7 +140,8 @@ class TfRecordSource final : public Source {
 public:
     /// Collective over `comm`: opens every file with `MPI_File_open`, scans this rank's cut (or
     /// reads its slice of the index files), agrees on boundaries, counts and skipped records,
-    /// and gathers all descriptors into one node-shared window per node. Every failure is agreed: every rank throws the same.
+    /// and gathers all descriptors into one node-shared window per node. Every failure is
+    /// agreed: every rank throws the same.
     /// @throws ConfigError (bad or differing options, no paths, index count mismatch,
     ///         descriptors over the memory share), IoError (missing/unreadable file, short
     ///         read), FormatError (not a TFRecord, truncated record, CRC mismatch, bad index
