@@ -1,7 +1,11 @@
 // TfRecordSource: the record descriptors of all ranks gathered into one MPI-3 shared-memory
 // window per node (tfrecord_source.hpp, "Memory"; docs/architecture.md, "TFRecord descriptors
 // once per node").
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "comm/agree.hpp"
@@ -77,6 +81,28 @@ void fill_from_broadcasts(const Communicator& comm, const std::vector<RecordRef>
     }
 }
 
+/// One node: moves this rank's found records into its segment in pieces, handing each copied
+/// piece's whole pages back to the kernel (`MADV_DONTNEED`: `found` is never read again and is
+/// freed right after), so the move needs about one segment of memory, not two. The advice is
+/// only advice: where it fails, the move costs the vector until it is freed.
+void move_into_segment(std::vector<RecordRef>& found, std::byte* segment) {
+    constexpr std::uint64_t kPieceBytes = std::uint64_t{16} << 20;
+    const long page_size = sysconf(_SC_PAGESIZE);
+    const std::uintptr_t page = page_size > 0 ? static_cast<std::uintptr_t>(page_size) : 4096;
+    auto* from = reinterpret_cast<std::byte*>(found.data());
+    const std::uint64_t bytes = found.size() * sizeof(RecordRef);
+    for (std::uint64_t at = 0; at < bytes; at += kPieceBytes) {
+        const std::uint64_t n = std::min(kPieceBytes, bytes - at);
+        std::memcpy(segment + at, from + at, n);
+        const std::uintptr_t lo = (reinterpret_cast<std::uintptr_t>(from + at) + page - 1) / page;
+        const std::uintptr_t hi = reinterpret_cast<std::uintptr_t>(from + at + n) / page;
+        if (hi > lo) {
+            (void)madvise(reinterpret_cast<void*>(lo * page), (hi - lo) * page, MADV_DONTNEED);
+        }
+    }
+    found = {};
+}
+
 /// The node's segments must form one array in node-rank order (MPI's default layout for
 /// `MPI_Win_allocate_shared`); checked, since every read indexes that array directly.
 void check_contiguous(const detail::NodeMap& nodes, const detail::NodeSegment& window,
@@ -147,10 +173,7 @@ void exchange_descriptors(const Communicator& comm, SourceState& state, LocalRec
         check_contiguous(state.descriptor_nodes, state.descriptor_window, seg, comm.rank());
     });
     if (state.descriptor_nodes.num_nodes == 1) {
-        if (found[me] > 0) {
-            std::memcpy(state.descriptor_window.mine(), local.records.data(),
-                        found[me] * sizeof(RecordRef));
-        }
+        move_into_segment(local.records, state.descriptor_window.mine());
     } else {
         fill_from_broadcasts(comm, local.records, found, found_first, seg.first[me], seg.count[me],
                              state.descriptor_window.mine());
