@@ -121,7 +121,8 @@ static_assert(sizeof(RecordRef) == 16, "RecordRef is exchanged as 16 raw bytes")
 /// owns an equal part of that array (on one node: exactly the records it found, so nothing is
 /// copied), 16 B × N / (ranks on the node); pages of other ranks' parts count in a rank's
 /// resident set only once it reads them. While the descriptors are exchanged a rank also holds
-/// the records it found (16 B × N / W). Open is refused up front with a ConfigError naming the
+/// the records it found (16 B × N / W; on one node handed back piece by piece as they are
+/// copied into the window). Open is refused up front with a ConfigError naming the
 /// files and bytes when the window's share exceeds the rank's share of the node's memory (half
 /// of it divided among the node's ranks). Plus the decompressed bytes of every gzip file this
 /// rank has touched (its own files at open, others decompressed whole on first read and kept
