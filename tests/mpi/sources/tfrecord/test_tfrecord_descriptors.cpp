@@ -7,9 +7,11 @@
 // size serves exactly the samples not yet consumed. Every rank makes the same collective calls.
 #include <gtest/gtest.h>
 #include <mpi.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -63,6 +65,15 @@ Written write_records(const Communicator& comm, std::uint64_t n, bool tiny) {
     }
     comm.barrier();
     return w;
+}
+
+/// Collective: rank 0 removes the written files and their directory.
+void remove_records(const Communicator& comm, const Written& w) {
+    comm.barrier();
+    if (comm.rank() != 0) return;
+    for (const auto& p : w.paths) std::remove(p.c_str());
+    const std::string dir = w.paths[0].substr(0, w.paths[0].rfind('/'));
+    ::rmdir(dir.c_str());
 }
 
 TfRecordOptions with_nodes(int ranks_per_node) {
@@ -165,6 +176,7 @@ TEST(TfRecordDescriptors, EqualTheWrittenOnesAtEveryNodeSize) {
         src.close();
         EXPECT_THROW(src.record(0), ConfigError) << "a closed source holds no descriptors";
     }
+    remove_records(comm, w);
     comm.free();
 }
 
@@ -190,6 +202,7 @@ TEST(TfRecordDescriptors, SameBatchesExactlyOnceAtEveryNodeSize) {
             src.close();
         }
     }
+    remove_records(comm, w);
     comm.free();
 }
 
@@ -229,5 +242,6 @@ TEST(TfRecordDescriptors, ResumeAtSmallerWorldSizeServesExactlyTheRest) {
     }
     EXPECT_TRUE(exactly_once(world, rest.ids, consumed, n))
         << "every sample exactly once across both world sizes";
+    remove_records(world, w);
     world.free();
 }

@@ -5,6 +5,7 @@
 // records its scan found while they are copied in, ≤ 16 MB with the vector's slack).
 #include <gtest/gtest.h>
 #include <mpi.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstdio>
@@ -63,6 +64,11 @@ TEST(TfRecordMemory, DescriptorsAreHeldOncePerNode) {
         EXPECT_LT(grown, all_descriptors)
             << "rank " << comm.rank() << " grew by " << grown << " bytes: all N descriptors ("
             << all_descriptors << " bytes) on this rank?";
+    }
+    comm.barrier();
+    if (comm.rank() == 0) {
+        std::remove(path.c_str());
+        ::rmdir(path.substr(0, path.rfind('/')).c_str());
     }
     const std::uint64_t largest = comm.allreduce_max(grown);
     if (comm.rank() == 0) {
