@@ -55,7 +55,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         for (const auto& r : kept.records) {
             if (r.offset + tfrecord::kFramingBytes + r.length > nbytes) __builtin_trap();
         }
-        tfrecord::check_dali_tiling(kept.records, {nbytes}, {"index"}, {"data"}, o.on_corrupt);
+        tfrecord::check_dali_tiling(kept.records.data(), kept.records.size(), {nbytes}, {"index"},
+                                    {"data"}, o.on_corrupt);
     } catch (const FormatError&) {
     }
     return 0;

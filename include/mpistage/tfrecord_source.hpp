@@ -85,6 +85,10 @@ struct TfRecordOptions {
     /// the file and this option beyond it; 0 = no ratio limit). Default 1000: real TFRecord
     /// gzip files compress far less than 1000:1, zero-filled bombs far more.
     std::uint64_t max_decompression_ratio = 1000;
+    /// Testing: groups of this many consecutive ranks act as one node for the descriptor
+    /// window (so one machine exercises the several-node exchange); 0 = the real nodes
+    /// (`MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)`). Must be ≥ 0.
+    int descriptor_ranks_per_node = 0;
 
     /// @throws ConfigError naming the bad field.
     void validate() const;
@@ -111,13 +115,18 @@ static_assert(sizeof(RecordRef) == 16, "RecordRef is exchanged as 16 raw bytes")
 /// Fields: raw mode gives one ragged uint8 field (the payload); Example mode gives one field per
 /// `FeatureSpec` (see tf_example.hpp).
 ///
-/// Memory per rank: 16 B × N descriptors (every rank can read any id, as the planner may assign
-/// ids from another rank's range, e.g. padding), and its own part once more while they are
-/// exchanged at open (a ConfigError naming the files and bytes, before anything is allocated,
-/// when that exceeds the rank's share of the node's memory: half of it divided among the
-/// node's ranks), plus the decompressed bytes of every gzip file
-/// this rank has touched (its own files at open, others decompressed whole on first read and
-/// kept until the source is destroyed).
+/// Memory: the 16-byte descriptors of all N records are held once per node, in an MPI-3
+/// shared-memory window of the node's ranks (every rank can read any id, as the planner may
+/// assign ids from another rank's range, e.g. padding or global shuffle). Each rank of a node
+/// owns an equal part of that array (on one node: exactly the records it found, so nothing is
+/// copied), 16 B × N / (ranks on the node); pages of other ranks' parts count in a rank's
+/// resident set only once it reads them. While the descriptors are exchanged a rank also holds
+/// the records it found (16 B × N / W; on one node handed back piece by piece as they are
+/// copied into the window). Open is refused up front with a ConfigError naming the
+/// files and bytes when the window's share exceeds the rank's share of the node's memory (half
+/// of it divided among the node's ranks). Plus the decompressed bytes of every gzip file this
+/// rank has touched (its own files at open, others decompressed whole on first read and kept
+/// until the source is destroyed).
 ///
 /// Gzip files (name ending in `.gz` or starting with bytes 1f 8b) are sharded by whole files:
 /// the file whose first compressed byte lies in rank r's cut is decompressed (zlib, multi-member)
@@ -132,7 +141,8 @@ class TfRecordSource final : public Source {
 public:
     /// Collective over `comm`: opens every file with `MPI_File_open`, scans this rank's cut (or
     /// reads its slice of the index files), agrees on boundaries, counts and skipped records,
-    /// and allgathers all descriptors. Every failure is agreed: every rank throws the same.
+    /// and gathers all descriptors into one node-shared window per node. Every failure is
+    /// agreed: every rank throws the same.
     /// @throws ConfigError (bad or differing options, no paths, index count mismatch,
     ///         descriptors over the memory share), IoError (missing/unreadable file, short
     ///         read), FormatError (not a TFRecord, truncated record, CRC mismatch, bad index
@@ -168,7 +178,10 @@ public:
     bool file_is_gzip(std::size_t file) const;
     /// Agreement rounds the index-free split needed (0 when every resync was right).
     int resync_rounds() const noexcept;
-    /// Collective: closes the MPI files and descriptors. Safe to call twice.
+    /// Collective: closes the MPI files and descriptors and frees the descriptor window; the
+    /// source then only answers `num_samples`, `fields`, `fingerprint` and `statistics`
+    /// (`record`, `read`, `sample_bytes` and `records_in_cut` throw ConfigError). Safe to call
+    /// twice.
     void close() noexcept;
 
 private:

@@ -10,7 +10,7 @@
 #include "mpistage/comm.hpp"
 #include "mpistage/loader.hpp"
 #include "mpistage/source.hpp"
-#include "tier/node_segment.hpp"
+#include "comm/node_segment.hpp"
 
 namespace mpistage::detail {
 

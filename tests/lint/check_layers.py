@@ -99,13 +99,6 @@ ALLOWED_CALLS = {
         "the TFRecord source's MPI-IO file handles (collective open; agreed by run_agreed)",
     ("src/sources/tfrecord/tfrecord_files.cpp", "File_close"):
         "collective close of those MPI-IO file handles (explicit close(), STYLE.md Ownership)",
-    ("src/tier/node_segment.cpp", "Win_allocate_shared"):
-        "the memory tier's node-shared window (memory, not a message: the tier brackets it "
-        "with watched barriers)",
-    ("src/tier/node_segment.cpp", "Win_create"):
-        "the memory tier's cross-node window over the same bytes (watched barriers around it)",
-    ("src/tier/node_segment.cpp", "Win_free"):
-        "freeing those windows (collective, at the same point on every rank)",
 }
 
 

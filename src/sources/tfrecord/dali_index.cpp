@@ -143,13 +143,13 @@ DaliRecords validate_dali_entries(const std::vector<DaliEntry>& entries,
     return out;
 }
 
-void check_dali_tiling(const std::vector<RecordRef>& records,
+void check_dali_tiling(const RecordRef* records, std::uint64_t count,
                        const std::vector<std::uint64_t>& file_sizes,
                        const std::vector<std::string>& index_names,
                        const std::vector<std::string>& data_names, OnCorrupt on_corrupt) {
     std::vector<std::uint64_t> expect(file_sizes.size(), 0);
     std::vector<std::uint64_t> seen(file_sizes.size(), 0);
-    for (std::size_t k = 0; k < records.size(); ++k) {
+    for (std::uint64_t k = 0; k < count; ++k) {
         const auto& r = records[k];
         ++seen[r.file];
         if (k > 0 && records[k - 1].file > r.file) {

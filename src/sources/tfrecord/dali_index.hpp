@@ -56,7 +56,7 @@ DaliRecords validate_dali_entries(const std::vector<DaliEntry>& entries,
 /// Checks the gathered descriptors of all ranks (file order, contiguity, each index covering its
 /// whole data file; the last two only under `OnCorrupt::error`). Pure.
 /// @throws FormatError naming the index file.
-void check_dali_tiling(const std::vector<RecordRef>& records,
+void check_dali_tiling(const RecordRef* records, std::uint64_t count,
                        const std::vector<std::uint64_t>& file_sizes,
                        const std::vector<std::string>& index_names,
                        const std::vector<std::string>& data_names, OnCorrupt on_corrupt);

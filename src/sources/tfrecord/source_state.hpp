@@ -13,6 +13,7 @@
 
 #include "mpistage/comm.hpp"
 #include "mpistage/tfrecord_source.hpp"
+#include "comm/node_segment.hpp"
 #include "sources/tfrecord/example_codec.hpp"
 #include "sources/tfrecord/framing.hpp"
 #include "util/posix_file.hpp"
@@ -59,7 +60,13 @@ struct SourceState {
     std::vector<std::string> paths;
     std::vector<DataFile> files;
     std::vector<std::uint64_t> starts;  // F+1 positions in the concatenated (compressed) space
-    std::vector<RecordRef> records;
+    /// The node map of the descriptor window (kept while the window lives).
+    detail::NodeMap descriptor_nodes;
+    /// The node's copy of every descriptor (one contiguous array of `num_records` RecordRefs);
+    /// `records` points into it (null once closed).
+    detail::NodeSegment descriptor_window;
+    const RecordRef* records = nullptr;
+    std::uint64_t num_records = 0;
     std::vector<FieldInfo> fields;
     std::unique_ptr<ExampleDecoder> decoder;
     std::uint64_t skipped = 0;
@@ -106,8 +113,9 @@ void detect_gzip(const Communicator& comm, SourceState& state);
 LocalRecords scan_index_free(const Communicator& comm, SourceState& state);
 /// Collective: this rank's slice of the DALI index files, validated against the data.
 LocalRecords read_dali_index(const Communicator& comm, const SourceState& state);
-/// Collective: allgathers every rank's descriptors into `state.records`, sums the skips and
-/// runs the global checks. @throws FormatError/ConfigError identically on every rank.
+/// Collective: gathers every rank's descriptors into the node-shared `descriptor_window`
+/// (`state.records`, id order), sums the skips and runs the global checks.
+/// @throws FormatError/ConfigError identically on every rank.
 void exchange_descriptors(const Communicator& comm, SourceState& state, LocalRecords local);
 
 }  // namespace mpistage::tfrecord

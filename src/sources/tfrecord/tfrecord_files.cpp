@@ -62,7 +62,8 @@ std::string options_signature(const TfRecordOptions& o) {
       << ";raw_field_name=" << o.raw_field_name << ";max_read_bytes=" << o.max_read_bytes
       << ";scan_window_bytes=" << o.scan_window_bytes << ";posix_reads=" << o.posix_reads
       << ";max_decompressed_bytes=" << o.max_decompressed_bytes
-      << ";max_decompression_ratio=" << o.max_decompression_ratio;
+      << ";max_decompression_ratio=" << o.max_decompression_ratio
+      << ";descriptor_ranks_per_node=" << o.descriptor_ranks_per_node;
     for (const auto& f : o.features) {
         s << ";feature:" << f.name << ':' << to_string(f.kind) << ':' << dtype_name(f.dtype) << ':'
           << f.ragged;

@@ -1,5 +1,5 @@
 // TfRecordSource open steps that find records: index-free split with its agreement, DALI index
-// slices, whole gzip files, and the descriptor exchange.
+// slices and whole gzip files (the descriptor exchange is in descriptor_window.cpp).
 #include <algorithm>
 #include <climits>
 
@@ -9,7 +9,6 @@
 #include "sources/tfrecord/dali_index.hpp"
 #include "sources/tfrecord/source_state.hpp"
 #include "util/input_file.hpp"
-#include "util/memory_budget.hpp"
 
 namespace mpistage::tfrecord {
 
@@ -145,41 +144,6 @@ LocalRecords read_dali_index(const Communicator& comm, const SourceState& state)
         auto kept =
             validate_dali_entries(slice.entries, state.scan_files(), names, state.scan_options());
         return LocalRecords{std::move(kept.records), kept.skipped, kept.skipped_bytes};
-    });
-}
-
-void exchange_descriptors(const Communicator& comm, SourceState& state, LocalRecords local) {
-    state.skipped = comm.allreduce_sum(local.skipped);
-    state.skipped_bytes = comm.allreduce_sum(local.skipped_bytes);
-    // Every rank holds every descriptor (16 B a record) and, while they are exchanged, its own
-    // part twice: refused up front when that exceeds this rank's share of the node's memory
-    // (the same decision on every rank of a node: the inputs are allreduced or agreed).
-    const std::uint64_t total = comm.allreduce_sum(local.records.size());
-    const std::uint64_t largest = comm.allreduce_max(local.records.size());
-    run_agreed(comm, [&] {
-        detail::check_memory_share(
-            detail::saturating_mul(total + largest, sizeof(RecordRef)), comm.node_size(),
-            "tfrecord: the descriptors of " + std::to_string(total) + " records in " +
-                std::to_string(state.files.size()) + " file(s) (first: " + state.files[0].path +
-                "; 16 bytes a record on every rank)",
-            "split the dataset into several sources or run fewer ranks per node");
-    });
-    // More than 2^31 - 1 descriptors in all is a ConfigError on every rank (one exchange).
-    state.records = comm.allgatherv(local.records);
-    // Global checks on the identical descriptor list (same outcome on every rank).
-    run_agreed(comm, [&] {
-        if (!state.options.index_paths.empty()) {
-            std::vector<std::uint64_t> sizes;
-            for (const auto& f : state.files) sizes.push_back(f.size);
-            check_dali_tiling(state.records, sizes, state.options.index_paths, state.paths,
-                              state.options.on_corrupt);
-        }
-        if (state.records.empty()) {
-            throw FormatError("tfrecord: no valid records in " +
-                              std::to_string(state.files.size()) +
-                              " file(s) (first: " + state.files[0].path + ", " +
-                              std::to_string(state.skipped) + " skipped)");
-        }
     });
 }
 

@@ -45,6 +45,10 @@ void TfRecordOptions::validate() const {
     if (max_decompressed_bytes < kFramingBytes) {
         throw ConfigError("tfrecord options: max_decompressed_bytes must be >= 16");
     }
+    if (descriptor_ranks_per_node < 0) {
+        throw ConfigError("tfrecord options: descriptor_ranks_per_node " +
+                          std::to_string(descriptor_ranks_per_node) + " is negative");
+    }
     for (const auto& f : features) f.validate();
 }
 
@@ -70,7 +74,7 @@ void make_fields(tfrecord::SourceState& st) {
 
 std::string make_fingerprint(const tfrecord::SourceState& st) {
     std::ostringstream fp;
-    fp << "tfrecord;n=" << st.records.size() << ";skipped=" << st.skipped;
+    fp << "tfrecord;n=" << st.num_records << ";skipped=" << st.skipped;
     for (const auto& f : st.files) fp << ';' << f.path << ':' << f.size << (f.gz ? ":gz" : "");
     for (const auto& f : st.fields) {
         fp << ";field:" << f.name << ':' << dtype_name(f.dtype) << ':' << f.ragged;
@@ -106,6 +110,8 @@ TfRecordSource::~TfRecordSource() {
 void TfRecordSource::close() noexcept {
     if (!impl_ || impl_->closed) return;
     for (auto& f : impl_->files) f.mpi.close_noexcept();
+    impl_->records = nullptr;
+    impl_->descriptor_window = detail::NodeSegment();  // MPI_Win_free, collective
     impl_->closed = true;
 }
 
@@ -113,7 +119,7 @@ const std::vector<FieldInfo>& TfRecordSource::fields() const {
     return impl_->fields;
 }
 std::uint64_t TfRecordSource::num_samples() const {
-    return impl_->records.size();
+    return impl_->num_records;
 }
 std::uint64_t TfRecordSource::skipped_records() const noexcept {
     return impl_->skipped;
@@ -144,9 +150,12 @@ std::uint64_t TfRecordSource::sample_bytes(std::uint64_t id) const {
 }
 
 tfrecord::RecordRef TfRecordSource::record(std::uint64_t id) const {
-    if (id >= impl_->records.size()) {
+    if (impl_->records == nullptr) {
+        throw ConfigError("tfrecord: record " + std::to_string(id) + " asked of a closed source");
+    }
+    if (id >= impl_->num_records) {
         throw ConfigError("tfrecord: record id " + std::to_string(id) +
-                          " out of range (N = " + std::to_string(impl_->records.size()) + ")");
+                          " out of range (N = " + std::to_string(impl_->num_records) + ")");
     }
     return impl_->records[id];
 }
@@ -154,11 +163,12 @@ tfrecord::RecordRef TfRecordSource::record(std::uint64_t id) const {
 std::uint64_t TfRecordSource::records_in_cut(int rank, int world_size) const {
     if (world_size < 1 || rank < 0 || rank >= world_size) return 0;
     const auto& im = *impl_;
+    if (im.records == nullptr) throw ConfigError("tfrecord: records_in_cut of a closed source");
     const std::uint64_t total = im.starts.back();
     const std::uint64_t b = tfrecord::cut_begin(total, rank, world_size);
     const std::uint64_t e = tfrecord::cut_begin(total, rank + 1, world_size);
     auto first_at = [&](std::uint64_t x) {
-        return std::partition_point(im.records.begin(), im.records.end(),
+        return std::partition_point(im.records, im.records + im.num_records,
                                     [&](const RecordRef& r) { return im.cut_position(r) < x; });
     };
     return static_cast<std::uint64_t>(first_at(e) - first_at(b));

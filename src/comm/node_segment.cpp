@@ -1,4 +1,4 @@
-#include "tier/node_segment.hpp"
+#include "comm/node_segment.hpp"
 
 #include <algorithm>
 #include <string>
@@ -8,14 +8,16 @@
 
 namespace mpistage::detail {
 
-NodeSegment::NodeSegment(MPI_Comm comm, const NodeMap& nodes, std::uint64_t size_bytes)
+NodeSegment::NodeSegment(MPI_Comm comm, const NodeMap& nodes, std::uint64_t size_bytes,
+                         SegmentLayout layout)
     : size_(size_bytes) {
     const std::string what =
-        "tier: MPI_Win_allocate_shared(" + std::to_string(size_bytes) + " bytes)";
+        "node window: MPI_Win_allocate_shared(" + std::to_string(size_bytes) + " bytes)";
     MPI_Info info = MPI_INFO_NULL;
-    check_mpi(MPI_Info_create(&info), "tier: MPI_Info_create");
-    // Each rank's segment on its own pages (first touch by its owner, NUMA-friendly).
-    MPI_Info_set(info, "alloc_shared_noncontig", "true");
+    check_mpi(MPI_Info_create(&info), "node window: MPI_Info_create");
+    // Each rank's segment on its own pages (first touch by its owner, NUMA-friendly), unless
+    // the node's segments must form one array.
+    if (!layout.contiguous) MPI_Info_set(info, "alloc_shared_noncontig", "true");
     void* base = nullptr;
     const int rc = MPI_Win_allocate_shared(static_cast<MPI_Aint>(size_bytes), 1, info,
                                            nodes.node_comm.get(), &base, &shm_win_);
@@ -24,24 +26,34 @@ NodeSegment::NodeSegment(MPI_Comm comm, const NodeMap& nodes, std::uint64_t size
     MPI_Win_set_errhandler(shm_win_, MPI_ERRORS_RETURN);
     mine_ = static_cast<std::byte*>(base);
     int node_size = 1;
-    check_mpi(MPI_Comm_size(nodes.node_comm.get(), &node_size), "tier: MPI_Comm_size(node)");
+    check_mpi(MPI_Comm_size(nodes.node_comm.get(), &node_size), "node window: MPI_Comm_size(node)");
     for (int r = 0; r < node_size; ++r) {
         MPI_Aint bytes = 0;
         int unit = 1;
         void* p = nullptr;
         check_mpi(MPI_Win_shared_query(shm_win_, r, &bytes, &unit, &p),
-                  "tier: MPI_Win_shared_query");
+                  "node window: MPI_Win_shared_query");
         bases_.push_back(static_cast<const std::byte*>(p));
     }
-    check_mpi(MPI_Win_lock_all(MPI_MODE_NOCHECK, shm_win_), "tier: MPI_Win_lock_all(node)");
-    if (nodes.num_nodes > 1) {
+    if (layout.contiguous) {
+        // MPI_PROC_NULL: the segment of the lowest node rank with a non-empty one, which in the
+        // contiguous layout is where the node's array starts.
+        MPI_Aint bytes = 0;
+        int unit = 1;
+        void* p = nullptr;
+        check_mpi(MPI_Win_shared_query(shm_win_, MPI_PROC_NULL, &bytes, &unit, &p),
+                  "node window: MPI_Win_shared_query(MPI_PROC_NULL)");
+        node_base_ = bytes > 0 ? static_cast<const std::byte*>(p) : nullptr;
+    }
+    check_mpi(MPI_Win_lock_all(MPI_MODE_NOCHECK, shm_win_), "node window: MPI_Win_lock_all(node)");
+    if (nodes.num_nodes > 1 && layout.cross_node) {
         // The same bytes exposed to every rank for MPI_Get; one passive-target epoch for the
         // loader's lifetime, so a get needs no lock round trip.
         check_mpi(MPI_Win_create(mine_, static_cast<MPI_Aint>(size_bytes), 1, MPI_INFO_NULL, comm,
                                  &remote_win_),
-                  "tier: MPI_Win_create(cross-node window)");
+                  "node window: MPI_Win_create(cross-node window)");
         MPI_Win_set_errhandler(remote_win_, MPI_ERRORS_RETURN);
-        check_mpi(MPI_Win_lock_all(MPI_MODE_NOCHECK, remote_win_), "tier: MPI_Win_lock_all");
+        check_mpi(MPI_Win_lock_all(MPI_MODE_NOCHECK, remote_win_), "node window: MPI_Win_lock_all");
     }
 }
 
@@ -50,7 +62,8 @@ NodeSegment::NodeSegment(NodeSegment&& o) noexcept
       remote_win_(std::exchange(o.remote_win_, MPI_WIN_NULL)),
       mine_(std::exchange(o.mine_, nullptr)),
       size_(o.size_),
-      bases_(std::move(o.bases_)) {}
+      bases_(std::move(o.bases_)),
+      node_base_(std::exchange(o.node_base_, nullptr)) {}
 
 NodeSegment& NodeSegment::operator=(NodeSegment&& o) noexcept {
     if (this != &o) {
@@ -60,6 +73,7 @@ NodeSegment& NodeSegment::operator=(NodeSegment&& o) noexcept {
         mine_ = std::exchange(o.mine_, nullptr);
         size_ = o.size_;
         bases_ = std::move(o.bases_);
+        node_base_ = std::exchange(o.node_base_, nullptr);
     }
     return *this;
 }
@@ -81,26 +95,30 @@ void NodeSegment::release() noexcept {
         MPI_Win_free(&shm_win_);
     }
     mine_ = nullptr;
+    node_base_ = nullptr;
     bases_.clear();
 }
 
 void NodeSegment::publish(const Communicator& comm) const {
-    check_mpi(MPI_Win_sync(shm_win_), "tier: MPI_Win_sync");
-    if (remote_win_ != MPI_WIN_NULL) check_mpi(MPI_Win_sync(remote_win_), "tier: MPI_Win_sync");
+    check_mpi(MPI_Win_sync(shm_win_), "node window: MPI_Win_sync");
+    if (remote_win_ != MPI_WIN_NULL)
+        check_mpi(MPI_Win_sync(remote_win_), "node window: MPI_Win_sync");
     comm.barrier();
-    check_mpi(MPI_Win_sync(shm_win_), "tier: MPI_Win_sync");
-    if (remote_win_ != MPI_WIN_NULL) check_mpi(MPI_Win_sync(remote_win_), "tier: MPI_Win_sync");
+    check_mpi(MPI_Win_sync(shm_win_), "node window: MPI_Win_sync");
+    if (remote_win_ != MPI_WIN_NULL)
+        check_mpi(MPI_Win_sync(remote_win_), "node window: MPI_Win_sync");
 }
 
 void NodeSegment::get(std::byte* dst, std::uint64_t bytes, int rank,
                       std::uint64_t offset_bytes) const {
     if (remote_win_ == MPI_WIN_NULL) {
-        throw MpiError("tier: MPI_Get from rank " + std::to_string(rank) +
+        throw MpiError("node window: MPI_Get from rank " + std::to_string(rank) +
                        " without a cross-node window (internal error)");
     }
     constexpr std::uint64_t kPiece = std::uint64_t{1} << 30;
-    const std::string where = "tier: MPI_Get of " + std::to_string(bytes) + " bytes at offset " +
-                              std::to_string(offset_bytes) + " of rank " + std::to_string(rank);
+    const std::string where = "node window: MPI_Get of " + std::to_string(bytes) +
+                              " bytes at offset " + std::to_string(offset_bytes) + " of rank " +
+                              std::to_string(rank);
     for (std::uint64_t done = 0; done < bytes;) {
         const auto n = static_cast<int>(std::min(kPiece, bytes - done));
         check_mpi(MPI_Get(dst + done, n, MPI_BYTE, rank, static_cast<MPI_Aint>(offset_bytes + done),

@@ -1,7 +1,9 @@
 #pragma once
 // Memory that every rank of a node can load from and every other rank can MPI_Get from: one
 // segment per rank in an MPI-3 shared-memory window of its node, plus (when the job spans more
-// than one node) a window over the whole communicator exposing the same bytes (internal).
+// than one node) a window over the whole communicator exposing the same bytes (internal). Used
+// by the memory tier (staged samples) and the TFRecord source (record descriptors held once per
+// node).
 
 #include <mpi.h>
 
@@ -14,6 +16,17 @@
 
 namespace mpistage::detail {
 
+/// How a `NodeSegment` lays out the segments of a node.
+struct SegmentLayout {
+    /// True: the node's segments back to back in node-rank order (MPI's default layout), so
+    /// `node_base()` starts one array of the node's total bytes. False: each rank's segment on
+    /// its own pages (`alloc_shared_noncontig`, first touch by its owner, NUMA-friendly).
+    bool contiguous = false;
+    /// Also expose the bytes to ranks of other nodes for `get` (an `MPI_Win_create` over the
+    /// whole communicator) when the job spans several nodes.
+    bool cross_node = true;
+};
+
 /// One rank's segment of `size_bytes` in a node-wide shared window; other ranks of the node
 /// read it with plain loads (`base(node_rank)`), ranks of other nodes with `get`.
 /// Construction and destruction are collective over the node communicator (and over `comm`
@@ -22,7 +35,8 @@ class NodeSegment {
 public:
     NodeSegment() = default;
     /// Collective. @throws MpiError naming the call and the bytes.
-    NodeSegment(MPI_Comm comm, const NodeMap& nodes, std::uint64_t size_bytes);
+    NodeSegment(MPI_Comm comm, const NodeMap& nodes, std::uint64_t size_bytes,
+                SegmentLayout layout = {});
     NodeSegment(NodeSegment&& o) noexcept;
     NodeSegment& operator=(NodeSegment&& o) noexcept;
     NodeSegment(const NodeSegment&) = delete;
@@ -37,6 +51,9 @@ public:
     const std::byte* base(int node_rank) const noexcept {
         return bases_[static_cast<std::size_t>(node_rank)];
     }
+    /// With `SegmentLayout::contiguous`: the first byte of the node's array (the segments of
+    /// node ranks 0, 1, ... back to back); null when every segment of the node is empty.
+    const std::byte* node_base() const noexcept { return node_base_; }
     /// Collective over `comm`: makes this rank's stores visible to the node's loads and to
     /// other nodes' gets (MPI_Win_sync, barrier, MPI_Win_sync). The barrier is the watched
     /// `Communicator::barrier`, so a rank that never finishes staging is reported by the
@@ -56,6 +73,7 @@ private:
     std::byte* mine_ = nullptr;
     std::uint64_t size_ = 0;
     std::vector<const std::byte*> bases_;
+    const std::byte* node_base_ = nullptr;
 };
 
 }  // namespace mpistage::detail
