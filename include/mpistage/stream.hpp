@@ -185,7 +185,9 @@ struct StreamState {
 
     /// Local: the state as a JSON document.
     std::string to_json() const;
-    /// Local: parses `to_json`'s output. @throws FormatError naming what is wrong.
+    /// Local: parses `to_json`'s output. @throws FormatError when the text is not a stream
+    /// state; ConfigError naming the key, its value and the expected range when a key is
+    /// missing or a number is negative, fractional or too large (never wrapped).
     static StreamState from_json(const std::string& text);
 };
 

@@ -2,9 +2,11 @@
 // assembled collectively so every rank holds the same state, and its JSON form.
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "loader/stream/stream_impl.hpp"
+#include "util/json_fields.hpp"
 
 namespace mpistage {
 
@@ -119,25 +121,32 @@ std::string StreamState::to_json() const {
 }
 
 StreamState StreamState::from_json(const std::string& text) {
+    const std::string where = "stream state";
     StreamState st;
     try {
         const auto j = nlohmann::json::parse(text);
-        if (j.at("format").get<std::string>() != "mpistage-stream-state") {
+        if (detail::json_string(j, "format", where) != "mpistage-stream-state") {
             throw FormatError("stream state: not an mpistage stream state");
         }
-        st.version = j.at("version").get<int>();
+        st.version = detail::json_int(j, "version", where, 0, std::numeric_limits<int>::max());
         if (st.version != kVersion) {
             throw FormatError("stream state: version " + std::to_string(st.version) +
                               " is not supported (expected " + std::to_string(kVersion) + ")");
         }
-        st.fingerprint = j.at("fingerprint").get<std::string>();
-        st.steps = j.at("steps").get<std::uint64_t>();
-        st.delivered = j.at("delivered").get<std::uint64_t>();
-        for (const auto& s : j.at("streams")) {
+        st.fingerprint = detail::json_string(j, "fingerprint", where);
+        st.steps = detail::json_unsigned(j, "steps", where);
+        st.delivered = detail::json_unsigned(j, "delivered", where);
+        // Negative, fractional or out-of-range positions are refused, never wrapped: a
+        // wrapped `next` would make --verify walk up to 2^64 positions.
+        for (const auto& s : detail::json_array(j, "streams", where)) {
             StreamPosition p;
-            p.next = s.at("next").get<std::uint64_t>();
-            for (const auto& r : s.at("pending")) {
-                p.pending.emplace_back(r.at(0).get<std::uint64_t>(), r.at(1).get<std::uint64_t>());
+            p.next = detail::json_unsigned(s, "next", where);
+            for (const auto& r : detail::json_array(s, "pending", where)) {
+                if (!r.is_array() || r.size() != 2) {
+                    detail::json_bad_value("pending", r, where, "[first, end] pairs");
+                }
+                p.pending.emplace_back(detail::json_unsigned_value(r[0], "pending", where),
+                                       detail::json_unsigned_value(r[1], "pending", where));
             }
             st.streams.push_back(std::move(p));
         }

@@ -226,4 +226,43 @@ TEST(StreamPlan, StateJsonRoundTripAndRejectsOtherDocuments) {
     EXPECT_THROW(StreamState::from_json("not json"), FormatError);
 }
 
+// A hand-edited number is refused with its key, never wrapped: -1 read as 2^64-1 made
+// --verify walk up to that position.
+TEST(StreamPlan, StateJsonRefusesNegativeFractionalAndHugeNumbers) {
+    StreamState st;
+    st.fingerprint = "abc";
+    st.steps = 2;
+    st.delivered = 7;
+    st.streams = {{7, {{1, 3}}}};
+    const std::string good = st.to_json();
+    const auto edited = [&](const std::string& from, const std::string& to) {
+        std::string t = good;
+        const auto at = t.find(from);
+        EXPECT_NE(at, std::string::npos) << from;
+        return t.replace(at, from.size(), to);
+    };
+    const std::vector<std::pair<std::string, std::string>> edits = {
+        {"\"next\":7", "\"next\":-1"},
+        {"\"next\":7", "\"next\":18446744073709551616"},
+        {"\"next\":7", "\"next\":7.5"},
+        {"\"steps\":2", "\"steps\":-2"},
+        {"\"delivered\":7", "\"delivered\":\"7\""},
+        {"[1,3]", "[-1,3]"},
+        {"[1,3]", "[1]"},
+        {"\"pending\":[[1,3]]", "\"pending\":5"},
+        {"\"next\":7,", ""},
+    };
+    for (const auto& [from, to] : edits) {
+        const std::string text = edited(from, to);
+        try {
+            StreamState::from_json(text);
+            ADD_FAILURE() << "accepted: " << text;
+        } catch (const ConfigError& e) {
+            const std::string what = e.what();
+            EXPECT_NE(what.find("stream state"), std::string::npos) << what;
+            EXPECT_NE(what.find("'"), std::string::npos) << what;  // names the key
+        }
+    }
+}
+
 }  // namespace
