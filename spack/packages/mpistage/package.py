@@ -39,8 +39,9 @@ class Mpistage(CMakePackage, CudaPackage):
     license("Apache-2.0")
 
     version("main", branch="main")
-    # scripts/make-release.sh 09c94d25b4e3 (the commit the tarball was made from).
-    version("0.1.0", sha256="0000000000000000000000000000000000000000000000000000000000000000")
+    # `scripts/make-release.sh 87ab694d82787dfb386ce7f97a286e0dd81dab3d`: the commit the 0.1.0
+    # tarball was made from (tag it v0.1.0 when the release is published).
+    version("0.1.0", sha256="19b5c0c86523567606b5bd9a4b73a9c1c8e60510be352d6561cd24e311b97a46")
 
     variant("torch", default=True, description="Build the libtorch-facing target mpistage::torch")
     variant("shared", default=True, description="Build shared libraries")
