@@ -9,8 +9,11 @@
 #      a --timeout beyond its range (used to overflow the deadline) names the limit
 #   6. --version names the build features with the versions of MPI and HDF5 (checked against
 #      mpirun --version and h5dump --version)
-#   7. progress: one line per epoch on rank 0 (none with --quiet), a live line on a terminal
-#   8. the JSON report has schema_version, MB/s per rank, and every key is in the README
+#   7. progress: one line per epoch on rank 0 (none with --quiet), a live line on a terminal;
+#      under mpirun (4 ranks, stderr a pipe) progress lines inside a long epoch (rate, ETA,
+#      wait split); --progress none prints none
+#   8. the JSON report has schema_version, MB/s per rank, the version, commit, command line,
+#      hosts, per-rank per-epoch times and the rank others waited for; every key is in the README
 # Usage: cli_messages.sh MPISTAGE_CLI WORK_DIR TEST_DATA_DIR FASHION_MNIST_DIR
 set -euo pipefail
 cli="$(readlink -f "$1")"; work="$2"; fmnist="$4"

@@ -351,7 +351,9 @@ const std::map<std::string, Spec>& spec() {
           [](const Context& c) { return c.run.output.empty(); }}},
         // Not a terminal here, so auto means lines; none keeps only the line per epoch.
         {"--progress",
-         {[](const std::string&, const std::string&) { return Args{"--progress", "none"}; },
+         {[](const std::string&, const std::string&) {
+              return Args{"--progress", "none"};
+          },
           [](const Context& c) {
               return c.run.output.find("(1/1): ") == std::string::npos &&
                      (h5t::rank() != 0 || c.run.output.find("per rank") != std::string::npos);
@@ -362,8 +364,7 @@ const std::map<std::string, Spec>& spec() {
               return Args{"--progress", "lines", "--progress-every", "0"};
           },
           [](const Context& c) {
-              return h5t::rank() != 0 ||
-                     c.run.output.find("(1/1): step 1/") != std::string::npos;
+              return h5t::rank() != 0 || c.run.output.find("(1/1): step 1/") != std::string::npos;
           }}},
         {"--save-state",
          {[](const std::string&, const std::string& w) {
