@@ -124,10 +124,16 @@ Command CommandLine::parse_agreed(const Communicator& comm, int argc, char** arg
     if (!printed && command() == Command::stage) {
         stage.command_line.assign(argv, argv + argc);
         for (const CLI::Option* o : stage_cmd_->get_options()) {
-            if (o->count() > 0) stage.given.push_back(o->get_name());
+            if (o->count() > 0) stage.given.push_back(option_name(*o));
         }
     }
     return printed ? Command::none : command();
+}
+
+std::string option_name(const CLI::Option& o) {
+    if (!o.get_lnames().empty()) return "--" + o.get_lnames().front();
+    if (!o.get_snames().empty()) return "-" + o.get_snames().front();
+    return o.get_name(true);
 }
 
 bool StageArgs::was_given(const std::string& name) const {

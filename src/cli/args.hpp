@@ -108,6 +108,10 @@ struct StageArgs {
     bool stream() const noexcept { return !sqlite.empty(); }
 };
 
+/// Local: the long name of option `o` with its dashes ("--batch-size"), or a positional's name
+/// ("files"). Unlike CLI11's get_name(), also for options hidden from --help (no group).
+std::string option_name(const CLI::Option& o);
+
 /// `mpistage convert idx IMAGES LABELS -o OUT [options]`.
 struct ConvertArgs {
     std::string images;

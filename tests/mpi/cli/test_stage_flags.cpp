@@ -617,7 +617,7 @@ TEST(StageFlags, EveryFlagTakesEffectOrIsRefusedForEveryInputKind) {
     const auto& table = spec();
     std::string matrix;
     for (const CLI::Option* option : cl.stage_command().get_options()) {
-        const std::string flag = option->get_name();
+        const std::string flag = mpistage::cli::option_name(*option);
         if (flag == "--help" || flag == "files") continue;
         const auto entry = table.find(flag);
         if (entry == table.end()) {
