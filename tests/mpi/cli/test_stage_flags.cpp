@@ -349,14 +349,15 @@ const std::map<std::string, Spec>& spec() {
         {"--quiet",
          {[](const std::string&, const std::string&) { return Args{"--quiet"}; },
           [](const Context& c) { return c.run.output.empty(); }}},
-        // Not a terminal here, so auto means lines; none keeps only the line per epoch.
+        // none: no line inside an epoch, even at --progress-every 0 (which alone prints one
+        // after every step, see below); the line per finished epoch stays.
         {"--progress",
          {[](const std::string&, const std::string&) {
-              return Args{"--progress", "none"};
+              return Args{"--progress", "none", "--progress-every", "0"};
           },
           [](const Context& c) {
-              return c.run.output.find("(1/1): ") == std::string::npos &&
-                     (h5t::rank() != 0 || c.run.output.find("per rank") != std::string::npos);
+              return c.run.output.find("(1/1): step ") == std::string::npos &&
+                     (h5t::rank() != 0 || c.run.output.find("(1/1): ") != std::string::npos);
           }}},
         // 0 seconds: a line inside the epoch after every step but the last (rank 0 only).
         {"--progress-every",
