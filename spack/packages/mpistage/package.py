@@ -39,9 +39,9 @@ class Mpistage(CMakePackage, CudaPackage):
     license("Apache-2.0")
 
     version("main", branch="main")
-    # `scripts/make-release.sh 87ab694d82787dfb386ce7f97a286e0dd81dab3d`: the commit the 0.1.0
+    # `scripts/make-release.sh 7304ef8610ee08032a797c2181dd3fc618da11ba`: the commit the 0.1.0
     # tarball was made from (tag it v0.1.0 when the release is published).
-    version("0.1.0", sha256="19b5c0c86523567606b5bd9a4b73a9c1c8e60510be352d6561cd24e311b97a46")
+    version("0.1.0", sha256="d335bb0a6454834f3c48412a3dff741ced6fc5f7608dd955401927a2a76902c7")
 
     variant("torch", default=True, description="Build the libtorch-facing target mpistage::torch")
     variant("shared", default=True, description="Build shared libraries")
