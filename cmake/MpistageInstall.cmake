@@ -70,3 +70,19 @@ install(CODE "
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/mpistage.pc
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 install(FILES LICENSE DESTINATION ${CMAKE_INSTALL_DOCDIR})
+
+# Documentation and examples (share/doc/mpistage, share/mpistage/examples): the README and
+# docs/ as they are in the repository; the example programs with a CMake project that builds
+# them against the installed package, and the install test's consumer projects (what
+# `spack test run mpistage` builds and runs at 2 ranks).
+install(FILES README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
+install(DIRECTORY docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR} FILES_MATCHING PATTERN "*.md")
+set(MPISTAGE_EXAMPLES_DIR ${CMAKE_INSTALL_DATADIR}/mpistage/examples)
+install(FILES examples/first_batch.cpp examples/train_loop.cpp examples/global_shuffle.cpp
+  examples/train_fashion_mnist.cpp DESTINATION ${MPISTAGE_EXAMPLES_DIR})
+install(FILES examples/installed/CMakeLists.txt DESTINATION ${MPISTAGE_EXAMPLES_DIR})
+install(FILES tests/install/staging_check.hpp DESTINATION ${MPISTAGE_EXAMPLES_DIR})
+install(DIRECTORY tests/install/consumer DESTINATION ${MPISTAGE_EXAMPLES_DIR})
+if(MPISTAGE_HAVE_TORCH)
+  install(DIRECTORY tests/install/consumer_torch DESTINATION ${MPISTAGE_EXAMPLES_DIR})
+endif()

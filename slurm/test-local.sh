@@ -68,7 +68,10 @@ submit() {
     local script="$1"; shift
     local id
     set +e
-    id=$(timeout 900 sbatch --parsable --wait --ntasks="$ntasks" "$@" "$here/slurm/$script")
+    # One CPU per task here (the jobs ask for 2: a rank and its I/O thread), so NTASKS tasks fit
+    # a node of NTASKS cores; MPISTAGE_SLURM_CPUS_PER_TASK overrides it.
+    id=$(timeout 900 sbatch --parsable --wait --ntasks="$ntasks" \
+        --cpus-per-task="${MPISTAGE_SLURM_CPUS_PER_TASK:-1}" "$@" "$here/slurm/$script")
     local rc=$?
     set -e
     id="${id%%;*}"
@@ -81,6 +84,8 @@ echo "== stage job ($ntasks tasks, node-local copy)"
 EPOCHS=2 submit stage.sbatch
 grep -q '^exactly-once: OK$' "$job_out" || fail "stage job: no 'exactly-once: OK'"
 grep -q "^node-local copy on .* -> $STAGE_DIR/mpistage-" "$job_out" || fail "stage job: no node-local copy"
+# The EXIT trap removed the node-local copy (it also runs when the job fails).
+if compgen -G "$STAGE_DIR/mpistage-*" >/dev/null; then fail "stage job: node-local copy left behind"; fi
 
 if [ ! -x "$build_dir/examples/example_train_fashion_mnist" ]; then
     echo "slurm test-local: stage job OK; no trainer in $build_dir (built without libtorch)"

@@ -105,6 +105,16 @@ struct PlanOptions {
     /// k mod W.
     BatchBudget budget;
 
+    /// One switch for a global shuffle, as PyTorch's `DistributedSampler(shuffle=True)`: sets
+    /// `sharding` and `shuffle` to `global`, so every epoch is a permutation of all N samples
+    /// seeded by (seed, epoch), cut into global batches of W·B (the sequence does not depend
+    /// on W; a saved state resumes at any W). Local, no I/O. Returns `*this` for chaining.
+    PlanOptions& shuffle_globally() noexcept {
+        sharding = Sharding::global;
+        shuffle = Shuffle::global;
+        return *this;
+    }
+
     /// @throws ConfigError for a zero batch size, a shuffle that does not fit the sharding,
     ///         `balance_steps` with `byte_range` sharding or with a budget, or a budget with
     ///         `max_batch_samples` 0.

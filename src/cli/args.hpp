@@ -39,6 +39,9 @@ struct StageArgs {
     std::string fingerprint = "sampled";
     std::string json;
     bool quiet = false;
+    /// --progress auto|bar|lines|none (cli/progress.hpp) and the seconds between two lines.
+    std::string progress = "auto";
+    std::uint64_t progress_every_seconds = 30;
     std::vector<std::string> index_paths;
     std::vector<std::string> features;
     std::string on_corrupt = "error";
@@ -87,6 +90,8 @@ struct StageArgs {
     /// --nulls error|mask|fill:VALUE (SqliteOptions::nulls).
     std::string nulls = "error";
 
+    /// The command line as given (argv, the program first), for the report.
+    std::vector<std::string> command_line;
     /// Long names of the flags given on the command line ("--epochs", "files"), filled by
     /// `CommandLine::parse_agreed`; a flag not listed kept its default.
     std::vector<std::string> given;
@@ -94,9 +99,18 @@ struct StageArgs {
     bool was_given(const std::string& name) const;
     /// True when batches are sized by a budget (--batch-bytes or --batch-tokens).
     bool budget() const noexcept { return batch_bytes > 0 || batch_tokens > 0; }
+    /// --sharding as the run uses it: `--shuffle global` alone is the one switch of a global
+    /// shuffle (PlanOptions::shuffle_globally) and implies `global`.
+    std::string effective_sharding() const {
+        return shuffle == "global" && !was_given("--sharding") ? "global" : sharding;
+    }
     /// True when the input is a stream (--sqlite).
     bool stream() const noexcept { return !sqlite.empty(); }
 };
+
+/// Local: the long name of option `o` with its dashes ("--batch-size"), or a positional's name
+/// ("files"). Unlike CLI11's get_name(), also for options hidden from --help (no group).
+std::string option_name(const CLI::Option& o);
 
 /// `mpistage convert idx IMAGES LABELS -o OUT [options]`.
 struct ConvertArgs {

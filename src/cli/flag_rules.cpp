@@ -84,6 +84,8 @@ constexpr Rule kRules[] = {
     {"--verify-files", files, kFileOnly},
     {"--json", any_input, ""},
     {"--quiet", any_input, ""},
+    {"--progress", any_input, ""},
+    {"--progress-every", any_input, ""},
     {"--save-state", any_input, ""},
     {"--save-every", any_input, ""},
     {"--stop-after-steps", any_input, ""},

@@ -1,9 +1,12 @@
 // The JSON report of `mpistage stage --json`, written atomically by rank 0: a reader never sees
 // a partial or empty file, and a failed run leaves a report that says so.
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "cli/atomic_file.hpp"
 #include "cli/report.hpp"
+#include "cli/version.hpp"
+#include "mpistage/config.hpp"
 
 namespace mpistage::cli {
 
@@ -44,6 +47,18 @@ nlohmann::json epoch_json(const EpochReport& r, bool verify) {
     }
     e["resumed"] = r.resumed;
     e["interrupted"] = r.interrupted;
+    e["ranks"] = nlohmann::json::array();
+    for (std::size_t k = 0; k < r.ranks.size(); ++k) {
+        const EpochReport::RankTimes& t = r.ranks[k];
+        e["ranks"].push_back({{"rank", k},
+                              {"seconds", t.seconds},
+                              {"wait_seconds", t.wait_seconds},
+                              {"wait_io_seconds", t.wait_io_seconds},
+                              {"wait_peers_seconds", t.wait_peers_seconds}});
+    }
+    e["waited_on_rank"] =
+        r.waited_on_rank < 0 ? nlohmann::json() : nlohmann::json(r.waited_on_rank);
+    e["others_waited_seconds"] = r.others_waited_seconds;
     if (r.step_ratio_worst > 0) {
         e["step_byte_ratio"] = {{"worst", r.step_ratio_worst},
                                 {"mean", r.step_ratio_mean},
@@ -53,8 +68,9 @@ nlohmann::json epoch_json(const EpochReport& r, bool verify) {
     return e;
 }
 
-nlohmann::json rank_json(std::size_t rank, const RankTotals& t) {
+nlohmann::json rank_json(std::size_t rank, const RankTotals& t, const std::string& host) {
     return {{"rank", rank},
+            {"host", host},
             {"samples", t.samples},
             {"batches", t.batches},
             {"padding_slots", t.padding_slots},
@@ -71,6 +87,18 @@ nlohmann::json rank_json(std::size_t rank, const RankTotals& t) {
             {"h2d_seconds", t.h2d_seconds}};
 }
 
+// The hosts in order of their first rank, each with its ranks (the ranks per host).
+nlohmann::json hosts_json(const std::vector<std::string>& hosts) {
+    nlohmann::json out = nlohmann::json::array();
+    std::map<std::string, std::size_t> at;
+    for (std::size_t r = 0; r < hosts.size(); ++r) {
+        const auto [it, added] = at.emplace(hosts[r], out.size());
+        if (added) out.push_back({{"host", hosts[r]}, {"ranks", nlohmann::json::array()}});
+        out[it->second]["ranks"].push_back(r);
+    }
+    return out;
+}
+
 }  // namespace
 
 void check_json_destination(const std::string& path) {
@@ -81,6 +109,9 @@ void write_stage_json(const StageArgs& a, const StageOutcome& o) {
     nlohmann::json j;
     j["schema_version"] = kJsonSchemaVersion;
     j["status"] = o.all_ok ? "ok" : "verify_failed";
+    j["mpistage_version"] = MPISTAGE_VERSION;
+    j["git_commit"] = git_commit();
+    j["command_line"] = a.command_line;
     j["world_size"] = o.world_size;
     j["input"] = {{"kind", o.input_kind}, {"batching", o.batching}, {"paths", o.paths}};
     j["num_samples"] = o.num_samples;
@@ -113,7 +144,10 @@ void write_stage_json(const StageArgs& a, const StageOutcome& o) {
     j["stopped_by_signal"] =
         o.stopped_by_signal.empty() ? nlohmann::json() : nlohmann::json(o.stopped_by_signal);
     j["ranks"] = nlohmann::json::array();
-    for (std::size_t r = 0; r < o.ranks.size(); ++r) j["ranks"].push_back(rank_json(r, o.ranks[r]));
+    for (std::size_t r = 0; r < o.ranks.size(); ++r) {
+        j["ranks"].push_back(rank_json(r, o.ranks[r], r < o.hosts.size() ? o.hosts[r] : ""));
+    }
+    j["hosts"] = hosts_json(o.hosts);
     write_file_atomically(a.json,
                           j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n",
                           "--json file");

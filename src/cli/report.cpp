@@ -1,6 +1,8 @@
 // The text report of `mpistage stage` (rank 0) and the per-rank totals behind it.
 #include "cli/report.hpp"
 
+#include <mpi.h>
+
 #include <algorithm>
 #include <cstdio>
 
@@ -113,6 +115,22 @@ void print_batches(const StageOutcome& o) {
     }
 }
 
+// Per epoch: each rank's seconds and waits, and the rank the others waited for.
+void print_waits(const std::vector<EpochReport>& epochs) {
+    for (const auto& r : epochs) {
+        if (r.waited_on_rank < 0) continue;
+        std::printf(
+            "epoch %llu: rank %d made the others wait the most (%.3f s of peer waits on "
+            "the other ranks; per rank seconds/wait_io/wait_peers:",
+            static_cast<ull>(r.epoch), r.waited_on_rank, r.others_waited_seconds);
+        for (std::size_t k = 0; k < r.ranks.size(); ++k) {
+            std::printf(" %zu: %.3f/%.3f/%.3f", k, r.ranks[k].seconds, r.ranks[k].wait_io_seconds,
+                        r.ranks[k].wait_peers_seconds);
+        }
+        std::printf(")\n");
+    }
+}
+
 }  // namespace
 
 std::uint64_t statistic(const SourceStatistics& stats, const std::string& name) {
@@ -161,6 +179,51 @@ std::vector<RankTotals> gather_rank_totals(const Communicator& comm, const RankT
     return out;
 }
 
+void note_epoch_ranks(const Communicator& comm, const RankTotals& before, const RankTotals& after,
+                      double seconds, EpochReport& r) {
+    RankTotals d;
+    d.seconds = seconds;
+    d.wait_seconds = after.wait_seconds - before.wait_seconds;
+    d.wait_io_seconds = after.wait_io_seconds - before.wait_io_seconds;
+    d.wait_peers_seconds = after.wait_peers_seconds - before.wait_peers_seconds;
+    const std::vector<RankTotals> all = gather_rank_totals(comm, d);
+    r.ranks.clear();
+    double most_busy = -1;
+    double peer_waits = 0;
+    for (std::size_t k = 0; k < all.size(); ++k) {
+        const RankTotals& t = all[k];
+        r.ranks.push_back({t.seconds, t.wait_seconds, t.wait_io_seconds, t.wait_peers_seconds});
+        peer_waits += t.wait_peers_seconds;
+        const double busy = t.seconds - t.wait_peers_seconds;
+        if (busy > most_busy) {
+            most_busy = busy;
+            r.waited_on_rank = static_cast<int>(k);
+        }
+    }
+    if (all.size() < 2) {
+        r.waited_on_rank = -1;
+        return;
+    }
+    r.others_waited_seconds =
+        peer_waits - all[static_cast<std::size_t>(r.waited_on_rank)].wait_peers_seconds;
+}
+
+std::vector<std::string> gather_host_names(const Communicator& comm) {
+    char name[MPI_MAX_PROCESSOR_NAME + 1] = {0};
+    int length = 0;
+    if (MPI_Get_processor_name(name, &length) != MPI_SUCCESS) length = 0;
+    std::vector<char> mine(name, name + length);
+    mine.push_back('\0');
+    const std::vector<char> all = comm.gatherv(mine, 0);
+    std::vector<std::string> out;
+    for (std::size_t at = 0; at < all.size();) {
+        const std::string host(all.data() + at);
+        at += host.size() + 1;
+        out.push_back(host.empty() ? "unknown" : host);
+    }
+    return out;
+}
+
 void print_header(const StageArgs& a, const StageOutcome& o) {
     const std::string batches =
         o.batching == "budget"
@@ -202,6 +265,7 @@ void print_summary(const StageArgs& a, const StageOutcome& o) {
             r.unbalanced_mean);
     }
     print_batches(o);
+    print_waits(o.epochs);
     print_tier(o.tier, o.epochs);
     if (a.verify) print_verdicts(o.epochs, o.all_ok);
     if (!o.stopped_by_signal.empty()) {

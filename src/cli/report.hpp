@@ -52,9 +52,21 @@ struct RankTotals {
 /// Collective (one allgather through `comm`): every rank's totals, indexed by rank.
 std::vector<RankTotals> gather_rank_totals(const Communicator& comm, const RankTotals& mine);
 
+/// Collective (one allgather through `comm`): every rank's times and waits in one epoch (the
+/// difference of its totals `before` and `after` it; `seconds` its duration on this rank) into
+/// `r.ranks`, and the rank that made the others wait the most into `r.waited_on_rank`.
+void note_epoch_ranks(const Communicator& comm, const RankTotals& before, const RankTotals& after,
+                      double seconds, EpochReport& r);
+
+/// Collective (one gatherv through `comm`): on rank 0 every rank's host name
+/// (MPI_Get_processor_name), indexed by rank; empty on the other ranks.
+std::vector<std::string> gather_host_names(const Communicator& comm);
+
 /// Everything a finished run reports.
 struct StageOutcome {
     int world_size = 1;
+    /// Rank 0: the host of each rank (gather_host_names).
+    std::vector<std::string> hosts;
     /// "hdf5", "tfrecord", "idx" or "sqlite", and "fixed" or "budget".
     std::string input_kind;
     std::string batching = "fixed";

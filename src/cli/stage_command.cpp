@@ -118,13 +118,14 @@ public:
             exchange_interval(a_.budget() ? a_.max_batch_samples : a_.batch_size);
         std::vector<std::uint64_t> hashes;
         BatchCounts c;
-        const std::uint64_t bytes_before = input_.totals().bytes;
+        const RankTotals before = input_.totals();
         const auto t0 = Clock::now();
         auto range = input_.epoch(e);
         const std::uint64_t planned = input_.planned_steps(range);
         for (const HostBatch& batch : range) {
             c.add(batch, input_.oversize(range, batch));
-            progress_.step(e, first_step + c.batches, planned ? first_step + planned : 0);
+            progress_.step(e, first_step + c.batches, planned ? first_step + planned : 0,
+                           epoch_progress(before, c.valid));
             for (std::size_t j = 0; (count || keep_ids) && j < batch.size(); ++j) {
                 if (!batch.valid()[j]) continue;
                 if (count) count->add(batch.index()[j]);
@@ -150,12 +151,14 @@ public:
         }
         const auto elapsed = Clock::now() - t0;
         seconds_ += std::chrono::duration<double>(elapsed).count();
-        progress_.epoch_done(e, c.batches, c.valid, input_.totals().bytes - bytes_before);
+        const RankTotals after = input_.totals();
+        progress_.epoch_done(e, c.batches, c.valid, after.bytes - before.bytes);
         totals_.batches += c.batches;
         totals_.samples += c.valid;
         totals_.padding_slots += c.padding_slots;
         EpochReport r = report(e, range, c, count ? &*count : nullptr, hashes, resumed);
         note_epoch_tier(comm_, input_.tier_stats(), elapsed, r);
+        note_epoch_ranks(comm_, before, after, std::chrono::duration<double>(elapsed).count(), r);
         if (!a_.ids_out.empty()) {
             const std::vector<std::int64_t> all = gather_to_root(comm_, ids);
             delivered_.insert(delivered_.end(), all.begin(), all.end());
@@ -200,6 +203,13 @@ public:
     }
 
 private:
+    // This rank's counts in the epoch so far, for the progress line (local).
+    EpochProgress epoch_progress(const RankTotals& before, std::uint64_t samples) const {
+        const RankTotals now = input_.totals();
+        return {samples, now.bytes - before.bytes, now.wait_io_seconds - before.wait_io_seconds,
+                now.wait_peers_seconds - before.wait_peers_seconds};
+    }
+
     void save(std::uint64_t e, const std::vector<std::int64_t>& ids) {
         if (std::optional<SavedState> s = input_.snapshot()) saver_.save(comm_, *s, e, ids);
     }
@@ -268,7 +278,8 @@ int stage_input(const Communicator& comm, const StageArgs& a, const LocalChecks&
     }
     if (comm.rank() == 0 && !a.quiet) print_header(a, o);
 
-    Progress progress = Progress::for_rank(comm.rank(), a.quiet, a.first_epoch, a.epochs);
+    Progress progress = Progress::for_rank(comm.rank(), a.quiet, a.progress,
+                                           a.progress_every_seconds, a.first_epoch, a.epochs);
     StageRun<Input> run(comm, a, input, local, o.num_samples, progress);
     const std::uint64_t first = local.resume ? local.resume->epoch() : a.first_epoch;
     for (std::uint64_t e = first; e < a.first_epoch + a.epochs && !run.done(); ++e) {
@@ -287,6 +298,7 @@ int stage_input(const Communicator& comm, const StageArgs& a, const LocalChecks&
     }
     o.state_saves = run.saves();
     o.ranks = run.gather_totals();
+    o.hosts = gather_host_names(comm);
     o.tier = gather_tier(comm, a.stage, input.tier_stats());
     o.tier.two_phase = a.two_phase;
     if (comm.rank() == 0 && !a.quiet) print_summary(a, o);

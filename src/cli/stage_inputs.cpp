@@ -18,7 +18,7 @@ LoaderOptions loader_options(const StageArgs& a) {
     o.plan.batch_size = a.batch_size;
     o.plan.seed = a.seed;
     o.plan.shuffle = parse_shuffle(a.shuffle);
-    o.plan.sharding = parse_sharding(a.sharding);
+    o.plan.sharding = parse_sharding(a.effective_sharding());
     o.plan.remainder = parse_remainder(a.remainder);
     o.plan.balance_steps = a.balance_steps;
     o.prefetch = a.prefetch;
@@ -172,7 +172,7 @@ void FileInput::describe(const StageArgs& a, StageOutcome& o) const {
     o.num_samples = loader_.num_samples();
     o.remainder = opt.plan.budget.active() ? "mask" : a.remainder;
     o.shuffle = a.shuffle;
-    o.sharding = a.sharding;
+    o.sharding = a.effective_sharding();
 }
 
 // ---- streams ---------------------------------------------------------------------------------

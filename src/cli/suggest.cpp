@@ -178,6 +178,7 @@ void add_choice_checks(CLI::App& app) {
     add_choices(stage, "--remainder", {"drop", "pad", "mask"});
     add_choices(stage, "--on-corrupt", {"error", "skip"});
     add_choices(stage, "--on-dry", {"rebalance", "mask"});
+    add_choices(stage, "--progress", {"auto", "bar", "lines", "none"});
     add_choices(sub(sub(&app, "convert"), "idx"), "--format", {"hdf5", "tfrecord"});
 }
 

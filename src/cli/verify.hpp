@@ -56,6 +56,21 @@ struct EpochReport {
     /// of a batch, in bytes or tokens) with and without bucketing.
     double padding_waste = -1;
     double unbucketed_padding_waste = -1;
+    /// Each rank's part of the epoch, indexed by rank (cli/report.hpp, note_epoch_ranks).
+    struct RankTimes {
+        /// Seconds the rank spent in the epoch, of them waiting in `next()` (all causes), for
+        /// its own reads and for other ranks in collectives.
+        double seconds = 0;
+        double wait_seconds = 0;
+        double wait_io_seconds = 0;
+        double wait_peers_seconds = 0;
+    };
+    std::vector<RankTimes> ranks;
+    /// The rank that made the others wait the most: the one with the most time not spent
+    /// waiting for peers (seconds − wait_peers_seconds), which the others' peer waits wait
+    /// for; −1 with one rank. `others_waited_seconds`: the peer waits of the other ranks.
+    int waited_on_rank = -1;
+    double others_waited_seconds = 0;
 };
 
 /// Collective: the batch counts of every rank for `epoch` (no exactly-once check).

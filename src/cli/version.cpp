@@ -6,6 +6,10 @@
 
 #include "mpistage/config.hpp"
 
+#ifndef MPISTAGE_GIT_COMMIT
+#define MPISTAGE_GIT_COMMIT "unknown"
+#endif
+
 namespace mpistage::cli {
 
 namespace {
@@ -35,10 +39,15 @@ std::string feature(bool built, const char* version) {
 
 }  // namespace
 
+std::string git_commit() {
+    return MPISTAGE_GIT_COMMIT;
+}
+
 std::string version_text() {
     int major = 0, minor = 0;
     MPI_Get_version(&major, &minor);
     std::string out = "mpistage " MPISTAGE_VERSION "\n";
+    out += "  commit: " + git_commit() + "\n";
     out += "  MPI:   " + mpi_library() + " (MPI standard " + std::to_string(major) + "." +
            std::to_string(minor) + ")\n";
     out += "  HDF5:  " + hdf5_loaded() + ", parallel (built against " MPISTAGE_HDF5_VERSION ")\n";

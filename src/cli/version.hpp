@@ -10,4 +10,9 @@ namespace mpistage::cli {
 /// (versions built against, or "no").
 std::string version_text();
 
+/// Local: the git commit of the source tree the CLI was built from (40 hex digits, read when
+/// the build was configured: from git, or from a release tarball's cmake/git-commit.txt), or
+/// "unknown".
+std::string git_commit();
+
 }  // namespace mpistage::cli

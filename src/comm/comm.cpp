@@ -266,9 +266,13 @@ namespace {
     payload = comm.broadcast(payload, root);
     const auto kind = static_cast<ErrorKind>(payload.empty() ? 1 : payload[0]);
     std::string message = payload.size() > 1 ? payload.substr(1) : std::string("unknown error");
-    std::string prefix = "[rank " + std::to_string(root);
-    if (failing > 1) prefix += " and " + std::to_string(failing - 1) + " other rank(s)";
-    prefix += "] ";
+    // With one rank there is no other to tell apart: no "[rank 0] " prefix.
+    std::string prefix;
+    if (comm.size() > 1) {
+        prefix = "[rank " + std::to_string(root);
+        if (failing > 1) prefix += " and " + std::to_string(failing - 1) + " other rank(s)";
+        prefix += "] ";
+    }
     throw_error(kind, prefix + message);
 }
 

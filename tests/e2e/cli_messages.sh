@@ -9,8 +9,11 @@
 #      a --timeout beyond its range (used to overflow the deadline) names the limit
 #   6. --version names the build features with the versions of MPI and HDF5 (checked against
 #      mpirun --version and h5dump --version)
-#   7. progress: one line per epoch on rank 0 (none with --quiet), a live line on a terminal
-#   8. the JSON report has schema_version, MB/s per rank, and every key is in the README
+#   7. progress: one line per epoch on rank 0 (none with --quiet), a live line on a terminal;
+#      under mpirun (4 ranks, stderr a pipe) progress lines inside a long epoch (rate, ETA,
+#      wait split); --progress none prints none
+#   8. the JSON report has schema_version, MB/s per rank, the version, commit, command line,
+#      hosts, per-rank per-epoch times and the rank others waited for; every key is in the README
 # Usage: cli_messages.sh MPISTAGE_CLI WORK_DIR TEST_DATA_DIR FASHION_MNIST_DIR
 set -euo pipefail
 cli="$(readlink -f "$1")"; work="$2"; fmnist="$4"
@@ -139,6 +142,15 @@ echo "== 7. progress"
     || { cat "$work/err"; fail "not one progress line per epoch (rank 0 only)"; }
 "$mpiexec" -np 2 --oversubscribe "$cli" stage "$h5" -b 1000 --epochs 3 -q >"$work/out" 2>"$work/err"
 [ ! -s "$work/err" ] && [ ! -s "$work/out" ] || { cat "$work/out" "$work/err"; fail "--quiet printed"; }
+# Under mpirun rank 0's stderr is a pipe: a long epoch prints progress lines inside it (rate,
+# ETA, the wait split), by default (auto) and with --progress lines; none prints none.
+"$mpiexec" -np 4 --oversubscribe "$cli" stage "$h5" -b 50 --compute-ms 40 --progress-every 1 \
+    >"$work/out" 2>"$work/err"
+grep -E -q '^epoch 0 \(1/1\): step [0-9]+/50 \([0-9]+%\), [0-9]+ samples/s, [0-9.]+ MB/s, ETA [0-9]+ s, waits on rank 0: io [0-9.]+ s, peers [0-9.]+ s$' "$work/err" \
+    || { cat "$work/err"; fail "no progress line inside the epoch under mpirun (4 ranks)"; }
+"$mpiexec" -np 2 --oversubscribe "$cli" stage "$h5" -b 1000 --progress none --progress-every 0 \
+    >"$work/out" 2>"$work/err"
+grep -q 'step ' "$work/err" && { cat "$work/err"; fail "--progress none printed step lines"; }
 # On a terminal (script(1) gives it a pseudo-terminal) the step is shown live, in place.
 script -qec "'$cli' stage '$h5' -b 10 --epochs 2" /dev/null >"$work/tty" 2>&1 \
     || { cat "$work/tty"; fail "stage under a terminal"; }
@@ -148,11 +160,23 @@ grep -a -q $'\r\033\\[Kepoch 0 (1/2): step [0-9]*/1000' "$work/tty" \
 echo "== 8. JSON report"
 "$mpiexec" -np 3 --oversubscribe "$cli" stage "$h5" -b 100 --epochs 2 --verify -q \
     --json "$work/report.json"
-python3 - "$work/report.json" "$readme" <<'PY' || fail "JSON report"
+python3 - "$work/report.json" "$readme" "$h5" <<'PY' || fail "JSON report"
 import json, re, sys
 r = json.load(open(sys.argv[1]))
 readme = open(sys.argv[2]).read()
 assert r["schema_version"] == 2, r.get("schema_version")
+assert re.fullmatch(r"[0-9]+\.[0-9]+\.[0-9]+", r["mpistage_version"]), r["mpistage_version"]
+assert re.fullmatch(r"[0-9a-f]{40}|unknown", r["git_commit"]), r["git_commit"]
+assert r["command_line"][1:3] == ["stage", sys.argv[3]], r["command_line"]
+assert sorted(k for h in r["hosts"] for k in h["ranks"]) == [0, 1, 2], r["hosts"]
+for rank in r["ranks"]:
+    assert any(h["host"] == rank["host"] and rank["rank"] in h["ranks"] for h in r["hosts"]), rank
+for e in r["epochs"]:
+    assert [x["rank"] for x in e["ranks"]] == [0, 1, 2], e["ranks"]
+    assert e["waited_on_rank"] in (0, 1, 2), e["waited_on_rank"]
+    for x in e["ranks"]:
+        assert 0 <= x["wait_io_seconds"] + x["wait_peers_seconds"] <= x["wait_seconds"] + 1e-3, x
+        assert x["wait_seconds"] <= x["seconds"] + 1e-3, x
 for rank in r["ranks"]:
     want = rank["bytes"] / rank["seconds"] / 1e6
     assert abs(rank["mb_per_s"] - want) <= 1e-6 * max(1.0, want), (rank, want)

@@ -48,7 +48,7 @@ for np in 1 3; do
         elapsed=$(python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.1f}')" "$start" "$(date +%s.%N)")
         { [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$rc" -lt 128 ]; } || { cat "$work/case.err"; fail "permission ($path, np $np): rc=$rc"; }
         n=$(grep -c -F "IoError: [rank 0 and $((np - 1)) other rank(s)] stage: FILE: '$path' cannot be read: permission denied" "$work/case.err" || true)
-        [ "$np" -gt 1 ] || n=$(grep -c -F "IoError: [rank 0] stage: FILE: '$path' cannot be read: permission denied" "$work/case.err" || true)
+        [ "$np" -gt 1 ] || n=$(grep -c -F "IoError: stage: FILE: '$path' cannot be read: permission denied" "$work/case.err" || true)
         [ "$n" -eq "$np" ] || { cat "$work/case.err"; fail "permission ($path, np $np): message on $n of $np ranks"; }
         grep -q "does not exist" "$work/case.err" && fail "permission ($path) reported as missing"
         echo "PASS permission denied ${path#$work/} np=$np rc=$rc ${elapsed}s"

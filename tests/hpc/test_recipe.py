@@ -9,13 +9,20 @@ directives (version, variant, depends_on, conflicts) and implements `define` and
     its own options; every user-facing option is driven by a variant or by Spack's --test);
   * +torch / +cuda turn the MPISTAGE_REQUIRE_* options on, ~torch / ~cuda off;
   * cuda_arch becomes CMAKE_CUDA_ARCHITECTURES and +cuda is carried to py-torch (with the arch);
-  * the build-time test method and the install-time callback exist;
+  * every find_package / find_dependency / pkg_check_modules of the build (CMakeLists.txt and
+    cmake/*.cmake*, tests/ and benchmarks/ included) has a depends_on of the Spack package that
+    provides it, with a type that makes it available where it is used, and every depends_on is
+    used by the build;
+  * a release version with a sha256, made by scripts/make-release.sh, and maintainers;
+  * check() for build-time tests and stand-alone test_* methods (spack test run);
   * spack.yaml builds this checkout (develop path ".") with the recipe's repository.
 
 Usage: test_recipe.py SOURCE_DIR
 """
+import ast
 import contextlib
 import importlib.util
+import os
 import re
 import sys
 import types
@@ -100,6 +107,7 @@ def _stub_spack():
     package.join_path = lambda *parts: "/".join(parts)
     package.working_dir = lambda *a, **k: contextlib.nullcontext()
     package.Executable = lambda path: (lambda *a, **k: "")
+    package.mkdirp = lambda *a, **k: None
     package.which = lambda *a, **k: None
     package.InstallError = type("InstallError", (Exception,), {})
     package.run_after = lambda *a, **k: (lambda f: f)
@@ -113,10 +121,14 @@ def _stub_spack():
 
 
 def _load_recipe():
+    """The recipe's class, imported once (its directives are recorded in DIRECTIVES)."""
+    if "mpistage_recipe_class" in sys.modules:
+        return sys.modules["mpistage_recipe_class"]
     _stub_spack()
     spec = importlib.util.spec_from_file_location("mpistage_recipe", RECIPE)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    sys.modules["mpistage_recipe_class"] = module.Mpistage
     return module.Mpistage
 
 
@@ -205,10 +217,164 @@ class RecipeTest(unittest.TestCase):
 
     def test_spack_test_methods(self):
         self.assertTrue(callable(getattr(self.Mpistage, "check", None)))
-        for name in self.Mpistage.install_time_test_callbacks:
-            self.assertTrue(callable(getattr(self.Mpistage, name, None)), name)
-        self.assertTrue(callable(getattr(self.Mpistage, "test_version", None)))
+        # A CMakePackage runs no install_time_test_callbacks of its own: checks after the
+        # install are stand-alone tests (test_* methods with a docstring, `spack test run`).
+        self.assertFalse(getattr(self.Mpistage, "install_time_test_callbacks", None),
+                         "install-time callbacks are not run for a CMakePackage; use test_*")
+        tests = [n for n in vars(self.Mpistage) if n.startswith("test_")]
+        for name in ("test_version", "test_consumer"):
+            self.assertIn(name, tests)
+        for name in tests:
+            self.assertTrue(getattr(self.Mpistage, name).__doc__, f"{name} has no docstring")
         self.assertNotIn("tests", self.variants, "tests are Spack's --test, not a variant")
+
+    def test_release_version_and_maintainers(self):
+        versions = {a[0]: k for n, a, k in DIRECTIVES if n == "version"}
+        releases = {v: k for v, k in versions.items() if "sha256" in k}
+        self.assertTrue(releases, "no release version(..., sha256=...)")
+        project = re.search(r"project\(mpistage VERSION ([0-9.]+)",
+                            (SOURCE / "CMakeLists.txt").read_text()).group(1)
+        self.assertIn(project, releases, f"no release of the project version {project}")
+        for v, k in releases.items():
+            self.assertRegex(k["sha256"], r"^[0-9a-f]{64}$", v)
+            self.assertNotEqual(set(k["sha256"]), {"0"}, f"{v}: placeholder sha256")
+        self.assertIn(f"mpistage-{project}.tar.gz", self.Mpistage.url)
+        self.assertTrue(os.access(SOURCE / "scripts" / "make-release.sh", os.X_OK))
+        self.assertTrue(any(n == "maintainers" and a for n, a, _ in DIRECTIVES), "no maintainers")
+
+
+# The Spack package that provides each CMake package (find_package / find_dependency) and each
+# pkg-config module (pkg_check_modules) the build uses. None: not a Spack dependency, with why.
+CMAKE_PACKAGES = {
+    "MPI": "mpi", "HDF5": "hdf5", "ZLIB": "zlib-api", "nlohmann_json": "nlohmann-json",
+    "CLI11": "cli11", "PkgConfig": "pkgconfig", "CUDAToolkit": "cuda", "Torch": "py-torch",
+    "GTest": "googletest", "benchmark": "benchmark", "Python3": "python",
+    "pybind11": "py-pybind11",
+    "Threads": None,  # the C library's threads
+    "Git": None,  # optional (QUIET): the commit of a checkout; a release tarball carries it
+    "mpistage": None,  # the consumer projects of the install tests find this package itself
+}
+PKG_CONFIG_MODULES = {"libisal": "isa-l", "sqlite3": "sqlite", "libxxhash": "xxhash"}
+# The Spack package of each third-party module the Python package (python/mpistage) imports
+# at run time; the standard library needs none.
+PYTHON_IMPORTS = {"mpi4py": "py-mpi4py", "numpy": "py-numpy", "torch": "py-torch"}
+PYTHON_STDLIB = {"atexit", "gc", "itertools", "json", "weakref", "os", "sys", "collections",
+                 "typing", "contextlib", "functools", "threading", "warnings"}
+# depends_on that no find_package names: the compilers, and the build tool itself.
+NOT_FOUND_BY_CMAKE = {"c", "cxx", "cmake"}
+
+
+def build_files():
+    """CMake files of the build: CMakeLists.txt and cmake/*.cmake(.in), build trees excluded."""
+    for path in sorted(SOURCE.rglob("*")):
+        rel = path.relative_to(SOURCE)
+        if rel.parts[0].startswith(("build", ".")) or not path.is_file():
+            continue
+        if path.name == "CMakeLists.txt" or path.name.endswith((".cmake", ".cmake.in")):
+            yield rel, path.read_text()
+
+
+def found_packages():
+    """(spack name or None, what the build calls, file, where): where is 'test' under tests/,
+    'benchmarks' under benchmarks/, else 'build'."""
+    out = []
+    for rel, text in build_files():
+        text = re.sub(r"#[^\n]*", "", text)
+        where = {"tests": "test", "benchmarks": "benchmarks"}.get(rel.parts[0], "build")
+        for call, name in re.findall(r"\b(find_package|find_dependency)\(\s*([A-Za-z0-9_]+)", text):
+            out.append((CMAKE_PACKAGES.get(name, KeyError), f"{call}({name})", rel, where))
+        for args in re.findall(r"\bpkg_check_modules\(([^)]*)\)", text):
+            words = args.split()[1:]  # the prefix first, then options and modules
+            for module in (w for w in words if w not in ("REQUIRED", "QUIET", "IMPORTED_TARGET",
+                                                           "NO_CMAKE_PATH", "GLOBAL")):
+                module = re.split(r"[<>=]", module)[0]
+                out.append((PKG_CONFIG_MODULES.get(module, KeyError),
+                            f"pkg_check_modules({module})", rel, where))
+    return out
+
+
+def python_imports():
+    """(spack name or KeyError, module, file) for each top-level module python/mpistage/*.py
+    imports at run time (relative imports of the package itself excluded)."""
+    out = []
+    for path in sorted((SOURCE / "python" / "mpistage").glob("*.py")):
+        modules = []
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                modules += [a.name.split(".")[0] for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                modules.append(node.module.split(".")[0])
+        for module in modules:
+            if module in PYTHON_STDLIB or module == "mpistage":
+                continue
+            out.append((PYTHON_IMPORTS.get(module, KeyError), module, path.relative_to(SOURCE)))
+    return out
+
+
+class DependencyTest(unittest.TestCase):
+    """The recipe's depends_on against what the build looks for."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.Mpistage = _load_recipe()
+        cls.deps = {}  # spack name -> list of (types, when)
+        for n, a, k in DIRECTIVES:
+            if n != "depends_on":
+                continue
+            name = re.match(r"[A-Za-z0-9_-]+", a[0]).group(0)
+            types = k.get("type", ("build", "link"))
+            types = (types,) if isinstance(types, str) else tuple(types)
+            cls.deps.setdefault(name, []).append((types, k.get("when", "")))
+
+    def test_every_find_package_has_a_depends_on(self):
+        found = found_packages()
+        self.assertTrue(any(c == "find_package(HDF5)" for _, c, _, _ in found), "parser broken")
+        problems = []
+        for spack_name, call, rel, where in found:
+            if spack_name is KeyError:
+                problems.append(f"{rel}: {call}: no Spack package known for it "
+                                f"(add it to CMAKE_PACKAGES or PKG_CONFIG_MODULES and a depends_on)")
+                continue
+            if spack_name is None:
+                continue
+            if spack_name == "cuda":  # CudaPackage declares depends_on("cuda", when="+cuda")
+                if not issubclass(self.Mpistage, CudaPackage):
+                    problems.append(f"{rel}: {call}: the recipe is not a CudaPackage")
+                continue
+            decls = self.deps.get(spack_name)
+            if not decls:
+                problems.append(f"{rel}: {call}: no depends_on(\"{spack_name}\") in the recipe")
+                continue
+            types = {t for d in decls for t in d[0]}
+            wanted = {"test": {"test"}, "benchmarks": {"build"}, "build": {"build"}}[where]
+            if not wanted & types:
+                problems.append(f"{rel}: {call}: depends_on(\"{spack_name}\") has type "
+                                f"{sorted(types)}, needs {sorted(wanted)} there")
+        self.assertFalse(problems, "\n".join(problems))
+
+    def test_libraries_linked_have_link_type(self):
+        # What libmpistage links (shared or static) must be type link, or Spack does not put it
+        # on the link line and RPATH of a consumer.
+        for name in ("mpi", "hdf5", "zlib-api", "isa-l", "xxhash", "sqlite", "py-torch"):
+            types = {t for d in self.deps.get(name, []) for t in d[0]}
+            self.assertIn("link", types, name)
+
+    def test_every_depends_on_is_used_by_the_build(self):
+        used = {s for s, _, _, _ in found_packages() if isinstance(s, str)}
+        used |= {s for s, _, _ in python_imports() if isinstance(s, str)}
+        unused = set(self.deps) - used - NOT_FOUND_BY_CMAKE
+        self.assertFalse(unused, f"depends_on with no find_package in the build: {sorted(unused)}")
+
+    def test_every_python_import_has_a_run_dependency(self):
+        # The installed package imports these when a user imports mpistage: Spack must put them
+        # in the run environment (type run) under +python.
+        for spack_name, module, rel in python_imports():
+            self.assertIsNot(spack_name, KeyError,
+                             f"{rel}: import {module}: no Spack package known for it "
+                             f"(add it to PYTHON_IMPORTS and a depends_on)")
+            runs = [w for t, w in self.deps.get(spack_name, []) if "run" in t]
+            self.assertTrue(runs, f"{rel}: import {module}: no depends_on(\"{spack_name}\", "
+                                  f"type=\"run\")")
 
 
 class EnvironmentTest(unittest.TestCase):

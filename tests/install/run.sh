@@ -23,6 +23,19 @@ install)
         echo "install: absolute paths in the exported INTERFACE_LINK_LIBRARIES (above)" >&2
         exit 1
     fi
+    # Docs and examples under share/: the README, docs/, the licence, the example programs
+    # with their CMake project, and the consumer projects (spack test run builds one).
+    for f in share/doc/mpistage/README.md share/doc/mpistage/architecture.md \
+             share/doc/mpistage/LICENSE share/mpistage/examples/CMakeLists.txt \
+             share/mpistage/examples/first_batch.cpp share/mpistage/examples/global_shuffle.cpp \
+             share/mpistage/examples/staging_check.hpp \
+             share/mpistage/examples/consumer/CMakeLists.txt \
+             share/mpistage/examples/consumer/main.cpp; do
+        [ -s "$prefix/$f" ] || { echo "install: $prefix/$f is missing or empty" >&2; exit 1; }
+    done
+    cmp -s "$prefix/share/doc/mpistage/README.md" "$(dirname "$0")/../../README.md" ||
+        { echo "install: share/doc/mpistage/README.md is not the README" >&2; exit 1; }
+    echo "install: docs in $prefix/share/doc/mpistage, examples in $prefix/share/mpistage/examples"
     ;;
 cmake)
     prefix="$1" work="$2" consumer="$3" mpiexec="$4"

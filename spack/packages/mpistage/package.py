@@ -3,12 +3,19 @@
 #   spack env activate . && spack install            # add --test=root to run the test suite
 # or, without the environment:
 #   spack repo add spack
-#   spack dev-build -d . mpistage@main +torch ~cuda
+#   spack install mpistage@0.1.0 +torch ~cuda          # the release tarball (url below)
+#   spack dev-build -d . mpistage@main +torch ~cuda    # this checkout
 #
-# Variants map one to one onto the CMake options of CMakeLists.txt (tests/hpc/test_recipe.py
-# checks it). A requested feature is required: +torch and +cuda set MPISTAGE_REQUIRE_TORCH and
-# MPISTAGE_REQUIRE_CUDA, so a configuration that cannot find libtorch or the CUDA toolkit fails
-# with a message instead of building without them.
+# Variants map one to one onto the CMake options of CMakeLists.txt, and every find_package /
+# pkg_check_modules of the build has its depends_on here (tests/hpc/test_recipe.py checks
+# both). A requested feature is required: +torch and +cuda set MPISTAGE_REQUIRE_TORCH and
+# MPISTAGE_REQUIRE_CUDA, so a configuration that cannot find libtorch or the CUDA toolkit
+# fails with a message instead of building without them.
+#
+# A release: scripts/make-release.sh <tag> writes mpistage-<version>.tar.gz (git archive of
+# the tag, without this recipe) and prints the version(...) line with its sha256 for below.
+
+import os
 
 from spack.package import *  # noqa: F401,F403
 
@@ -20,17 +27,21 @@ except ImportError:
 
 
 class Mpistage(CMakePackage, CudaPackage):
-    """MPI-native C++ staging of training data (HDF5, TFRecord, IDX) into balanced,
+    """MPI-native C++ staging of training data (HDF5, TFRecord, IDX, SQLite) into balanced,
     exactly-once, equal-step batches, with pinned host buffers and libtorch tensors."""
 
     homepage = "https://github.com/mpistage/mpistage"
+    url = "https://github.com/mpistage/mpistage/releases/download/v0.1.0/mpistage-0.1.0.tar.gz"
     git = "https://github.com/mpistage/mpistage.git"
+
+    maintainers("mpistage-hpc", "mpistage-lead")
 
     license("Apache-2.0")
 
-    # No release is tagged yet: `main` builds the branch, and spack.yaml's `develop` entry
-    # builds the local checkout under this version.
     version("main", branch="main")
+    # `scripts/make-release.sh 7304ef8610ee08032a797c2181dd3fc618da11ba`: the commit the 0.1.0
+    # tarball was made from (tag it v0.1.0 when the release is published).
+    version("0.1.0", sha256="d335bb0a6454834f3c48412a3dff741ced6fc5f7608dd955401927a2a76902c7")
 
     variant("torch", default=True, description="Build the libtorch-facing target mpistage::torch")
     variant("shared", default=True, description="Build shared libraries")
@@ -38,20 +49,24 @@ class Mpistage(CMakePackage, CudaPackage):
     variant("benchmarks", default=False, description="Build the benchmarks")
     variant("python", default=False, description="Build the Python module mpistage (pybind11)")
 
+    # Build tools. CMake's own modules (FindMPI, FindHDF5, FindZLIB, FindPkgConfig) come with it.
     depends_on("cmake@3.19:", type="build")
     depends_on("pkgconfig", type="build")
     depends_on("c", type="build")
     depends_on("cxx", type="build")
+    # Libraries libmpistage links (the package's CMake config re-finds MPI for consumers).
     depends_on("mpi")
     depends_on("hdf5@1.10:+mpi")
     depends_on("zlib-api")
     depends_on("isa-l")
     depends_on("xxhash")
-    depends_on("cli11")
-    depends_on("nlohmann-json")
+    depends_on("sqlite@3:")
+    # Header-only, used only while building (the CLI's parser, the state and report JSON).
+    depends_on("cli11@2:", type="build")
+    depends_on("nlohmann-json@3:", type="build")
     depends_on("py-torch", when="+torch")
     # A CUDA build of mpistage hands pinned batches to CUDA tensors: torch must have CUDA too,
-    # for the same GPU architectures.
+    # for the same GPU architectures. (CudaPackage adds depends_on("cuda") with +cuda.)
     depends_on("py-torch+cuda", when="+torch+cuda")
     for _arch in CudaPackage.cuda_arch_values:
         depends_on(f"py-torch cuda_arch={_arch}", when=f"+torch+cuda cuda_arch={_arch}")
@@ -60,8 +75,11 @@ class Mpistage(CMakePackage, CudaPackage):
     depends_on("py-pybind11@2.6:", when="+python", type="build")
     depends_on("py-numpy", when="+python", type="run")
     depends_on("py-mpi4py", when="+python", type="run")
-    # The test suite is built and run by `spack install --test=root` (Spack's `check`).
+    depends_on("py-torch", when="+python", type="run")
+    # Build-time tests (`spack install --test=root`, Spack's check): GoogleTest for the suite,
+    # Python for the lint and recipe tests.
     depends_on("googletest", type="test")
+    depends_on("python@3.8:", type="test")
 
     conflicts("+cuda cuda_arch=none", msg="+cuda needs cuda_arch=<arch> (e.g. cuda_arch=90)")
 
@@ -93,27 +111,44 @@ class Mpistage(CMakePackage, CudaPackage):
 
     def check(self):
         """Build-time tests (`spack install --test=root`): the suite but the multi-hour stress
-        runs and the install test, which needs the installed prefix."""
+        runs and the install test, which needs the installed prefix (the stand-alone tests
+        below do that part)."""
         with working_dir(self.build_directory):
             ctest = Executable(self.spec["cmake"].prefix.bin.ctest)
             ctest("--output-on-failure", "-LE", "stress|install")
 
-    install_time_test_callbacks = ["check_installed_version"]
+    # ---- stand-alone tests: `spack test run mpistage` -------------------------------------
 
-    def _version_text(self):
-        """What the installed `mpistage --version` prints; checks it names its build features."""
-        out = Executable(self.prefix.bin.mpistage)("--version", output=str, error=str)
-        for word in ("mpistage", "MPI", "HDF5"):
-            if word not in out:
-                raise InstallError(f"'{word}' missing from mpistage --version: {out}")
-        return out
-
-    def check_installed_version(self):
-        """Install-time smoke test: the installed CLI starts and reports its build features."""
-        out = self._version_text()
-        if self.spec.satisfies("+torch") and "torch" not in out:
-            raise InstallError(f"+torch, but mpistage --version names no torch: {out}")
+    def _mpiexec(self):
+        for name in ("mpiexec", "mpirun", "srun"):
+            path = join_path(self.spec["mpi"].prefix.bin, name)
+            if os.path.exists(path):
+                return Executable(path)
+        exe = which("mpiexec", "mpirun", "srun")
+        if exe is None:
+            raise InstallError("no mpiexec, mpirun or srun to start 2 ranks")
+        return exe
 
     def test_version(self):
-        """Stand-alone test (`spack test run mpistage`): `mpistage --version` runs."""
-        self._version_text()
+        """mpistage --version names the version, MPI, HDF5 and (+torch) torch"""
+        out = Executable(self.prefix.bin.mpistage)("--version", output=str.split, error=str.split)
+        expected = ["mpistage ", "commit:", "MPI:", "HDF5:"]
+        if not self.spec.satisfies("@main"):
+            expected[0] = f"mpistage {self.spec.version}"
+        if self.spec.satisfies("+torch"):
+            expected.append("torch: yes")
+        for word in expected:
+            if word not in out:
+                raise InstallError(f"'{word}' missing from mpistage --version: {out}")
+
+    def test_consumer(self):
+        """build the installed example consumer with CMake and run it at 2 ranks: it stages
+        one epoch of an IDX pair it writes and checks every sample arrived exactly once"""
+        source = join_path(self.prefix.share.mpistage.examples, "consumer")
+        cmake = Executable(self.spec["cmake"].prefix.bin.cmake)
+        cmake("-S", source, "-B", "consumer-build", f"-DCMAKE_PREFIX_PATH={self.prefix}",
+              f"-DMPI_HOME={self.spec['mpi'].prefix}")
+        cmake("--build", "consumer-build")
+        mkdirp("consumer-work")
+        # A failed check exits non-zero, which fails this test part.
+        self._mpiexec()("-n", "2", join_path("consumer-build", "x"), "consumer-work")

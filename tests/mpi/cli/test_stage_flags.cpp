@@ -349,6 +349,24 @@ const std::map<std::string, Spec>& spec() {
         {"--quiet",
          {[](const std::string&, const std::string&) { return Args{"--quiet"}; },
           [](const Context& c) { return c.run.output.empty(); }}},
+        // none: no line inside an epoch, even at --progress-every 0 (which alone prints one
+        // after every step, see below); the line per finished epoch stays.
+        {"--progress",
+         {[](const std::string&, const std::string&) {
+              return Args{"--progress", "none", "--progress-every", "0"};
+          },
+          [](const Context& c) {
+              return c.run.output.find("(1/1): step ") == std::string::npos &&
+                     (h5t::rank() != 0 || c.run.output.find("(1/1): ") != std::string::npos);
+          }}},
+        // 0 seconds: a line inside the epoch after every step but the last (rank 0 only).
+        {"--progress-every",
+         {[](const std::string&, const std::string&) {
+              return Args{"--progress", "lines", "--progress-every", "0"};
+          },
+          [](const Context& c) {
+              return h5t::rank() != 0 || c.run.output.find("(1/1): step 1/") != std::string::npos;
+          }}},
         {"--save-state",
          {[](const std::string&, const std::string& w) {
               return Args{"--save-state", w + ".st"};
@@ -600,7 +618,7 @@ TEST(StageFlags, EveryFlagTakesEffectOrIsRefusedForEveryInputKind) {
     const auto& table = spec();
     std::string matrix;
     for (const CLI::Option* option : cl.stage_command().get_options()) {
-        const std::string flag = option->get_name();
+        const std::string flag = mpistage::cli::option_name(*option);
         if (flag == "--help" || flag == "files") continue;
         const auto entry = table.find(flag);
         if (entry == table.end()) {

@@ -48,6 +48,11 @@ TEST(PlanConfig, BadWorldSizeRankOrOptionsThrowConfigError) {
             EXPECT_NO_THROW(o.validate());
         }
     }
+    PlanOptions shuffled;
+    shuffled.shuffle_globally();  // the one switch: global sharding and global shuffle
+    EXPECT_EQ(shuffled.sharding, Sharding::global);
+    EXPECT_EQ(shuffled.shuffle, Shuffle::global);
+    EXPECT_NO_THROW(shuffled.validate());
     PlanOptions mismatch;
     mismatch.sharding = Sharding::byte_range;
     mismatch.shuffle = Shuffle::global;
