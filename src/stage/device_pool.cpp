@@ -49,11 +49,9 @@ DeviceBuffer DevicePool::lend(std::size_t size_bytes) {
     Block* b = nullptr;
     {
         std::lock_guard<std::mutex> lk(m_);
-        if (free_.empty()) {
-            throw ConfigError("stage: all " + std::to_string(blocks_.size()) +
-                              " device buffers of cuda:" + std::to_string(device_) +
-                              " are held by staged batches or tensors the caller kept; release "
-                              "them or raise the loader's prefetch");
+        if (free_.empty()) {  // every block is held (batches, tensors): one more
+            blocks_.push_back(std::make_unique<Block>());
+            free_.push_back(blocks_.back().get());
         }
         b = free_.back();
         free_.pop_back();

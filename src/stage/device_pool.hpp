@@ -21,13 +21,14 @@ namespace mpistage::detail {
 /// Thread-safe pool of device blocks of one device.
 class DevicePool : public std::enable_shared_from_this<DevicePool> {
 public:
-    /// A pool of at most `blocks` blocks on CUDA device `device`, whose batches are consumed on
+    /// A pool of `blocks` blocks (more when all are held) on CUDA device `device`, whose
+    /// batches are consumed on
     /// `consumer_stream` (a cudaStream_t; nullptr: the legacy default stream).
     static std::shared_ptr<DevicePool> create(int device, std::size_t blocks,
                                               void* consumer_stream);
     /// Lends a block of at least `size_bytes` (call with the pool's device current); its
     /// `reuse_fence` must be waited on by the stream that writes it.
-    /// @throws ConfigError when every block is lent, CudaError.
+    /// @throws CudaError (cudaMalloc: out of device memory).
     DeviceBuffer lend(std::size_t size_bytes);
     /// Blocks not lent right now.
     std::size_t free_blocks() const;

@@ -14,7 +14,7 @@ namespace mpistage::detail {
 
 namespace {
 
-constexpr std::size_t kMaxDepth = 64;
+constexpr std::size_t kMaxDepth = 4096;  // the loader's largest prefetch
 constexpr std::size_t kPartAlign = 256;  // cudaMalloc's alignment, kept for every part
 
 std::size_t aligned(std::size_t n) {
@@ -253,6 +253,10 @@ bool DeviceStager::take(StagedBatch& out) {
     out = std::move(b);
     d.pending.pop_front();
     return true;
+}
+
+void DeviceStager::discard_pending() noexcept {
+    impl_->pending.clear();
 }
 
 void DeviceStager::drain() {

@@ -57,10 +57,10 @@ struct StagerOptions {
     /// default stream). `take` makes it wait for the copy; releases of pool blocks are
     /// recorded on it. Not owned.
     void* consumer_stream = nullptr;
-    /// Batches submitted but not yet taken, at most (1 ≤ depth ≤ 64).
+    /// Batches submitted but not yet taken, at most (1 ≤ depth ≤ 4096).
     std::size_t depth = 2;
-    /// Device buffers of the stager's own pool (used without `allocator`): batches in flight
-    /// plus batches (and tensors over them) the consumer still holds; ≥ depth + 1.
+    /// Device buffers the stager's own pool starts with (used without `allocator`; it adds
+    /// one when all are held): batches in flight plus those the consumer holds; ≥ depth + 1.
     std::size_t pool_buffers = 4;
     /// Device memory source; empty: the stager's own pool of `pool_buffers` cudaMalloc blocks,
     /// allocated on first use and reused (grown only when a batch is larger than before).
@@ -101,12 +101,14 @@ public:
     /// device buffer; the buffer's reuse fence waited on first), records its event and keeps
     /// `host_lease` until the copy completed (released in stream order). If an enqueue fails,
     /// the stream is synchronised before anything is released.
-    /// @throws ConfigError when `depth` batches are pending or the pool is exhausted,
-    ///         CudaError.
+    /// @throws ConfigError when `depth` batches are pending, CudaError.
     void submit(const std::vector<HostSpan>& spans, std::shared_ptr<void> host_lease);
     /// The oldest submitted batch; the consumer's stream waits for its copy (the host does
     /// not). Returns false when none is pending. @throws CudaError.
     bool take(StagedBatch& out);
+    /// Drops the batches submitted and not taken (their copies still complete; their device
+    /// memory returns to the pool, fenced on the consumer's stream).
+    void discard_pending() noexcept;
     /// Waits (host) for every copy submitted so far and accounts them in `stats()`.
     /// @throws CudaError.
     void drain();

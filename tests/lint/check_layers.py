@@ -9,8 +9,9 @@ between peer folders must not have a cycle. Layers are assigned to `src/<folder>
 the public headers `include/mpistage/*.hpp` (PUBLIC below; an unmapped public header fails).
 
 `src/stage/` holds two layers: the device primitives (CUDA runtime wrappers, pinned host
-memory, device choice; no MPI, no other mpistage header but error.hpp/device.hpp), which the ring
-and the loader build on, and the device staging of loader batches (stager, pool, batch parts,
+memory, device choice, the stream-ordered stager and its device pool; no MPI, no other
+mpistage header but error.hpp/device.hpp), which the ring and the loader build on (the loader
+delivers batches on the device through the stager), and the loader-facing code (batch parts,
 tensors, the torch view), which sits above the loader. DEVICE maps the primitives per file.
 
 A public header includes only public headers (`mpistage/...`): internal headers in `src/` are
@@ -44,7 +45,8 @@ RANK = {
 }
 
 # src/stage files that are device primitives (layer "device"), by path without extension.
-DEVICE = {"src/stage/cuda_api", "src/stage/host_memory", "src/stage/device_choice"}
+DEVICE = {"src/stage/cuda_api", "src/stage/host_memory", "src/stage/device_choice",
+          "src/stage/device_stager", "src/stage/device_pool"}
 
 # Public headers: include/mpistage/<name>.hpp -> layer.
 PUBLIC = {
