@@ -68,7 +68,11 @@ void EpochRange::Impl::agree_window() {
         taken.emplace_back(slot, std::move(status));
     }
     // Later steps already read join the window without waiting; a failed read ends it.
-    while (!taken.back().second.failed && next_consume + taken.size() < limit) {
+    // On a device, slots return as soon as their copy completed: the window then stops at
+    // `prefetch` batches ahead, which bounds the device memory held by copies in flight.
+    const std::size_t ahead = l.stager ? prefetch->ring()->slots.size() : limit;
+    while (!taken.back().second.failed && next_consume + taken.size() < limit &&
+           taken.size() < ahead) {
         LocalStatus status;
         detail::Slot* slot = prefetch->take_if_ready(next_consume + taken.size(), status);
         if (!slot) break;
@@ -102,8 +106,9 @@ std::size_t EpochRange::Impl::stage_window(std::size_t good) {
     for (std::size_t i = staged.size(); i < good; ++i) {
         detail::Slot* slot = taken[i].first;
         std::shared_ptr<detail::Ring> ring = prefetch->ring();
+        ring->lend_to_copy();
         std::shared_ptr<void> lease(
-            slot, [ring](void* s) { ring->release(static_cast<detail::Slot*>(s)); });
+            slot, [ring](void* s) { ring->release_copied(static_cast<detail::Slot*>(s)); });
         Staged st;
         st.step = slot->step;
         st.bytes = slot->bytes;

@@ -199,12 +199,10 @@ Loader::Loader(const Communicator& comm, const Source& source, LoaderOptions opt
     d.comm.set_context({"loader: device", -1, -1, "", -1});
     d.device = detail::agree_device(d.comm, d.options);
     run_agreed(d.comm, [&] {
-        const std::uint64_t slots =
-            std::max<std::uint64_t>(1, std::min<std::uint64_t>(d.options.prefetch, d.totals.steps));
-        d.allocate_ring(capacity, slots);
+        d.allocate_ring(capacity, std::max<std::uint64_t>(
+                                      1, std::min<std::uint64_t>(d.options.prefetch, d.totals.steps)));
         if (d.device.device.cuda) {
-            d.stager = detail::make_loader_stager(d.device.device, d.options,
-                                                  static_cast<std::size_t>(slots));
+            d.stager = detail::make_loader_stager(d.device.device, d.options, d.options.prefetch);
         }
     });
     d.comm.set_context({"loader: stage " + to_string(d.options.stage), -1, -1, "", -1});

@@ -39,6 +39,10 @@ unsigned long long mpistage_fake_cuda_pageable_copies(void);
 void mpistage_fake_cuda_set_copy_delay_us(unsigned delay_us);
 /// Blocks until every stream of every device finished its queued work.
 void mpistage_fake_cuda_drain(void);
+/// Makes cudaGetDeviceCount (and every call needing a device) fail with
+/// cudaErrorInsufficientDriver from now on (nonzero) or not (0): a driver older than the runtime.
+/// mpistage probes the device once per process, so call it before the first loader.
+void mpistage_fake_cuda_fail_init(int fail);
 
 #ifdef __cplusplus
 }

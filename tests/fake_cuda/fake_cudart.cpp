@@ -124,6 +124,12 @@ void mpistage_fake_cuda_drain(void) {
     e.drain(lk, -1);
 }
 
+void mpistage_fake_cuda_fail_init(int fail) {
+    Engine& e = Engine::get();
+    std::lock_guard<std::mutex> lk(e.m);
+    e.init_fails = fail != 0;
+}
+
 // ---- devices, contexts, errors ------------------------------------------------------------
 
 cudaError_t cudaGetDeviceCount(int* count) {
