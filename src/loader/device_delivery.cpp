@@ -57,13 +57,14 @@ LoaderDevice agree_device(const Communicator& comm, const LoaderOptions& options
                           ": every rank must resolve to the same kind; use device = \"auto\" "
                           "everywhere (all CPU then) or give every rank a GPU");
     }
+    const std::string own_reason = dev.device.reason;
     if (!cuda_ranks.empty() && !cpu_ranks.empty()) {
         dev.device = DeviceChoice();  // all `auto`: the whole job stages on the CPU
         dev.device.fell_back = true;
         dev.pinned = false;
     }
     if (!fell_back.empty()) {
-        const std::string reason = comm.broadcast(dev.device.reason, fell_back.front());
+        const std::string reason = comm.broadcast(own_reason, fell_back.front());
         dev.device.fell_back = true;
         dev.device.reason = reason;
         if (comm.size() > 1) {
