@@ -67,6 +67,7 @@ PUBLIC = {
     "plan": "plan",
     "state": "loader",
     "batch": "loader",
+    "dlpack": "loader",
     "loader": "loader",
     "stop": "loader",
     "stream": "loader",
