@@ -38,9 +38,8 @@ LoaderDevice agree_device(const Communicator& comm, const LoaderOptions& options
                                                   comm.node_rank(), false);
                    }));
     const bool is_auto = parse_device(options.device).mode == DeviceMode::automatic;
-    const std::vector<std::uint64_t> all =
-        comm.allgather(std::vector<std::uint64_t>{dev.device.cuda ? 1u : 0u, is_auto ? 1u : 0u,
-                                                  dev.device.fell_back ? 1u : 0u});
+    const std::vector<std::uint64_t> all = comm.allgather(std::vector<std::uint64_t>{
+        dev.device.cuda ? 1u : 0u, is_auto ? 1u : 0u, dev.device.fell_back ? 1u : 0u});
     std::vector<int> cuda_ranks, cpu_ranks, fell_back, explicit_cuda;
     for (int r = 0; r < comm.size(); ++r) {
         const std::uint64_t* v = all.data() + 3 * static_cast<std::size_t>(r);
@@ -49,13 +48,12 @@ LoaderDevice agree_device(const Communicator& comm, const LoaderOptions& options
         if (v[0] && !v[1]) explicit_cuda.push_back(r);
     }
     if (!cuda_ranks.empty() && !cpu_ranks.empty() && !explicit_cuda.empty()) {
-        throw ConfigError("device: ranks " + rank_list(explicit_cuda) +
-                          " asked for a CUDA device but ranks " + rank_list(cpu_ranks) +
-                          " stage on the CPU" +
-                          (fell_back.empty() ? std::string(" (device = \"cpu\")")
-                                             : " (no usable CUDA device)") +
-                          ": every rank must resolve to the same kind; use device = \"auto\" "
-                          "everywhere (all CPU then) or give every rank a GPU");
+        throw ConfigError(
+            "device: ranks " + rank_list(explicit_cuda) + " asked for a CUDA device but ranks " +
+            rank_list(cpu_ranks) + " stage on the CPU" +
+            (fell_back.empty() ? std::string(" (device = \"cpu\")") : " (no usable CUDA device)") +
+            ": every rank must resolve to the same kind; use device = \"auto\" "
+            "everywhere (all CPU then) or give every rank a GPU");
     }
     const std::string own_reason = dev.device.reason;
     if (!cuda_ranks.empty() && !cpu_ranks.empty()) {
@@ -68,8 +66,8 @@ LoaderDevice agree_device(const Communicator& comm, const LoaderOptions& options
         dev.device.fell_back = true;
         dev.device.reason = reason;
         if (comm.size() > 1) {
-            dev.device.reason += " on rank(s) " + rank_list(fell_back) + " of " +
-                                 std::to_string(comm.size());
+            dev.device.reason +=
+                " on rank(s) " + rank_list(fell_back) + " of " + std::to_string(comm.size());
         }
         if (comm.rank() == 0 && options.log_device_fallback) {
             static std::once_flag once;  // once per process: one line for the job
@@ -83,8 +81,7 @@ LoaderDevice agree_device(const Communicator& comm, const LoaderOptions& options
 }
 
 std::unique_ptr<DeviceStager> make_loader_stager(const DeviceChoice& device,
-                                                 const LoaderOptions& options,
-                                                 std::size_t window) {
+                                                 const LoaderOptions& options, std::size_t window) {
     StagerOptions o;
     o.device = device;
     o.non_blocking = options.non_blocking;

@@ -23,8 +23,7 @@ LoaderDevice agree_device(const Communicator& comm, const LoaderOptions& options
 /// Not collective: the stager of a loader on CUDA device `device` (consumer stream from
 /// `options.cuda_stream`, up to `window` batches pending). @throws CudaError.
 std::unique_ptr<DeviceStager> make_loader_stager(const DeviceChoice& device,
-                                                 const LoaderOptions& options,
-                                                 std::size_t window);
+                                                 const LoaderOptions& options, std::size_t window);
 
 /// Not collective: enqueues the copy of `host` (over a ring slot whose fixed parts are pinned
 /// when `slot_pinned`; ragged parts go through pinned bounce memory) and gives the slot's lease

@@ -69,15 +69,24 @@ cudaError_t free_alloc(void* p, bool device_memory) {
 
 const char* error_name(cudaError_t rc) {
     switch (rc) {
-        case cudaSuccess: return "cudaSuccess";
-        case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
-        case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
-        case cudaErrorInsufficientDriver: return "cudaErrorInsufficientDriver";
-        case cudaErrorNoDevice: return "cudaErrorNoDevice";
-        case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
-        case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
-        case cudaErrorNotReady: return "cudaErrorNotReady";
-        default: return "cudaErrorUnknown";
+        case cudaSuccess:
+            return "cudaSuccess";
+        case cudaErrorInvalidValue:
+            return "cudaErrorInvalidValue";
+        case cudaErrorMemoryAllocation:
+            return "cudaErrorMemoryAllocation";
+        case cudaErrorInsufficientDriver:
+            return "cudaErrorInsufficientDriver";
+        case cudaErrorNoDevice:
+            return "cudaErrorNoDevice";
+        case cudaErrorInvalidDevice:
+            return "cudaErrorInvalidDevice";
+        case cudaErrorInvalidResourceHandle:
+            return "cudaErrorInvalidResourceHandle";
+        case cudaErrorNotReady:
+            return "cudaErrorNotReady";
+        default:
+            return "cudaErrorUnknown";
     }
 }
 
@@ -222,9 +231,9 @@ int fake_cu_ctx_set_current(void* ctx) {
 
 }  // namespace
 
-extern "C" cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** fn,
-                                                         unsigned int, unsigned long long,
-                                                         cudaDriverEntryPointQueryResult* status) {
+extern "C" cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** fn, unsigned int,
+                                                        unsigned long long,
+                                                        cudaDriverEntryPointQueryResult* status) {
     *fn = nullptr;
     if (std::strcmp(symbol, "cuCtxGetCurrent") == 0) {
         *fn = reinterpret_cast<void*>(&fake_cu_ctx_get_current);

@@ -32,11 +32,13 @@ Engine& Engine::get() {
         auto* e = new Engine();
         e->device_count = static_cast<int>(env_long("MPISTAGE_FAKE_CUDA_DEVICES", 2));
         if (e->device_count < 0) e->device_count = 0;
-        e->copy_delay = std::chrono::microseconds(env_long("MPISTAGE_FAKE_CUDA_COPY_DELAY_US", 3000));
+        e->copy_delay =
+            std::chrono::microseconds(env_long("MPISTAGE_FAKE_CUDA_COPY_DELAY_US", 3000));
         const long fail_rank = env_long("MPISTAGE_FAKE_CUDA_FAIL_RANK", -1);
         e->init_fails = fail_rank >= 0 && fail_rank == launcher_rank();
         e->contexts.resize(static_cast<std::size_t>(e->device_count));
-        for (int d = 0; d < e->device_count; ++d) e->contexts[static_cast<std::size_t>(d)].device = d;
+        for (int d = 0; d < e->device_count; ++d)
+            e->contexts[static_cast<std::size_t>(d)].device = d;
         e->context_created.assign(static_cast<std::size_t>(e->device_count), false);
         e->legacy.resize(static_cast<std::size_t>(e->device_count));
         return e;

@@ -67,7 +67,8 @@ public:
                 p[i] = std::byte{pixel(ids[j], i)};
             }
             std::byte* t = sink.ragged(1, j, token_count(ids[j]));
-            for (std::size_t i = 0; i < token_count(ids[j]); ++i) t[i] = std::byte{token(ids[j], i)};
+            for (std::size_t i = 0; i < token_count(ids[j]); ++i)
+                t[i] = std::byte{token(ids[j], i)};
         }
     }
 
