@@ -13,6 +13,7 @@
 # no GPU needed, so the script is known to work before a GPU session; its numbers are not GPU
 # numbers).
 # Results: stdout, and $OUT/gpu_results.txt when OUT is set.
+# MPISTAGE_GPU_CMAKE_ARGS: more cmake arguments (word-split), e.g. a compiler launcher.
 # Usage: benchmarks/gpu/run.sh [BUILD_DIR]   (default: build-gpu, build-fake-cuda with the double)
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -52,7 +53,7 @@ say "torch cmake prefix: ${torch_prefix:-(none)}"
 
 configure() {  # configure [extra cmake args...]
     cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DMPISTAGE_BUILD_EXAMPLES=OFF \
-        "${extra[@]}" "$@" \
+        "${extra[@]}" ${MPISTAGE_GPU_CMAKE_ARGS:-} "$@" \
         >"$build.configure.log" 2>&1
 }
 mkdir -p "$(dirname "$build")"
