@@ -245,7 +245,7 @@ def self_test():
         "src/cli/raw.cpp": ('// MPI_Bcast(x) in a comment\nconst char* s = "MPI_Bcast(y)";\n'
                             "void g() { MPI_Allreduce (a, b, 1, t, op, c); }\n"),
         "src/pipeline/prim.cpp": '#include "stage/host_memory.hpp"\n',
-        "src/pipeline/stager.cpp": '#include "stage/device_stager.hpp"\n',
+        "src/pipeline/stager.cpp": '#include "stage/batch_parts.hpp"\n',
         "src/index/i.cpp": '#include "sources/tfrecord/framing.hpp"\n',
         "src/sources/s.cpp": '#include "index/split_agreement.hpp"\n',
         "src/tier/t.cpp": '#include "pipeline/ring.hpp"\n#include "mpistage/stream.hpp"\n',
@@ -256,7 +256,7 @@ def self_test():
         "include/mpistage/comm.hpp: public header includes comm/agree.hpp",
         "src/util/up.cpp: layer 'util' includes loader/loader_impl.hpp",
         "src/cli/raw.cpp:3: MPI_Allreduce outside src/comm/",
-        "src/pipeline/stager.cpp: layer 'pipeline' includes stage/device_stager.hpp",
+        "src/pipeline/stager.cpp: layer 'pipeline' includes stage/batch_parts.hpp",
         "peer layers 'index' and 'sources' include each other",
         "src/tier/t.cpp: layer 'tier' includes mpistage/stream.hpp",
         "stale exception in ALLOWED_INCLUDES",
