@@ -259,6 +259,7 @@ mpistage::LoaderOptions loader_options(const Options& o, mpistage::Shuffle shuff
     l.plan.remainder = mpistage::Remainder::mask;
     l.prefetch = 4;
     l.io_threads = 1;
+    l.device = o.device;  // cuda: batches arrive on the device (to_torch gives CUDA tensors)
     return l;
 }
 

@@ -1,10 +1,10 @@
 // GPU benchmark of the real loader (benchmarks/gpu/run.sh; docs/gpu.md): batches come from
-// `mpistage::Loader` (its plan, prefetch ring, I/O threads and pinned slots) and go to the
-// device through the stager the CLI and the torch view use (DeviceStager over batch_parts),
-// exactly as a trainer's batches do. Measures pinned versus pageable cudaMemcpy for 1-256 MiB,
-// the staged throughput per batch size with and without an emulated compute step per batch
-// (overlap), and checks the device bytes of every staged batch against the samples' pattern.
-// Without a CUDA runtime or device it runs the same loop on the CPU path (no copies).
+// `mpistage::Loader` (its plan, prefetch ring, I/O threads and pinned slots), which delivers
+// them on the device (its stream-ordered stager), exactly as a trainer's batches arrive.
+// Measures pinned versus pageable cudaMemcpy for 1-256 MiB, the staged throughput per batch
+// size with and without an emulated compute step per batch (overlap), and checks the device
+// bytes of every batch against the samples' pattern. Without a CUDA runtime or device it runs
+// the same loop on the CPU path (no copies).
 // Usage: gpu_bench [RESULTS_FILE] (one MPI rank is enough; mpirun is optional)
 #include <mpi.h>
 
@@ -21,9 +21,7 @@
 #include "compute.hpp"
 #include "mpistage/comm.hpp"
 #include "mpistage/loader.hpp"
-#include "stage/batch_parts.hpp"
 #include "stage/cuda_api.hpp"
-#include "stage/device_stager.hpp"
 
 using namespace mpistage;
 using namespace mpistage::detail;
@@ -63,7 +61,7 @@ std::uint8_t pattern_byte(std::uint64_t seed, std::uint64_t id, std::uint64_t i)
 
 /// N samples of one uint8 field [kSampleBytes]. `full`: every byte is the pattern (the byte
 /// check); otherwise a read stamps the id into the first 8 bytes of each sample only, so the
-/// throughput runs measure the loader and the stager rather than the filling of bytes.
+/// throughput runs measure the loader and its copies rather than the filling of bytes.
 class PatternSource final : public Source {
 public:
     PatternSource(std::uint64_t n, std::uint64_t seed, bool full)
@@ -98,31 +96,32 @@ private:
     std::vector<FieldInfo> fields_;
 };
 
-/// The host bytes of staged part `p` (read back from the device, or the host memory itself).
-std::vector<std::uint8_t> host_bytes(const StagedBatch& b, std::size_t p) {
-    std::vector<std::uint8_t> out(b.sizes[p]);
-    if (!b.device.cuda) {
-        std::memcpy(out.data(), b.parts[p], out.size());
+/// The bytes of the batch's field (read back from the device after the batch's copy, which
+/// the legacy default stream waits for, or the host memory itself).
+std::vector<std::uint8_t> field_bytes(const HostBatch& b) {
+    const HostField& f = b.fields()[0];
+    std::vector<std::uint8_t> out(static_cast<std::size_t>(f.size_bytes));
+    if (b.device() < 0) {
+        std::memcpy(out.data(), f.data, out.size());
         return out;
     }
-    DeviceGuard guard(b.device.index);
+    DeviceGuard guard(b.device());
     CudaStream s = make_stream();
-    copy_to_host_async(out.data(), b.parts[p], out.size(), s);
-    if (!synchronize_noexcept(s)) throw CudaError("gpu_bench: reading a staged batch back failed");
+    CudaEvent after_copy = make_event();
+    record_on(after_copy, nullptr);  // the loader's consumer stream: the legacy default stream
+    stream_wait(s, after_copy);
+    copy_to_host_async(out.data(), f.device_data, out.size(), s);
+    if (!synchronize_noexcept(s)) throw CudaError("gpu_bench: reading a batch back failed");
     return out;
 }
 
-/// Valid samples of a staged batch whose bytes differ from the pattern.
-std::uint64_t mismatches(const StagedBatch& b, std::uint64_t seed) {
-    const std::vector<std::uint8_t> data = host_bytes(b, 0);
-    const std::vector<std::uint8_t> index_bytes = host_bytes(b, 1);
-    const std::vector<std::uint8_t> valid = host_bytes(b, 2);
-    std::vector<std::int64_t> ids(valid.size());
-    std::memcpy(ids.data(), index_bytes.data(), ids.size() * sizeof(std::int64_t));
+/// Valid samples of a batch whose bytes differ from the pattern.
+std::uint64_t mismatches(const HostBatch& b, std::uint64_t seed) {
+    const std::vector<std::uint8_t> data = field_bytes(b);
     std::uint64_t bad = 0;
-    for (std::size_t j = 0; j < valid.size(); ++j) {
-        if (!valid[j]) continue;
-        const auto id = static_cast<std::uint64_t>(ids[j]);
+    for (std::size_t j = 0; j < b.size(); ++j) {
+        if (!b.valid()[j]) continue;
+        const auto id = static_cast<std::uint64_t>(b.index()[j]);
         for (std::uint64_t i = 0; i < kSampleBytes; ++i) {
             if (data[j * kSampleBytes + i] != pattern_byte(seed, id, i)) {
                 ++bad;
@@ -157,9 +156,10 @@ struct RunResult {
 };
 
 /// One epoch of `steps` batches of `batch_bytes` through the loader (prefetch 4, 2 I/O
-/// threads, pinned slots for a CUDA device) and the stager (depth 2: the next batch's copy
-/// overlaps the consumer's work on the current one). With `compute_us`, the consumer enqueues
-/// that much work per batch, as a training step would; with `check_seed`, every batch's bytes
+/// threads, pinned slots for a CUDA device), which delivers them on the device: each batch's
+/// copy is submitted up to `prefetch` batches ahead on the loader's stream and the consumer's
+/// (legacy default) stream waits on it. With `compute_us`, the consumer enqueues that much
+/// work per batch on that stream, as a training step would; with `full`, every batch's bytes
 /// are compared with the pattern.
 RunResult run_loader(const Communicator& comm, std::size_t batch_bytes, std::uint64_t steps,
                      double compute_us, bool full, std::uint64_t seed) {
@@ -171,32 +171,18 @@ RunResult run_loader(const Communicator& comm, std::size_t batch_bytes, std::uin
     o.io_threads = 2;
     o.log_device_fallback = false;
     Loader loader(comm, source, o);
-    StagerOptions so;
-    so.device = loader.stats().device;
-    so.non_blocking = loader.options().non_blocking;
-    so.depth = 2;
-    so.pool_buffers = 4;
-    DeviceStager stager(so);
+    const bool cuda = loader.stats().device.cuda;
     RunResult out;
-    out.device = so.device.name();
-    // Takes the oldest staged batch and works on it; its device buffer (or, on the CPU path,
-    // its ring slot) is released when `staged` goes, before the loader needs the slot again.
-    const auto take_one = [&] {
-        StagedBatch staged;
-        if (!stager.take(staged)) return;
-        if (compute_us > 0) compute_step(so.device.cuda, compute_us);
-        if (full) out.bad_samples += mismatches(staged, seed);
-        ++out.batches;
-    };
+    out.device = loader.stats().device.name();
     const auto t0 = Clock::now();
-    for (auto& batch : loader.epoch(0)) {
-        stager.submit(part_spans(batch_parts(batch)), batch.lease());
-        if (stager.pending() == so.depth) take_one();
+    for (const HostBatch& batch : loader.epoch(0)) {
+        if (compute_us > 0) compute_step(cuda, compute_us);
+        if (full) out.bad_samples += mismatches(batch, seed);
+        ++out.batches;
     }
-    while (stager.pending() > 0) take_one();
-    compute_wait(so.device.cuda);
+    compute_wait(cuda);
     out.wall_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-    out.staging = stager.stats();
+    out.staging = loader.stats().staging;
     return out;
 }
 
@@ -213,8 +199,8 @@ double compute_alone(bool cuda, std::uint64_t steps, double compute_us) {
 bool loader_table(Report& r, const Communicator& comm, bool cuda, double peak) {
     r.text("");
     r.line(
-        "the loader (prefetch 4, 2 I/O threads, pinned slots on CUDA) + the stager (one "
-        "stream, depth 2, an event per batch); compute = %s, as long as one batch's copy "
+        "the loader (prefetch 4, 2 I/O threads, pinned slots on CUDA) delivering on the device "
+        "(its own stream, copies up to 4 batches ahead); compute = %s, as long as one batch's copy "
         "(or 1 ms on the CPU path):",
         cuda ? compute_kind() : "a sleep on the consumer thread (the CPU path)");
     r.line("%9s %6s %9s %8s %11s %10s %10s %10s %10s %9s", "batch_MiB", "steps", "H2D_GB/s",

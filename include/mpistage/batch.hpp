@@ -15,14 +15,21 @@
 
 namespace mpistage {
 
-/// One field of a host batch. Fixed fields: `data` holds [B, sample_shape...] elements of
+/// One field of a batch. Fixed fields: `data` holds [B, sample_shape...] elements of
 /// `info->dtype`, native order, row-major, `size_bytes = B × sample_bytes`. Ragged fields: `data`
 /// holds the concatenated values and `offsets` B+1 byte offsets into it.
+/// On a CUDA batch (`HostBatch::device() >= 0`) the bytes are on the device: `device_data`
+/// (and, ragged, `device_offsets`) point into device memory, `data` is nullptr; `offsets`
+/// stays readable on the host (a copy).
 struct HostField {
     const FieldInfo* info = nullptr;
     const std::byte* data = nullptr;
     std::uint64_t size_bytes = 0;
     const std::int64_t* offsets = nullptr;
+    /// Device memory of the field on a CUDA batch (256-byte aligned), else nullptr.
+    const std::byte* device_data = nullptr;
+    /// Device copy of `offsets` (int64 [B+1]) of a ragged field on a CUDA batch, else nullptr.
+    const std::int64_t* device_offsets = nullptr;
 
     /// The elements as `T` (e.g. `field.as<std::uint8_t>()` for a uint8 field): a typed view of
     /// `size_bytes / sizeof(T)` elements, valid while the batch (its lease) lives.
@@ -42,9 +49,16 @@ struct HostField {
     }
 };
 
-/// A batch in host memory (pinned when CUDA is usable). Shares ownership of one ring slot: the
-/// slot returns to the ring when the last copy of the batch (and of any tensor made from its
-/// `lease`) is gone. Thread safety: read-only access from any thread.
+/// A batch, in host memory or on the loader's CUDA device (docs/gpu.md). A host batch shares
+/// ownership of one ring slot: the slot returns to the ring when the last copy of the batch (and
+/// of any tensor made from its `lease`) is gone. A CUDA batch (`device() >= 0`) owns a device
+/// block instead (its ring slot went back as soon as its copy completed): its fields are in
+/// device memory (`HostField::device_data`); `index()`, `valid()` and ragged offsets are host
+/// copies, also on the device (`device_index()`, `device_valid()`). The batch's copy is ordered
+/// before every kernel the consumer queues on `LoaderOptions::cuda_stream` after receiving it;
+/// its device block is reused only after the work queued on that stream when the last copy of
+/// the batch (and every DLPack tensor of it) was dropped. Thread safety: read-only access from
+/// any thread.
 class HostBatch {
 public:
     HostBatch() = default;
@@ -77,8 +91,29 @@ public:
     std::size_t num_valid() const noexcept { return num_valid_; }
     /// Fields, in the source's order.
     const std::vector<HostField>& fields() const noexcept { return fields_; }
-    /// Keeps the ring slot alive; tensors made over this batch's memory hold a copy.
+    /// Keeps the ring slot (host) or the device block (CUDA) alive; tensors made over this
+    /// batch's memory hold a copy.
     const std::shared_ptr<void>& lease() const noexcept { return lease_; }
+    /// CUDA device ordinal the fields are on; −1 for a host batch.
+    int device() const noexcept { return device_; }
+    /// On a CUDA batch: the index (int64 [B]) in device memory; nullptr on a host batch.
+    const std::int64_t* device_index() const noexcept { return device_index_; }
+    /// On a CUDA batch: the valid mask (uint8 [B]) in device memory; nullptr on a host batch.
+    const std::uint8_t* device_valid() const noexcept { return device_valid_; }
+    /// Library use (the loader's device staging): makes this a batch on CUDA device `device`
+    /// with the given fields (device pointers set), host copies of index and valid, device
+    /// index and valid, and the lease that owns all of them.
+    void place_on_device(int device, std::vector<HostField> fields, const std::int64_t* index,
+                         const std::uint8_t* valid, const std::int64_t* device_index,
+                         const std::uint8_t* device_valid, std::shared_ptr<void> lease) {
+        device_ = device;
+        fields_ = std::move(fields);
+        index_ = index;
+        valid_ = valid;
+        device_index_ = device_index;
+        device_valid_ = device_valid;
+        lease_ = std::move(lease);
+    }
 
 private:
     std::uint64_t epoch_ = 0;
@@ -89,6 +124,9 @@ private:
     std::size_t num_valid_ = 0;
     std::vector<HostField> fields_;
     std::shared_ptr<void> lease_;
+    int device_ = -1;
+    const std::int64_t* device_index_ = nullptr;
+    const std::uint8_t* device_valid_ = nullptr;
 };
 
 }  // namespace mpistage

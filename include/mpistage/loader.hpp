@@ -64,19 +64,30 @@ struct LoaderOptions {
     /// on the consumer thread whatever this says (plain loads: a thread hand-over costs more
     /// than the copy); across nodes the threads fetch remote samples ahead.
     std::size_t io_threads = 1;
-    /// Where batches are staged (docs/gpu.md): "auto" (node-local rank mod visible CUDA
-    /// devices, else the CPU with one log line per node), "cpu", "cuda" (a device is
-    /// required) or "cuda:N". May differ between ranks. The loader never changes the
-    /// caller's current CUDA device.
+    /// Where batches are delivered (docs/gpu.md): "auto" (node-local rank mod visible CUDA
+    /// devices, else the CPU), "cpu", "cuda" (a device is required) or "cuda:N". The resolved
+    /// kind is agreed at construction: CUDA on every rank, or the CPU on every rank (when a
+    /// rank has no usable device and every rank resolving to CUDA asked `auto`; one line for
+    /// the whole job, from rank 0), else the same ConfigError on every rank. With CUDA,
+    /// `epoch(e)` yields batches whose fields are on the device (HostBatch::device()). The
+    /// loader never changes the caller's current CUDA device or context.
     std::string device = "auto";
     /// Print the one line saying that `auto` found no usable CUDA device and stages on the CPU
-    /// (stderr, node-local rank 0, once per process). False silences it (CLI `--quiet`).
+    /// (stderr, rank 0 of the loader's communicator: one line for the job, once per process).
+    /// False silences it (CLI `--quiet`); rank 0's value decides.
     bool log_device_fallback = true;
     /// Allocate the ring with `cudaHostAlloc` (pinned, once) when the device is a CUDA device.
     bool pin_memory = true;
-    /// Host → device copies of a stager made for this loader (`TorchStager`) return before
-    /// the copy completes, so it overlaps the consumer's work; false copies synchronously.
+    /// Host → device copies return before the copy completes, so it overlaps the consumer's
+    /// work (the consumer's stream waits on the copy's event); false makes the loader wait
+    /// (host) for each window's copies.
     bool non_blocking = true;
+    /// With a CUDA device: the stream the trainer's kernels read batches on (a `cudaStream_t`;
+    /// nullptr, the default, is the legacy default stream). Each batch's copy is ordered
+    /// before the work queued on it after `next()` returned the batch (cudaStreamWaitEvent;
+    /// the host does not wait), and a device block is reused only after the work queued on it
+    /// when the batch was dropped. Not owned; must outlive the loader. May differ per rank.
+    void* cuda_stream = nullptr;
     /// Watchdog deadline of every collective the loader makes on its own communicator: when
     /// the other ranks do not arrive within this time, the job is aborted (`MPI_Abort`) with a
     /// message naming the ranks that did not arrive and what each rank was doing. Must be equal
@@ -156,8 +167,12 @@ struct LoaderStats {
     std::uint64_t records_moved = 0;
     /// True when the ring was allocated with cudaHostAlloc.
     bool pinned = false;
-    /// The device chosen from `LoaderOptions::device` on this rank.
+    /// The device chosen from `LoaderOptions::device` on this rank (agreed: CUDA on every rank
+    /// or on none).
     DeviceChoice device;
+    /// Host → device copies of the batches (CUDA only): bytes and device time of the copies
+    /// that completed so far.
+    StagingStats staging;
     /// The tier serving this loader's epochs: "memory" or "file" (same on every rank).
     std::string tier = "file";
     /// Why `tier` is what it is when `stage` was `automatic` (e.g. over budget), else empty.

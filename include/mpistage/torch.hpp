@@ -35,23 +35,32 @@ struct TorchBatch {
     const torch::Tensor& operator[](const std::string& name) const;
 };
 
-/// Wraps a host batch as CPU tensors without copying (see TorchBatch). For a CUDA `device`
-/// the tensors are then copied there synchronously with libtorch (`tensor.to(device)`, needs a
-/// CUDA libtorch); use `TorchStager` to stage to a device with overlap. Not collective;
-/// thread-safe for distinct batches. @throws ConfigError when a dtype has no torch equivalent.
+/// The batch as tensors, built from its DLPack export (`to_dlpack`, mpistage/dlpack.hpp)
+/// without copying: CPU tensors for a host batch; for a CUDA batch (the loader's `device` is
+/// CUDA) tensors on that device (needs a CUDA-enabled libtorch; this build's CPU libtorch
+/// throws). Each tensor holds the batch's lease (ring slot or device block) until it is freed.
+/// For a host batch and a CUDA `device`, the tensors are copied there synchronously. Read CUDA
+/// tensors on the loader's `cuda_stream`: their copy is ordered before its later work and
+/// their memory is reused only after the work queued on it when the last of them is freed
+/// (no `record_stream` needed on that stream). Not collective; thread-safe for distinct
+/// batches. @throws ConfigError for a dtype without a torch equivalent; c10::Error from
+/// libtorch (e.g. CUDA data without CUDA support).
 TorchBatch to_torch(const HostBatch& batch, torch::Device device = torch::kCPU);
 
 /// The torch scalar type used for `t`.
 torch::ScalarType torch_dtype(DType t);
 
-/// Stages host batches to a device as tensors (docs/gpu.md): a dedicated non-blocking CUDA
+/// Deprecated, not on the user's path: the loader delivers batches on the device itself
+/// (`LoaderOptions::device`, docs/gpu.md); kept for code written against it.
+/// Stages host batches to a device as tensors: a dedicated non-blocking CUDA
 /// stream, one `cudaMemcpyAsync` per field from the pinned ring slot, one event per batch.
-/// `take` returns a batch only once its copy completed (the host waits on its event); the
-/// batch's ring slot is released as soon as its copy is done, not before. Device memory comes
+/// `take` returns the oldest batch at once: the legacy default stream waits for its copy (the
+/// host does not); the batch's ring slot is released when its copy is done, not before.
+/// Only host batches (a loader on the CPU) can be submitted: a batch the loader delivered on
+/// a device is a ConfigError (use `to_torch`). Device memory comes
 /// from libtorch's CUDA caching allocator when libtorch has CUDA, else from a small pool of
 /// the library's own (returned when the last tensor is freed; reuse is ordered after the work
-/// queued on the default stream, so run kernels on the default stream or synchronize other
-/// streams before dropping the tensors). On the CPU (no usable device, `device = "cpu"`)
+/// queued on the default stream when it was freed). On the CPU (no usable device, `device = "cpu"`)
 /// nothing is copied: the tensors are those of `to_torch`. The caller's current CUDA device is
 /// never changed. A pending batch holds its ring slot until `submit` or `take` sees its copy
 /// completed, so keep the loader's `prefetch` above the batches pending here (the default 2

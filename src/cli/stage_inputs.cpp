@@ -103,7 +103,7 @@ std::size_t token_field_index(const std::vector<FieldInfo>& fields, const std::s
 
 FileInput::FileInput(const Communicator& comm, const Source& source, const StageArgs& a,
                      const std::optional<SavedState>& resume, InputKind kind)
-    : loader_(open_loader(comm, source, a, resume, kind)), staging_(loader_) {}
+    : loader_(open_loader(comm, source, a, resume, kind)) {}
 
 void FileInput::note_epoch(const EpochRange& r, EpochReport& rep) const {
     const EpochPlan& p = r.plan();
@@ -133,8 +133,8 @@ RankTotals FileInput::totals() const {
     t.records_moved = s.records_moved;
     t.oversize = s.oversize_batches;
     t.device = s.device.index;
-    t.h2d_bytes = staging_.stats().bytes_copied;
-    t.h2d_seconds = staging_.stats().copy_seconds;
+    t.h2d_bytes = s.staging.bytes_copied;
+    t.h2d_seconds = s.staging.copy_seconds;
     return t;
 }
 

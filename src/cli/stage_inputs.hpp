@@ -20,7 +20,6 @@
 #include "cli/checkpoint.hpp"
 #include "cli/flag_rules.hpp"
 #include "cli/report.hpp"
-#include "cli/stage_device.hpp"
 #include "mpistage/loader.hpp"
 #include "mpistage/sqlite_source.hpp"
 #include "mpistage/stream.hpp"
@@ -49,7 +48,8 @@ public:
     std::uint64_t planned_steps(const EpochRange& r) const noexcept { return r.steps(); }
     /// The range ended early on an agreed stop (a --stop-signals signal on some rank).
     bool stopped(const EpochRange& r) const noexcept { return r.stopped(); }
-    void consume(const HostBatch& b) { staging_.add(b); }
+    /// Nothing to do: with a CUDA device the loader delivered the batch there already.
+    void consume(const HostBatch&) {}
     bool oversize(const EpochRange& r, const HostBatch& b) const noexcept {
         return r.plan().batch_oversize(b.step() - r.plan().first_step);
     }
@@ -73,7 +73,6 @@ public:
 private:
     std::vector<std::uint64_t> no_reference_;
     Loader loader_;
-    BatchStaging staging_;
 };
 
 /// A --sqlite query as a stream; each epoch is one pass of the query.

@@ -1,6 +1,7 @@
 // One epoch seen by the consumer: ordered batches from the prefetcher, one agreement per step.
 #include "comm/agree.hpp"
 #include "loader/batch_builder.hpp"
+#include "loader/device_delivery.hpp"
 #include "loader/loader_impl.hpp"
 
 namespace mpistage {
@@ -67,7 +68,11 @@ void EpochRange::Impl::agree_window() {
         taken.emplace_back(slot, std::move(status));
     }
     // Later steps already read join the window without waiting; a failed read ends it.
-    while (!taken.back().second.failed && next_consume + taken.size() < limit) {
+    // On a device, slots return as soon as their copy completed: the window then stops at
+    // `prefetch` batches ahead, which bounds the device memory held by copies in flight.
+    const std::size_t ahead = l.stager ? prefetch->ring()->slots.size() : limit;
+    while (!taken.back().second.failed && next_consume + taken.size() < limit &&
+           taken.size() < ahead) {
         LocalStatus status;
         detail::Slot* slot = prefetch->take_if_ready(next_consume + taken.size(), status);
         if (!slot) break;
@@ -75,6 +80,7 @@ void EpochRange::Impl::agree_window() {
     }
     std::size_t good = 0;
     while (good < taken.size() && !taken[good].second.failed) ++good;
+    if (l.stager) good = stage_window(good);
     // Errors are agreed at their own step: a window ends before the first failed read, and
     // the failure is agreed when its step opens the next window.
     const LocalStatus& first = taken.front().second;
@@ -97,6 +103,36 @@ void EpochRange::Impl::agree_window() {
     l.cover_digest(plan, next_consume + agreed);
 }
 
+std::size_t EpochRange::Impl::stage_window(std::size_t good) {
+    Loader::Impl& l = *loader;
+    // The copies start now, ahead of the consumer; the slot goes to the stager with them.
+    for (std::size_t i = staged.size(); i < good; ++i) {
+        detail::Slot* slot = taken[i].first;
+        std::shared_ptr<detail::Ring> ring = prefetch->ring();
+        ring->lend_to_copy();
+        std::shared_ptr<void> lease(
+            slot, [ring](void* s) { ring->release_copied(static_cast<detail::Slot*>(s)); });
+        Staged st;
+        st.step = slot->step;
+        st.bytes = slot->bytes;
+        st.num_valid = slot->num_valid;
+        st.size = slot->size;
+        taken[i].first = nullptr;  // owned by `lease` now
+        try {
+            st.shape = detail::submit_batch(
+                *l.stager,
+                detail::batch_from_slot(l.source.fields(), *slot, epoch,
+                                        plan.first_step + slot->step, std::move(lease)),
+                l.device.pinned);
+        } catch (...) {
+            taken[i].second = LocalStatus::from_current_exception();
+            return i;  // agreed at its own step, as a failed read
+        }
+        staged.push_back(std::move(st));
+    }
+    return good;
+}
+
 bool EpochRange::next(HostBatch& out) {
     Impl& d = *impl_;
     // Release the caller's previous batch first: `out` is being replaced, so its slot must not
@@ -115,6 +151,10 @@ bool EpochRange::next(HostBatch& out) {
             d.finished = true;
             if (d.next_consume > 0) l.stats.epoch_time += Clock::now() - d.started;
             d.shutdown();
+            if (l.stager) {  // account every copy of the epoch (waits for the last ones)
+                l.stager->drain();
+                l.stats.staging = l.stager->stats();
+            }
         }
         return false;
     };
@@ -138,21 +178,33 @@ bool EpochRange::next(HostBatch& out) {
         l.stats.wait_io_time += (Clock::now() - t0) - peers;
         if (d.stopped) return end_range();
     }
+    const auto account = [&](std::size_t num_valid, std::size_t size, std::uint64_t step,
+                             std::uint64_t bytes) {
+        l.stats.wait_time += Clock::now() - t0;
+        l.stats.batches += 1;
+        l.stats.valid_samples += num_valid;
+        l.stats.padding_slots += size - num_valid;
+        l.stats.oversize_batches += d.plan.batch_oversize(step) ? 1 : 0;
+        l.stats.bytes_read += bytes;
+        ++d.next_consume;
+        l.progress.consumed = d.next_consume;
+    };
     detail::Slot* slot = d.taken.front().first;
     d.taken.pop_front();
     --d.agreed;
+    if (l.stager) {  // on the device: the copy was submitted when the batch joined the window
+        Impl::Staged st = std::move(d.staged.front());
+        d.staged.pop_front();
+        out = detail::take_batch(*l.stager, std::move(st.shape));
+        l.stats.staging = l.stager->stats();
+        account(st.num_valid, st.size, st.step, st.bytes);
+        return true;
+    }
     // The lease returns the slot to the ring when the last batch copy or tensor is gone.
     std::shared_ptr<detail::Ring> ring = d.prefetch->ring();
     std::shared_ptr<void> lease(slot,
                                 [ring](void* s) { ring->release(static_cast<detail::Slot*>(s)); });
-    l.stats.wait_time += Clock::now() - t0;
-    l.stats.batches += 1;
-    l.stats.valid_samples += slot->num_valid;
-    l.stats.padding_slots += slot->size - slot->num_valid;
-    l.stats.oversize_batches += d.plan.batch_oversize(slot->step) ? 1 : 0;
-    l.stats.bytes_read += slot->bytes;
-    ++d.next_consume;
-    l.progress.consumed = d.next_consume;
+    account(slot->num_valid, slot->size, slot->step, slot->bytes);
     out = detail::batch_from_slot(l.source.fields(), *slot, d.epoch, d.plan.first_step + slot->step,
                                   std::move(lease));
     return true;

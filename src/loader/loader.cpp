@@ -11,6 +11,7 @@
 #include "mpistage/hash.hpp"
 #include "plan/consumed_digest.hpp"
 #include "stage/cuda_api.hpp"
+#include "loader/device_delivery.hpp"
 #include "stage/device_choice.hpp"
 #include "stage/host_memory.hpp"
 #include "tier/two_phase.hpp"
@@ -144,11 +145,9 @@ void Loader::Impl::allocate_ring(std::uint64_t b, std::uint64_t slots) {
                               std::to_string(slots) + " slots x " + std::to_string(b) + " samples" +
                                   " x " + std::to_string(sample_bytes_each) + " bytes per sample",
                               "lower the batch size or prefetch depth");
-    // One line per node when `auto` falls back to the CPU; pinned blocks are allocated with
-    // the chosen device current (no context on another device), the caller's device restored.
-    const detail::LoaderDevice dev = detail::choose_loader_device(
-        options.device, options.pin_memory, comm.node_rank(),
-        options.log_device_fallback && comm.node_rank() == 0);
+    // Pinned blocks are allocated with the chosen device current (no context on another
+    // device), the caller's context restored.
+    const detail::LoaderDevice& dev = device;
     {
         detail::DeviceGuard guard(dev.pinned ? dev.device.index : -1);
         ring = detail::make_ring(fields, b, slots, dev.pinned);
@@ -197,10 +196,15 @@ Loader::Loader(const Communicator& comm, const Source& source, LoaderOptions opt
     });
     agree_or_throw(d.comm, capture([&] { d.compute_cut(); }));
     // More slots than batches in an epoch would only hold memory.
+    // The device kind is agreed (all CUDA, or all CPU with one line for the job).
+    d.comm.set_context({"loader: device", -1, -1, "", -1});
+    d.device = detail::agree_device(d.comm, d.options);
     run_agreed(d.comm, [&] {
-        d.allocate_ring(capacity,
-                        std::max<std::uint64_t>(
-                            1, std::min<std::uint64_t>(d.options.prefetch, d.totals.steps)));
+        d.allocate_ring(capacity, std::max<std::uint64_t>(
+                                      1, std::min<std::uint64_t>(d.options.prefetch, d.totals.steps)));
+        if (d.device.device.cuda) {
+            d.stager = detail::make_loader_stager(d.device.device, d.options, d.options.prefetch);
+        }
     });
     d.comm.set_context({"loader: stage " + to_string(d.options.stage), -1, -1, "", -1});
     d.tier =

@@ -15,6 +15,8 @@
 #include "mpistage/loader.hpp"
 #include "pipeline/prefetch.hpp"
 #include "pipeline/ring.hpp"
+#include "stage/device_choice.hpp"
+#include "stage/device_stager.hpp"
 #include "tier/memory_tier.hpp"
 
 namespace mpistage {
@@ -67,6 +69,12 @@ struct Loader::Impl {
     bool closed = false;
     /// The memory tier when `options.stage` staged the data (destroyed, collectively, first).
     std::unique_ptr<detail::MemoryTier> tier;
+    /// The device agreed at construction (detail::agree_device) and whether the ring is pinned.
+    detail::LoaderDevice device;
+    /// With a CUDA device: copies batches from their ring slots (device_delivery.hpp).
+    /// Declared after the ring so it is destroyed first: its stream's queued host functions
+    /// release ring slots, and must never free the ring's pinned memory themselves.
+    std::unique_ptr<detail::DeviceStager> stager;
 
     /// What the pipeline reads from: the memory tier when staged, else the source.
     const Source& reader() const noexcept {
@@ -141,6 +149,17 @@ struct EpochRange::Impl {
     /// error-free (one agreement covers them all: see `next`).
     std::deque<std::pair<detail::Slot*, LocalStatus>> taken;
     std::size_t agreed = 0;
+    /// With a CUDA device: the first `staged.size()` entries of `taken` were submitted to the
+    /// loader's stager when they joined a window (their slot moved to the stager, which
+    /// releases it once the copy completed); per entry the batch's host-side shape and stats.
+    struct Staged {
+        HostBatch shape;
+        std::uint64_t step = 0;  // the slot's step
+        std::uint64_t bytes = 0;
+        std::size_t num_valid = 0;
+        std::size_t size = 0;
+    };
+    std::deque<Staged> staged;
     Clock::time_point started{};
     bool finished = false;
     /// Batches this range yields at most (the plan's steps or EpochOptions::max_steps).
@@ -161,6 +180,10 @@ struct EpochRange::Impl {
             }
             taken.clear();
             agreed = 0;
+        }
+        staged.clear();
+        if (loader && loader->stager) loader->stager->discard_pending();
+        if (prefetch) {
             prefetch->shutdown();
         }
         if (loader) {
@@ -173,6 +196,10 @@ struct EpochRange::Impl {
     /// Sets `stopped` instead when a stop was requested on some rank.
     /// @throws the agreed error of the earliest failed step, on every rank.
     void agree_window();
+    /// With a CUDA device: submits the copies of the window's error-free batches not yet
+    /// submitted; a failure becomes the status of its step (agreed like a failed read).
+    /// Returns the count of error-free entries of `taken` after it.
+    std::size_t stage_window(std::size_t good);
     /// The tag of a window (or two-phase exchange) agreement at step `next_consume`.
     detail::SyncTag window_tag(detail::SyncKind kind) const;
 };

@@ -99,7 +99,8 @@ Slot* Prefetcher::take(std::uint64_t step, LocalStatus& status) {
     bool stuck = false;
     ring_->cv.wait(lk, [&] {
         if (ready_.count(step)) return true;
-        stuck = ring_->free.empty() && in_flight_ == 0 && next_issue_ <= step;
+        stuck = ring_->free.empty() && ring_->copying == 0 && in_flight_ == 0 &&
+                next_issue_ <= step;
         return stuck;
     });
     if (!ready_.count(step)) {
@@ -116,7 +117,7 @@ Slot* Prefetcher::take(std::uint64_t step, LocalStatus& status) {
 Slot* Prefetcher::take_if_ready(std::uint64_t step, LocalStatus& status) {
     if (step_reader_) return nullptr;  // collective steps are read by take() only, in order
     if (threads_.empty()) {
-        Slot* slot = ring_->try_take();
+        Slot* slot = ring_->take_if_free();
         if (slot) status = capture([&] { fill_slot(*slot, source_, plan_, step); });
         return slot;
     }

@@ -21,11 +21,35 @@ void Ring::release(Slot* s) {
 }
 
 Slot* Ring::try_take() {
+    std::unique_lock<std::mutex> lk(m);
+    // A slot lent to an asynchronous copy comes back by itself: wait for it, not for the caller.
+    cv.wait(lk, [&] { return !free.empty() || copying == 0; });
+    if (free.empty()) return nullptr;
+    Slot* s = free.front();
+    free.pop_front();
+    return s;
+}
+
+Slot* Ring::take_if_free() {
     std::lock_guard<std::mutex> lk(m);
     if (free.empty()) return nullptr;
     Slot* s = free.front();
     free.pop_front();
     return s;
+}
+
+void Ring::lend_to_copy() {
+    std::lock_guard<std::mutex> lk(m);
+    ++copying;
+}
+
+void Ring::release_copied(Slot* s) {
+    {
+        std::lock_guard<std::mutex> lk(m);
+        --copying;
+        free.push_back(s);
+    }
+    cv.notify_all();
 }
 
 std::uint64_t slot_bytes(const std::vector<FieldInfo>& fields, std::uint64_t b) {

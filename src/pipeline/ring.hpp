@@ -46,7 +46,17 @@ struct Ring {
 
     /// Thread-safe: puts `s` back into the free list.
     void release(Slot* s);
-    /// Thread-safe: takes a free slot, nullptr when every slot is in use.
+    /// Slots lent to an asynchronous host → device copy (`lend_to_copy`): they return when
+    /// the copy completed, whatever the caller does. Guarded by `m`.
+    std::size_t copying = 0;
+    /// Thread-safe: takes a free slot without waiting, nullptr when none is free.
+    Slot* take_if_free();
+    /// Thread-safe: marks one more slot as lent to a copy in flight.
+    void lend_to_copy();
+    /// Thread-safe: a slot lent to a copy returns (its copy completed).
+    void release_copied(Slot* s);
+    /// Thread-safe: takes a free slot (waiting while slots lent to copies are out), nullptr
+    /// when every slot is held otherwise (by the caller or the pipeline).
     Slot* try_take();
 };
 

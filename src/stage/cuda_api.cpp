@@ -45,8 +45,53 @@ void DeviceMemoryTraits::destroy(void* h) noexcept {
     cudaFree(h);
 }
 
+namespace {
+
+// cuCtxGetCurrent / cuCtxSetCurrent (CUresult is an int-sized enum, CUcontext a pointer).
+using CtxGetFn = int (*)(void**);
+using CtxSetFn = int (*)(void*);
+struct DriverContextCalls {
+    CtxGetFn get = nullptr;
+    CtxSetFn set = nullptr;
+};
+
+void* driver_entry(const char* symbol) {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult status{};
+    const cudaError_t rc =
+        cudaGetDriverEntryPointByVersion(symbol, &fn, 12000, cudaEnableDefault, &status);
+    if (rc != cudaSuccess || status != cudaDriverEntryPointSuccess) {
+        (void)cudaGetLastError();
+        return nullptr;
+    }
+    return fn;
+}
+
+const DriverContextCalls& driver_context_calls() {
+    static const DriverContextCalls calls = [] {
+        DriverContextCalls c;
+        c.get = reinterpret_cast<CtxGetFn>(driver_entry("cuCtxGetCurrent"));
+        c.set = reinterpret_cast<CtxSetFn>(driver_entry("cuCtxSetCurrent"));
+        if (!c.get || !c.set) c = DriverContextCalls();
+        return c;
+    }();
+    return calls;
+}
+
+}  // namespace
+
 DeviceGuard::DeviceGuard(int device) {
     if (device < 0) return;
+    const DriverContextCalls& drv = driver_context_calls();
+    if (drv.get) {
+        void* context = nullptr;
+        if (drv.get(&context) != 0) throw CudaError("stage: cuCtxGetCurrent failed");
+        if (context != nullptr && current_device() == device) return;
+        check(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")");
+        saved_context_ = context;  // nullptr: the caller had none, and gets none back
+        restore_context_ = true;
+        return;
+    }
     const int current = current_device();
     if (current == device) return;
     check(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")");
@@ -54,7 +99,11 @@ DeviceGuard::DeviceGuard(int device) {
 }
 
 DeviceGuard::~DeviceGuard() {
-    if (previous_ >= 0) cudaSetDevice(previous_);
+    if (restore_context_) {
+        driver_context_calls().set(saved_context_);  // creates no context
+    } else if (previous_ >= 0) {
+        cudaSetDevice(previous_);
+    }
 }
 
 int current_device() {
@@ -98,12 +147,22 @@ void record(const CudaEvent& event, const CudaStream& stream) {
     check(cudaEventRecord(event_of(event), stream_of(stream)), "cudaEventRecord");
 }
 
-void record_on_default_stream(const CudaEvent& event) {
-    check(cudaEventRecord(event_of(event), cudaStreamLegacy), "cudaEventRecord(legacy stream)");
+void record_on(const CudaEvent& event, void* foreign_stream) {
+    check(cudaEventRecord(event_of(event), static_cast<cudaStream_t>(foreign_stream)),
+          "cudaEventRecord on the consumer's stream");
 }
 
 void stream_wait(const CudaStream& stream, const CudaEvent& event) {
     check(cudaStreamWaitEvent(stream_of(stream), event_of(event), 0), "cudaStreamWaitEvent");
+}
+
+void foreign_stream_wait(void* foreign_stream, const CudaEvent& event) {
+    check(cudaStreamWaitEvent(static_cast<cudaStream_t>(foreign_stream), event_of(event), 0),
+          "cudaStreamWaitEvent of the consumer's stream");
+}
+
+void launch_host_func(const CudaStream& stream, void (*fn)(void*), void* data) {
+    check(cudaLaunchHostFunc(stream_of(stream), fn, data), "cudaLaunchHostFunc");
 }
 
 void synchronize(const CudaEvent& event) {
@@ -112,7 +171,10 @@ void synchronize(const CudaEvent& event) {
 
 bool completed(const CudaEvent& event) {
     const cudaError_t rc = cudaEventQuery(event_of(event));
-    if (rc == cudaErrorNotReady) return false;
+    if (rc == cudaErrorNotReady) {
+        (void)cudaGetLastError();  // polling is not an error: leave none behind
+        return false;
+    }
     check(rc, "cudaEventQuery");
     return true;
 }
@@ -170,11 +232,17 @@ void copy_to_host_async(void*, const void*, std::size_t, const CudaStream&) {
 void record(const CudaEvent&, const CudaStream&) {
     no_cuda("cudaEventRecord");
 }
-void record_on_default_stream(const CudaEvent&) {
+void record_on(const CudaEvent&, void*) {
     no_cuda("cudaEventRecord");
 }
 void stream_wait(const CudaStream&, const CudaEvent&) {
     no_cuda("cudaStreamWaitEvent");
+}
+void foreign_stream_wait(void*, const CudaEvent&) {
+    no_cuda("cudaStreamWaitEvent");
+}
+void launch_host_func(const CudaStream&, void (*)(void*), void*) {
+    no_cuda("cudaLaunchHostFunc");
 }
 void synchronize(const CudaEvent&) {
     no_cuda("cudaEventSynchronize");

@@ -61,8 +61,12 @@ using CudaEvent = UniqueHandle<EventTraits>;
 using DeviceMemory = UniqueHandle<DeviceMemoryTraits>;
 
 /// Makes `device` current for the calling thread when it is not already, and restores the
-/// previous current device on destruction, so the library never changes the caller's device
-/// behind its back. A negative device (the CPU) does nothing.
+/// caller's current *context* on destruction (the driver's cuCtxGetCurrent/cuCtxSetCurrent,
+/// reached through cudaGetDriverEntryPointByVersion, so libcuda is not linked): a thread that
+/// had no context gets none back, and no context is ever created on a device the caller did
+/// not choose (cudaSetDevice, used for the restore before, creates one since CUDA 12). Only
+/// when the driver entry points are missing does it fall back to restoring the device with
+/// cudaSetDevice. A negative device (the CPU) does nothing.
 class DeviceGuard {
 public:
     /// @throws CudaError when the device cannot be made current.
@@ -73,6 +77,8 @@ public:
 
 private:
     int previous_ = -1;
+    void* saved_context_ = nullptr;
+    bool restore_context_ = false;
 };
 
 /// The calling thread's current device (cudaGetDevice). @throws CudaError.
@@ -92,14 +98,22 @@ void copy_to_host_async(void* dst, const void* src, std::size_t size_bytes,
                         const CudaStream& stream);
 /// cudaEventRecord. @throws CudaError.
 void record(const CudaEvent& event, const CudaStream& stream);
-/// cudaEventRecord on the legacy default stream (it completes after all work queued so far on
-/// the default stream and every blocking stream of the current device). @throws CudaError.
-void record_on_default_stream(const CudaEvent& event);
+/// cudaEventRecord on a stream the library does not own (a `cudaStream_t`; nullptr is the
+/// legacy default stream). @throws CudaError.
+void record_on(const CudaEvent& event, void* foreign_stream);
 /// cudaStreamWaitEvent: later work on `stream` waits for `event`. @throws CudaError.
 void stream_wait(const CudaStream& stream, const CudaEvent& event);
+/// cudaStreamWaitEvent on a stream the library does not own (nullptr: the legacy default
+/// stream): the consumer's later work waits for `event`; the host does not. @throws CudaError.
+void foreign_stream_wait(void* foreign_stream, const CudaEvent& event);
+/// cudaLaunchHostFunc: `fn(data)` runs once the work queued on `stream` before it completed,
+/// on a runtime thread; `fn` must make no CUDA call. @throws CudaError.
+void launch_host_func(const CudaStream& stream, void (*fn)(void*), void* data);
 /// cudaEventSynchronize: the host waits until the event completed. @throws CudaError.
 void synchronize(const CudaEvent& event);
-/// cudaEventQuery: true when completed. @throws CudaError for errors other than "not ready".
+/// cudaEventQuery: true when completed. "Not ready" is cleared from the thread's last error
+/// (as PyTorch does), so the caller's next launch check does not see it.
+/// @throws CudaError for errors other than "not ready".
 bool completed(const CudaEvent& event);
 /// Seconds between two completed events (cudaEventElapsedTime). @throws CudaError.
 double elapsed_seconds(const CudaEvent& start, const CudaEvent& end);

@@ -1,95 +1,169 @@
 // Host → device staging on a dedicated stream (device_stager.hpp).
 #include "stage/device_stager.hpp"
 
-#include <chrono>
+#include <cstring>
 #include <deque>
+#include <mutex>
 #include <string>
 
 #include "mpistage/error.hpp"
-#include "stage/cuda_api.hpp"
 #include "stage/device_pool.hpp"
+#include "stage/host_memory.hpp"
 
 namespace mpistage::detail {
 
 namespace {
 
-constexpr std::size_t kMaxDepth = 64;
+constexpr std::size_t kMaxDepth = 4096;  // the loader's largest prefetch
 constexpr std::size_t kPartAlign = 256;  // cudaMalloc's alignment, kept for every part
 
 std::size_t aligned(std::size_t n) {
     return (n + kPartAlign - 1) / kPartAlign * kPartAlign;
 }
 
-// The events of one batch in flight, created once per stager and reused round-robin.
-struct BatchEvents {
-    CudaEvent fence;  // on the default stream at submit: released memory is no longer read
+// The events of one batch's copy; reused once the copy was accounted.
+struct CopyEvents {
     CudaEvent start;  // on the stager's stream before the copies
-    CudaEvent done;   // after the copies: the batch is ready, its host memory is free
+    CudaEvent done;   // after the copies: the batch is on the device
 };
+
+// Pinned blocks that pageable spans are copied through; one per batch in flight, returned by
+// the batch's host function (any thread).
+struct BouncePool {
+    std::mutex m;
+    std::vector<HostBlock> free;
+};
+
+// What the host function after a batch's copies releases (no CUDA call: the ring slot and the
+// bounce block only return to their free lists, the stager outlives its stream's work).
+struct HostRelease {
+    std::shared_ptr<void> host_lease;
+    std::shared_ptr<void> bounce;
+};
+
+void release_host_memory(void* data) {
+    delete static_cast<HostRelease*>(data);
+}
 
 }  // namespace
 
 struct DeviceStager::Impl {
-    struct Pending {
-        StagedBatch batch;
-        std::shared_ptr<void> host_lease;
-        BatchEvents* events = nullptr;
-        bool copied = false;  // done event observed complete
+    struct InFlight {  // a copy not yet accounted in the stats
+        std::unique_ptr<CopyEvents> events;
+        std::uint64_t bytes = 0;
     };
 
     StagerOptions options;
     StageStats stats;
     CudaStream stream;
-    std::vector<BatchEvents> events;
+    std::vector<std::unique_ptr<CopyEvents>> spare_events;
+    std::deque<InFlight> in_flight;
     std::shared_ptr<DevicePool> pool;
-    std::deque<Pending> pending;
+    std::shared_ptr<BouncePool> bounce_pool = std::make_shared<BouncePool>();
+    std::deque<StagedBatch> pending;
     std::uint64_t next_sequence = 0;
 
     bool cuda() const { return options.device.cuda; }
     DeviceBuffer allocate(std::size_t size_bytes);
-    void enqueue_copies(Pending& p, const std::vector<HostSpan>& spans, std::size_t total);
-    void reap();
-    void finish(Pending& p);
+    std::shared_ptr<void> bounce(std::size_t size_bytes);
+    void enqueue(StagedBatch& b, const std::vector<HostSpan>& spans, std::size_t total,
+                 std::shared_ptr<void> host_lease);
+    void reap(bool wait);
 };
 
 DeviceBuffer DeviceStager::Impl::allocate(std::size_t size_bytes) {
     if (options.allocator) return options.allocator(size_bytes);
-    if (!pool) pool = DevicePool::create(options.device.index, options.pool_buffers);
+    if (!pool) {
+        pool = DevicePool::create(options.device.index, options.pool_buffers,
+                                  options.consumer_stream);
+    }
     return pool->lend(size_bytes);
 }
 
-void DeviceStager::Impl::enqueue_copies(Pending& p, const std::vector<HostSpan>& spans,
-                                        std::size_t total) {
+std::shared_ptr<void> DeviceStager::Impl::bounce(std::size_t size_bytes) {
+    HostBlock block;
+    {
+        std::lock_guard<std::mutex> lk(bounce_pool->m);
+        if (!bounce_pool->free.empty()) {
+            block = std::move(bounce_pool->free.back());
+            bounce_pool->free.pop_back();
+        }
+    }
+    if (block.size_bytes() < size_bytes) block = HostBlock(size_bytes, true);  // grows, rarely
+    auto* owned = new HostBlock(std::move(block));
+    std::shared_ptr<BouncePool> bp = bounce_pool;
+    return std::shared_ptr<void>(owned, [bp](void* p) {
+        auto* b = static_cast<HostBlock*>(p);
+        std::lock_guard<std::mutex> lk(bp->m);
+        bp->free.push_back(std::move(*b));
+        delete b;
+    });
+}
+
+void DeviceStager::Impl::enqueue(StagedBatch& b, const std::vector<HostSpan>& spans,
+                                 std::size_t total, std::shared_ptr<void> host_lease) {
     DeviceBuffer buffer = allocate(total);
-    p.events = &events[p.batch.sequence % events.size()];
-    record_on_default_stream(p.events->fence);
-    stream_wait(stream, p.events->fence);
-    record(p.events->start, stream);
+    std::unique_ptr<CopyEvents> ev;
+    if (spare_events.empty()) {
+        ev = std::make_unique<CopyEvents>();
+        ev->start = make_event();
+        ev->done = make_event();
+    } else {
+        ev = std::move(spare_events.back());
+        spare_events.pop_back();
+    }
+    std::size_t pageable = 0;
+    for (const HostSpan& s : spans) pageable += s.pinned ? 0 : s.size_bytes;
+    auto release = std::make_unique<HostRelease>();
+    release->host_lease = std::move(host_lease);
+    std::byte* staging = nullptr;
+    if (pageable > 0) {
+        release->bounce = bounce(pageable);
+        staging = static_cast<HostBlock*>(release->bounce.get())->data();
+    }
+    if (buffer.reuse_fence) stream_wait(stream, *buffer.reuse_fence);
+    record(ev->start, stream);
     std::size_t offset = 0;
     for (const HostSpan& s : spans) {
         std::byte* dst = buffer.data + offset;
-        if (s.size_bytes > 0) copy_to_device_async(dst, s.data, s.size_bytes, stream);
-        p.batch.parts.push_back(dst);
+        const void* src = s.data;
+        if (!s.pinned && s.size_bytes > 0) {
+            std::memcpy(staging, s.data, s.size_bytes);
+            src = staging;
+            staging += s.size_bytes;
+        }
+        if (s.size_bytes > 0) copy_to_device_async(dst, src, s.size_bytes, stream);
+        b.parts.push_back(dst);
         offset += aligned(s.size_bytes);
     }
-    record(p.events->done, stream);
-    p.batch.lease = std::move(buffer.owner);
-}
-
-// Releases the host memory of every batch whose copy has completed (its ring slot returns).
-void DeviceStager::Impl::reap() {
-    for (Pending& p : pending) {
-        if (!p.copied && completed(p.events->done)) finish(p);
-    }
-}
-
-void DeviceStager::Impl::finish(Pending& p) {
-    p.copied = true;
-    p.host_lease.reset();
+    record(ev->done, stream);
+    // The host memory returns exactly when the copies are done, in stream order.
+    launch_host_func(stream, &release_host_memory, release.get());
+    release.release();
+    b.lease = std::move(buffer.owner);
+    b.done = &ev->done;
     std::uint64_t bytes = 0;
-    for (std::size_t n : p.batch.sizes) bytes += n;
-    stats.bytes_copied += bytes;
-    stats.copy_seconds += elapsed_seconds(p.events->start, p.events->done);
+    for (std::size_t n : b.sizes) bytes += n;
+    in_flight.push_back({std::move(ev), bytes});
+}
+
+// Accounts copies that completed (all of them, waiting, when `wait`) and recycles their events.
+void DeviceStager::Impl::reap(bool wait) {
+    while (!in_flight.empty()) {
+        InFlight& f = in_flight.front();
+        if (wait) {
+            synchronize(f.events->done);
+        } else if (!completed(f.events->done)) {
+            return;
+        }
+        stats.bytes_copied += f.bytes;
+        stats.copy_seconds += elapsed_seconds(f.events->start, f.events->done);
+        for (StagedBatch& b : pending) {
+            if (b.done == &f.events->done) b.done = nullptr;
+        }
+        spare_events.push_back(std::move(f.events));
+        in_flight.pop_front();
+    }
 }
 
 DeviceStager::DeviceStager(StagerOptions options) : impl_(std::make_unique<Impl>()) {
@@ -106,20 +180,25 @@ DeviceStager::DeviceStager(StagerOptions options) : impl_(std::make_unique<Impl>
     if (!d.cuda()) return;
     DeviceGuard guard(d.options.device.index);
     d.stream = make_stream();
-    d.events.resize(d.options.depth);
-    for (BatchEvents& e : d.events) {
-        e.fence = make_event();
-        e.start = make_event();
-        e.done = make_event();
-    }
 }
 
 DeviceStager::~DeviceStager() {
     Impl& d = *impl_;
     if (d.cuda() && d.stream) {
-        // The host memory of copies in flight must not be reused before they end; the device
-        // memory of batches not taken returns to its pool with them.
-        synchronize_noexcept(d.stream);
+        // Host functions still queued release ring slots and bounce blocks: let them run while
+        // everything they touch is alive. Device memory of batches not taken returns to its
+        // pool with them (fenced on the consumer's stream). Under the stager's device, so
+        // the calls create no context elsewhere.
+        try {
+            DeviceGuard guard(d.options.device.index);
+            synchronize_noexcept(d.stream);
+            d.pending.clear();
+            d.spare_events.clear();
+            d.in_flight.clear();
+            d.stream.reset();
+        } catch (...) {
+            synchronize_noexcept(d.stream);  // no guard possible: still never release early
+        }
     }
     d.pending.clear();
 }
@@ -131,51 +210,60 @@ void DeviceStager::submit(const std::vector<HostSpan>& spans, std::shared_ptr<vo
                           " batches are already submitted and not taken (depth " +
                           std::to_string(d.options.depth) + "); take one first");
     }
-    Impl::Pending p;
-    p.batch.sequence = d.next_sequence;
-    p.batch.device = d.options.device;
+    StagedBatch b;
+    b.sequence = d.next_sequence;
+    b.device = d.options.device;
     std::size_t total = 0;
     for (const HostSpan& s : spans) {
-        p.batch.sizes.push_back(s.size_bytes);
+        b.sizes.push_back(s.size_bytes);
         total += aligned(s.size_bytes);
     }
     if (!d.cuda()) {
         for (const HostSpan& s : spans) {
-            p.batch.parts.push_back(static_cast<std::byte*>(const_cast<void*>(s.data)));
+            b.parts.push_back(static_cast<std::byte*>(const_cast<void*>(s.data)));
         }
-        p.batch.lease = std::move(host_lease);
-        p.copied = true;
+        b.lease = std::move(host_lease);
     } else {
         DeviceGuard guard(d.options.device.index);
-        d.enqueue_copies(p, spans, total);
-        p.host_lease = std::move(host_lease);
-        if (!d.options.non_blocking) {
-            synchronize(p.events->done);
-            d.finish(p);
+        d.reap(false);
+        try {
+            d.enqueue(b, spans, total, std::move(host_lease));
+        } catch (...) {
+            // Copies already queued may still read the host memory: let them end first.
+            synchronize_noexcept(d.stream);
+            throw;
         }
-        d.reap();
+        if (!d.options.non_blocking) d.reap(true);
     }
     ++d.next_sequence;
-    d.pending.push_back(std::move(p));
+    d.pending.push_back(std::move(b));
 }
 
 bool DeviceStager::take(StagedBatch& out) {
     Impl& d = *impl_;
     out = StagedBatch();
     if (d.pending.empty()) return false;
-    Impl::Pending& p = d.pending.front();
-    if (!p.copied) {
+    StagedBatch& b = d.pending.front();
+    if (d.cuda() && b.done) {
         DeviceGuard guard(d.options.device.index);
-        const auto t0 = std::chrono::steady_clock::now();
-        synchronize(p.events->done);
-        d.stats.wait_seconds +=
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        d.finish(p);
+        foreign_stream_wait(d.options.consumer_stream, *b.done);  // no host wait
     }
+    b.done = nullptr;
     d.stats.batches += 1;
-    out = std::move(p.batch);
+    out = std::move(b);
     d.pending.pop_front();
     return true;
+}
+
+void DeviceStager::discard_pending() noexcept {
+    impl_->pending.clear();
+}
+
+void DeviceStager::drain() {
+    Impl& d = *impl_;
+    if (!d.cuda()) return;
+    DeviceGuard guard(d.options.device.index);
+    d.reap(true);
 }
 
 std::size_t DeviceStager::pending() const noexcept {

@@ -1,8 +1,15 @@
 #pragma once
-// Host → device staging of batches: one dedicated non-blocking stream per stager, one
-// cudaMemcpyAsync per host span, one event per batch. The consumer takes a batch only once its
-// copy has completed; the host memory (a pinned ring slot) is held until then and released
-// right after. On the CPU path nothing is copied: a staged batch is the host memory itself.
+// Host → device staging of batches, stream-ordered end to end and without a host wait:
+// - one dedicated non-blocking stream per stager, one cudaMemcpyAsync per host span from
+//   pinned memory (a pageable span, e.g. a ragged field, is first copied into a pinned bounce
+//   block of the stager), one `done` event per batch;
+// - the host memory (the ring slot's lease, the bounce block) is released by a host function
+//   queued after the copies (cudaLaunchHostFunc): it returns to its ring exactly when the copy
+//   completed, never earlier, and with no polling;
+// - `take` makes the consumer's stream wait on `done` (cudaStreamWaitEvent): the host goes on;
+// - device blocks of the stager's pool are reused only after the consumer's stream passed the
+//   point where the batch was released (DevicePool).
+// On the CPU path nothing is copied: a staged batch is the host memory itself.
 
 #include <cstddef>
 #include <cstdint>
@@ -11,6 +18,7 @@
 #include <vector>
 
 #include "mpistage/device.hpp"
+#include "stage/cuda_api.hpp"
 
 namespace mpistage::detail {
 
@@ -18,6 +26,9 @@ namespace mpistage::detail {
 struct HostSpan {
     const void* data = nullptr;
     std::size_t size_bytes = 0;
+    /// True when `data` is pinned (cudaHostAlloc): copied from directly; otherwise through a
+    /// pinned bounce block (a copy from pageable memory would serialise with the device).
+    bool pinned = false;
 };
 
 /// Device memory of one staged batch and the owner that frees it (or returns it to a pool)
@@ -26,6 +37,9 @@ struct DeviceBuffer {
     std::byte* data = nullptr;
     std::size_t size_bytes = 0;
     std::shared_ptr<void> owner;
+    /// When set, the stager's stream waits on it before writing (the block's last release
+    /// point on the consumer's stream; DevicePool). Owned by the pool.
+    const CudaEvent* reuse_fence = nullptr;
 };
 
 /// Allocates at least `size_bytes` of device memory on the current device (the stager makes
@@ -39,10 +53,14 @@ struct StagerOptions {
     /// True: `submit` returns once the copies are enqueued, so the next batch's copy overlaps
     /// the consumer's work on the current one. False: `submit` waits until its copy completed.
     bool non_blocking = true;
-    /// Batches submitted but not yet taken, at most (1 ≤ depth ≤ 64).
+    /// The stream the consumer's kernels read batches on (a cudaStream_t; nullptr: the legacy
+    /// default stream). `take` makes it wait for the copy; releases of pool blocks are
+    /// recorded on it. Not owned.
+    void* consumer_stream = nullptr;
+    /// Batches submitted but not yet taken, at most (1 ≤ depth ≤ 4096).
     std::size_t depth = 2;
-    /// Device buffers of the stager's own pool (used without `allocator`): batches in flight
-    /// plus batches (and tensors over them) the consumer still holds; ≥ depth + 1.
+    /// Device buffers the stager's own pool starts with (used without `allocator`; it adds
+    /// one when all are held): batches in flight plus those the consumer holds; ≥ depth + 1.
     std::size_t pool_buffers = 4;
     /// Device memory source; empty: the stager's own pool of `pool_buffers` cudaMalloc blocks,
     /// allocated on first use and reused (grown only when a batch is larger than before).
@@ -61,6 +79,8 @@ struct StagedBatch {
     std::vector<std::size_t> sizes;
     /// Device buffer (CUDA) or the host lease (CPU); tensors over the batch hold a copy.
     std::shared_ptr<void> lease;
+    /// The copy's event while the batch is pending (internal; owned by the stager).
+    const CudaEvent* done = nullptr;
 };
 
 /// Stages batches to one device. Not thread-safe: one consumer thread drives it (the memory
@@ -78,15 +98,20 @@ public:
     DeviceStager& operator=(const DeviceStager&) = delete;
 
     /// Enqueues the copy of one batch (parts in `spans` order, each 256-byte aligned in one
-    /// device buffer) after the work already queued on the legacy default stream (so memory
-    /// the consumer released is not overwritten under its kernels), records its event and
-    /// keeps `host_lease` until the copy completed.
-    /// @throws ConfigError when `depth` batches are pending or the pool is exhausted,
-    ///         CudaError.
+    /// device buffer; the buffer's reuse fence waited on first), records its event and keeps
+    /// `host_lease` until the copy completed (released in stream order). If an enqueue fails,
+    /// the stream is synchronised before anything is released.
+    /// @throws ConfigError when `depth` batches are pending, CudaError.
     void submit(const std::vector<HostSpan>& spans, std::shared_ptr<void> host_lease);
-    /// The oldest submitted batch once its copy completed (the host waits on its event).
-    /// Returns false when none is pending. @throws CudaError.
+    /// The oldest submitted batch; the consumer's stream waits for its copy (the host does
+    /// not). Returns false when none is pending. @throws CudaError.
     bool take(StagedBatch& out);
+    /// Drops the batches submitted and not taken (their copies still complete; their device
+    /// memory returns to the pool, fenced on the consumer's stream).
+    void discard_pending() noexcept;
+    /// Waits (host) for every copy submitted so far and accounts them in `stats()`.
+    /// @throws CudaError.
+    void drain();
     /// Submitted batches not yet taken.
     std::size_t pending() const noexcept;
     const StageStats& stats() const noexcept;

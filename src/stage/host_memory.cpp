@@ -25,6 +25,7 @@ HostBlock::HostBlock(std::size_t size_bytes, bool pinned) : size_(size_bytes) {
         void* p = nullptr;
         const cudaError_t rc = cudaHostAlloc(&p, n, cudaHostAllocPortable);
         if (rc != cudaSuccess) {
+            (void)cudaGetLastError();  // leave no stale error for the caller's next check
             throw CudaError(std::string("stage: cudaHostAlloc of ") + std::to_string(n) +
                             " bytes failed: " + cudaGetErrorString(rc));
         }

@@ -9,8 +9,9 @@ between peer folders must not have a cycle. Layers are assigned to `src/<folder>
 the public headers `include/mpistage/*.hpp` (PUBLIC below; an unmapped public header fails).
 
 `src/stage/` holds two layers: the device primitives (CUDA runtime wrappers, pinned host
-memory, device choice; no MPI, no other mpistage header but error.hpp/device.hpp), which the ring
-and the loader build on, and the device staging of loader batches (stager, pool, batch parts,
+memory, device choice, the stream-ordered stager and its device pool; no MPI, no other
+mpistage header but error.hpp/device.hpp), which the ring and the loader build on (the loader
+delivers batches on the device through the stager), and the loader-facing code (batch parts,
 tensors, the torch view), which sits above the loader. DEVICE maps the primitives per file.
 
 A public header includes only public headers (`mpistage/...`): internal headers in `src/` are
@@ -44,7 +45,8 @@ RANK = {
 }
 
 # src/stage files that are device primitives (layer "device"), by path without extension.
-DEVICE = {"src/stage/cuda_api", "src/stage/host_memory", "src/stage/device_choice"}
+DEVICE = {"src/stage/cuda_api", "src/stage/host_memory", "src/stage/device_choice",
+          "src/stage/device_stager", "src/stage/device_pool"}
 
 # Public headers: include/mpistage/<name>.hpp -> layer.
 PUBLIC = {
@@ -65,6 +67,7 @@ PUBLIC = {
     "plan": "plan",
     "state": "loader",
     "batch": "loader",
+    "dlpack": "loader",
     "loader": "loader",
     "stop": "loader",
     "stream": "loader",
@@ -235,7 +238,7 @@ def self_test():
         "src/cli/raw.cpp": ('// MPI_Bcast(x) in a comment\nconst char* s = "MPI_Bcast(y)";\n'
                             "void g() { MPI_Allreduce (a, b, 1, t, op, c); }\n"),
         "src/pipeline/prim.cpp": '#include "stage/host_memory.hpp"\n',
-        "src/pipeline/stager.cpp": '#include "stage/device_stager.hpp"\n',
+        "src/pipeline/stager.cpp": '#include "stage/batch_parts.hpp"\n',
         "src/index/i.cpp": '#include "sources/tfrecord/framing.hpp"\n',
         "src/sources/s.cpp": '#include "index/split_agreement.hpp"\n',
         "src/tier/t.cpp": '#include "pipeline/ring.hpp"\n#include "mpistage/stream.hpp"\n',
@@ -246,7 +249,7 @@ def self_test():
         "include/mpistage/comm.hpp: public header includes comm/agree.hpp",
         "src/util/up.cpp: layer 'util' includes loader/loader_impl.hpp",
         "src/cli/raw.cpp:3: MPI_Allreduce outside src/comm/",
-        "src/pipeline/stager.cpp: layer 'pipeline' includes stage/device_stager.hpp",
+        "src/pipeline/stager.cpp: layer 'pipeline' includes stage/batch_parts.hpp",
         "peer layers 'index' and 'sources' include each other",
         "src/tier/t.cpp: layer 'tier' includes mpistage/stream.hpp",
         "stale exception in ALLOWED_INCLUDES",

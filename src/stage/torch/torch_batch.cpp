@@ -1,4 +1,7 @@
 // Loader batches as tensors (mpistage/torch.hpp): to_torch and the dtype map.
+#include <ATen/DLConvertor.h>
+
+#include "mpistage/dlpack.hpp"
 #include "mpistage/torch.hpp"
 #include "stage/torch/torch_parts.hpp"
 
@@ -67,16 +70,46 @@ std::vector<std::byte*> host_pointers(const std::vector<BatchPart>& parts) {
 
 }  // namespace detail
 
+namespace {
+
+// One part of `batch` as a tensor through DLPack (no copy; the tensor holds the lease).
+torch::Tensor part_tensor(const HostBatch& batch, const std::string& name) {
+    dlpack::DLManagedTensor* m = to_dlpack(batch, name);
+    // libtorch 1.13 reads DLPack 0.6: no kDLBool, no unsigned type wider than 8 bits (those
+    // come as the signed type of the same width, as torch_dtype says).
+    dlpack::DLDataType& dt = m->dl_tensor.dtype;
+    const bool is_bool = dt.code == dlpack::kDLBool;
+    if (is_bool) dt.code = dlpack::kDLUInt;
+    if (dt.code == dlpack::kDLUInt && dt.bits > 8) dt.code = dlpack::kDLInt;
+    torch::Tensor t;
+    try {
+        t = at::fromDLPack(reinterpret_cast<const ::DLManagedTensor*>(m));
+    } catch (...) {
+        m->deleter(m);
+        throw;
+    }
+    return is_bool ? t.view(torch::kBool) : t;
+}
+
+}  // namespace
+
 TorchBatch to_torch(const HostBatch& batch, torch::Device device) {
-    const std::vector<detail::BatchPart> parts = detail::batch_parts(batch);
-    TorchBatch out =
-        detail::torch_batch(parts, detail::host_pointers(parts), DeviceChoice{}, batch.lease());
-    if (device != torch::kCPU) {
-        // Synchronous: a non_blocking copy would let the slot return to the ring (when the
-        // host tensors die) while the copy still reads it. TorchStager overlaps safely.
-        for (auto& t : out.tensors) t = t.to(device);
-        out.index = out.index.to(device);
-        out.valid = out.valid.to(device);
+    TorchBatch out;
+    for (const std::string& name : dlpack_names(batch)) {
+        torch::Tensor t = part_tensor(batch, name);
+        if (batch.device() < 0 && device != torch::kCPU) {
+            // Synchronous: a non_blocking copy would let the slot return to the ring (when
+            // the host tensors die) while the copy still reads it.
+            t = t.to(device);
+        }
+        if (name == "index") {
+            out.index = std::move(t);
+        } else if (name == "valid") {
+            out.valid = std::move(t);
+        } else {
+            out.names.push_back(name);
+            out.tensors.push_back(std::move(t));
+        }
     }
     return out;
 }

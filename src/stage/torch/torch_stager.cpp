@@ -42,6 +42,10 @@ TorchStager::TorchStager(TorchStager&&) noexcept = default;
 TorchStager& TorchStager::operator=(TorchStager&&) noexcept = default;
 
 void TorchStager::submit(const HostBatch& batch) {
+    if (batch.device() >= 0) {
+        throw ConfigError("torch: TorchStager::submit of a batch the loader already delivered on "
+                          "cuda:" + std::to_string(batch.device()) + "; use to_torch(batch)");
+    }
     std::vector<detail::BatchPart> parts = detail::batch_parts(batch);
     for (const auto& p : parts) (void)torch_dtype(p.dtype);  // fail before copying
     impl_->stager->submit(detail::part_spans(parts), batch.lease());

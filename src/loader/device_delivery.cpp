@@ -1,0 +1,145 @@
+// The loader's device delivery (device_delivery.hpp).
+#include "loader/device_delivery.hpp"
+
+#include <cstdio>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "comm/agree.hpp"
+
+namespace mpistage::detail {
+
+namespace {
+
+// Host copies of the small parts of a CUDA batch, and its device block.
+struct DeviceBatchStore {
+    std::vector<std::int64_t> index;
+    std::vector<std::uint8_t> valid;
+    std::vector<std::vector<std::int64_t>> offsets;  // per field (empty for fixed fields)
+    std::shared_ptr<void> device;
+};
+
+std::string rank_list(const std::vector<int>& ranks) {
+    std::string s;
+    for (std::size_t i = 0; i < ranks.size() && i < 8; ++i) {
+        s += (i ? "," : "") + std::to_string(ranks[i]);
+    }
+    if (ranks.size() > 8) s += ",... (" + std::to_string(ranks.size()) + " ranks)";
+    return s;
+}
+
+}  // namespace
+
+LoaderDevice agree_device(const Communicator& comm, const LoaderOptions& options) {
+    LoaderDevice dev;
+    agree_or_throw(comm, capture([&] {
+                       dev = choose_loader_device(options.device, options.pin_memory,
+                                                  comm.node_rank(), false);
+                   }));
+    const bool is_auto = parse_device(options.device).mode == DeviceMode::automatic;
+    const std::vector<std::uint64_t> all = comm.allgather(std::vector<std::uint64_t>{
+        dev.device.cuda ? 1u : 0u, is_auto ? 1u : 0u, dev.device.fell_back ? 1u : 0u});
+    std::vector<int> cuda_ranks, cpu_ranks, fell_back, explicit_cuda;
+    for (int r = 0; r < comm.size(); ++r) {
+        const std::uint64_t* v = all.data() + 3 * static_cast<std::size_t>(r);
+        (v[0] ? cuda_ranks : cpu_ranks).push_back(r);
+        if (v[2]) fell_back.push_back(r);
+        if (v[0] && !v[1]) explicit_cuda.push_back(r);
+    }
+    if (!cuda_ranks.empty() && !cpu_ranks.empty() && !explicit_cuda.empty()) {
+        throw ConfigError(
+            "device: ranks " + rank_list(explicit_cuda) + " asked for a CUDA device but ranks " +
+            rank_list(cpu_ranks) + " stage on the CPU" +
+            (fell_back.empty() ? std::string(" (device = \"cpu\")") : " (no usable CUDA device)") +
+            ": every rank must resolve to the same kind; use device = \"auto\" "
+            "everywhere (all CPU then) or give every rank a GPU");
+    }
+    const std::string own_reason = dev.device.reason;
+    if (!cuda_ranks.empty() && !cpu_ranks.empty()) {
+        dev.device = DeviceChoice();  // all `auto`: the whole job stages on the CPU
+        dev.device.fell_back = true;
+        dev.pinned = false;
+    }
+    if (!fell_back.empty()) {
+        const std::string reason = comm.broadcast(own_reason, fell_back.front());
+        dev.device.fell_back = true;
+        dev.device.reason = reason;
+        if (comm.size() > 1) {
+            dev.device.reason +=
+                " on rank(s) " + rank_list(fell_back) + " of " + std::to_string(comm.size());
+        }
+        if (comm.rank() == 0 && options.log_device_fallback) {
+            static std::once_flag once;  // once per process: one line for the job
+            std::call_once(once, [&] {
+                std::fprintf(stderr, "%s\n", cpu_fallback_message(dev.device).c_str());
+                std::fflush(stderr);
+            });
+        }
+    }
+    return dev;
+}
+
+std::unique_ptr<DeviceStager> make_loader_stager(const DeviceChoice& device,
+                                                 const LoaderOptions& options, std::size_t window) {
+    StagerOptions o;
+    o.device = device;
+    o.non_blocking = options.non_blocking;
+    o.depth = window;
+    o.pool_buffers = window + 2;  // the window, the batch in use, the one being dropped
+    o.consumer_stream = options.cuda_stream;
+    return std::make_unique<DeviceStager>(std::move(o));
+}
+
+HostBatch submit_batch(DeviceStager& stager, HostBatch host, bool slot_pinned) {
+    auto store = std::make_shared<DeviceBatchStore>();
+    const std::size_t b = host.size();
+    store->index.assign(host.index(), host.index() + b);
+    store->valid.assign(host.valid(), host.valid() + b);
+    std::vector<HostSpan> spans;
+    std::vector<HostField> fields = host.fields();
+    store->offsets.resize(fields.size());
+    for (std::size_t f = 0; f < fields.size(); ++f) {
+        HostField& field = fields[f];
+        // Fixed fields live in the (pinned) slot block; ragged values and offsets do not.
+        spans.push_back({field.data, static_cast<std::size_t>(field.size_bytes),
+                         slot_pinned && !field.info->ragged});
+        if (field.info->ragged) {
+            store->offsets[f].assign(field.offsets, field.offsets + b + 1);
+            spans.push_back({field.offsets, (b + 1) * sizeof(std::int64_t), false});
+            field.offsets = store->offsets[f].data();
+        }
+        field.data = nullptr;
+    }
+    spans.push_back({host.index(), b * sizeof(std::int64_t), slot_pinned});
+    spans.push_back({host.valid(), b, slot_pinned});
+    stager.submit(spans, host.lease());
+    HostBatch shape(host.epoch(), host.step(), b, store->index.data(), store->valid.data(),
+                    host.num_valid(), std::move(fields), store);
+    return shape;
+}
+
+HostBatch take_batch(DeviceStager& stager, HostBatch shape) {
+    StagedBatch staged;
+    if (!stager.take(staged)) {
+        throw Error("loader: internal error: no staged batch for step " +
+                    std::to_string(shape.step()));
+    }
+    auto store = std::static_pointer_cast<DeviceBatchStore>(shape.lease());
+    store->device = staged.lease;
+    std::vector<HostField> fields = shape.fields();
+    std::size_t part = 0;
+    for (HostField& f : fields) {
+        f.device_data = staged.parts[part++];
+        if (f.info->ragged) {
+            f.device_offsets = reinterpret_cast<const std::int64_t*>(staged.parts[part++]);
+        }
+    }
+    const auto* device_index = reinterpret_cast<const std::int64_t*>(staged.parts[part]);
+    const auto* device_valid = reinterpret_cast<const std::uint8_t*>(staged.parts[part + 1]);
+    shape.place_on_device(staged.device.index, std::move(fields), store->index.data(),
+                          store->valid.data(), device_index, device_valid, store);
+    return shape;
+}
+
+}  // namespace mpistage::detail

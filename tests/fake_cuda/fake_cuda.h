@@ -1,0 +1,49 @@
+#pragma once
+// Control and inspection calls of the CUDA test double (libmpistage_fake_cudart.so, tests
+// only). The double exports the CUDA runtime calls mpistage makes, with the real signatures
+// (cuda_runtime_api.h); a test executable links it before libmpistage, so its definitions
+// interpose on libcudart's (ELF symbol interposition, no switch in the library). Run scripts
+// may instead preload it (LD_PRELOAD) into a binary linked with the real runtime.
+//
+// Semantics (what makes ordering bugs visible, README in this folder):
+//  - "device" memory is host memory, poisoned with 0xCD when allocated;
+//  - every cudaMemcpyAsync and host function (cudaLaunchHostFunc) runs LATE on a per-stream
+//    worker thread: a copy waits `copy delay` (default 3 ms) before it reads its source;
+//  - an event completes when its stream has finished the work queued before the record;
+//  - cudaStreamWaitEvent is honoured (the stream's worker waits); the legacy default stream
+//    synchronises with blocking streams of its device as the real one does;
+//  - a context exists per device once a call needed it (cudaSetDevice creates the primary
+//    context, as CUDA ≥ 12 does; a call needing a context with none current creates one on
+//    device 0); cuCtxGetCurrent / cuCtxSetCurrent come through cudaGetDriverEntryPointByVersion;
+//  - every failing call (cudaErrorNotReady included) sets the calling thread's last error.
+//
+// Environment (read once): MPISTAGE_FAKE_CUDA_DEVICES (visible devices, default 2),
+// MPISTAGE_FAKE_CUDA_COPY_DELAY_US (default 3000), MPISTAGE_FAKE_CUDA_FAIL_RANK (the MPI rank,
+// from OMPI_COMM_WORLD_RANK or PMI_RANK, whose cudaGetDeviceCount fails with
+// cudaErrorInsufficientDriver: a node with a driver older than the runtime).
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/// 1: the double is the runtime this process calls (0 or an unresolved symbol otherwise).
+int mpistage_fake_cuda_active(void);
+/// Bit d is set when device d has a context (since the last reset).
+unsigned mpistage_fake_cuda_context_mask(void);
+/// Forgets which devices have a context (tests start from none) and the calling thread's
+/// current context.
+void mpistage_fake_cuda_reset_contexts(void);
+/// Host → device async copies whose source was pageable (not from cudaHostAlloc).
+unsigned long long mpistage_fake_cuda_pageable_copies(void);
+/// Sets the delay before each queued copy runs, microseconds.
+void mpistage_fake_cuda_set_copy_delay_us(unsigned delay_us);
+/// Blocks until every stream of every device finished its queued work.
+void mpistage_fake_cuda_drain(void);
+/// Makes cudaGetDeviceCount (and every call needing a device) fail with
+/// cudaErrorInsufficientDriver from now on (nonzero) or not (0): a driver older than the runtime.
+/// mpistage probes the device once per process, so call it before the first loader.
+void mpistage_fake_cuda_fail_init(int fail);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,267 @@
+// The CUDA runtime calls of the test double (fake_cuda.h): the real signatures from
+// cuda_runtime_api.h, implemented over fake_engine.hpp.
+#include <cuda_runtime_api.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "fake_cuda.h"
+#include "fake_engine.hpp"
+
+using mpistage_fake::Allocation;
+using mpistage_fake::Context;
+using mpistage_fake::current_context;
+using mpistage_fake::Engine;
+
+namespace {
+
+cudaError_t ret(cudaError_t rc) {
+    if (rc != cudaSuccess) mpistage_fake::last_error() = static_cast<int>(rc);
+    return rc;
+}
+
+// Makes sure the calling thread has a context (the runtime's implicit initialisation: device 0
+// when none was chosen) and returns its device in `device`. `m` held.
+cudaError_t ensure_context(Engine& e, int& device) {
+    if (e.init_fails) return cudaErrorInsufficientDriver;
+    if (e.device_count == 0) return cudaErrorNoDevice;
+    Context*& cur = current_context();
+    if (!cur) {
+        cur = &e.contexts[0];
+        e.context_created[0] = true;
+    }
+    device = cur->device;
+    return cudaSuccess;
+}
+
+cudaError_t host_alloc(void** p, std::size_t size, bool device_memory) {
+    Engine& e = Engine::get();
+    std::lock_guard<std::mutex> lk(e.m);
+    int device = 0;
+    if (const cudaError_t rc = ensure_context(e, device); rc != cudaSuccess) return ret(rc);
+    void* mem = std::malloc(size == 0 ? 1 : size);
+    if (!mem) return ret(cudaErrorMemoryAllocation);
+    std::memset(mem, 0xCD, size);  // fresh "device" memory is garbage, visibly
+    Allocation a;
+    a.size_bytes = size == 0 ? 1 : size;
+    a.device_memory = device_memory;
+    a.device = device;
+    e.allocations[reinterpret_cast<std::uintptr_t>(mem)] = a;
+    *p = mem;
+    return cudaSuccess;
+}
+
+cudaError_t free_alloc(void* p, bool device_memory) {
+    if (!p) return cudaSuccess;
+    Engine& e = Engine::get();
+    std::unique_lock<std::mutex> lk(e.m);
+    const auto it = e.allocations.find(reinterpret_cast<std::uintptr_t>(p));
+    if (it == e.allocations.end() || it->second.device_memory != device_memory) {
+        return ret(cudaErrorInvalidValue);
+    }
+    // cudaFree and cudaFreeHost synchronise: no queued copy can touch the block afterwards.
+    e.drain(lk, device_memory ? it->second.device : -1);
+    e.allocations.erase(reinterpret_cast<std::uintptr_t>(p));
+    std::free(p);
+    return cudaSuccess;
+}
+
+const char* error_name(cudaError_t rc) {
+    switch (rc) {
+        case cudaSuccess:
+            return "cudaSuccess";
+        case cudaErrorInvalidValue:
+            return "cudaErrorInvalidValue";
+        case cudaErrorMemoryAllocation:
+            return "cudaErrorMemoryAllocation";
+        case cudaErrorInsufficientDriver:
+            return "cudaErrorInsufficientDriver";
+        case cudaErrorNoDevice:
+            return "cudaErrorNoDevice";
+        case cudaErrorInvalidDevice:
+            return "cudaErrorInvalidDevice";
+        case cudaErrorInvalidResourceHandle:
+            return "cudaErrorInvalidResourceHandle";
+        case cudaErrorNotReady:
+            return "cudaErrorNotReady";
+        default:
+            return "cudaErrorUnknown";
+    }
+}
+
+}  // namespace
+
+extern "C" {
+
+int mpistage_fake_cuda_active(void) {
+    return 1;
+}
+
+unsigned mpistage_fake_cuda_context_mask(void) {
+    Engine& e = Engine::get();
+    std::lock_guard<std::mutex> lk(e.m);
+    unsigned mask = 0;
+    for (std::size_t d = 0; d < e.context_created.size(); ++d) {
+        if (e.context_created[d]) mask |= 1u << d;
+    }
+    return mask;
+}
+
+void mpistage_fake_cuda_reset_contexts(void) {
+    Engine& e = Engine::get();
+    std::lock_guard<std::mutex> lk(e.m);
+    e.context_created.assign(e.context_created.size(), false);
+    current_context() = nullptr;
+}
+
+unsigned long long mpistage_fake_cuda_pageable_copies(void) {
+    Engine& e = Engine::get();
+    std::lock_guard<std::mutex> lk(e.m);
+    return e.pageable_copies;
+}
+
+void mpistage_fake_cuda_set_copy_delay_us(unsigned delay_us) {
+    Engine& e = Engine::get();
+    std::lock_guard<std::mutex> lk(e.m);
+    e.copy_delay = std::chrono::microseconds(delay_us);
+}
+
+void mpistage_fake_cuda_drain(void) {
+    Engine& e = Engine::get();
+    std::unique_lock<std::mutex> lk(e.m);
+    e.drain(lk, -1);
+}
+
+void mpistage_fake_cuda_fail_init(int fail) {
+    Engine& e = Engine::get();
+    std::lock_guard<std::mutex> lk(e.m);
+    e.init_fails = fail != 0;
+}
+
+// ---- devices, contexts, errors ------------------------------------------------------------
+
+cudaError_t cudaGetDeviceCount(int* count) {
+    Engine& e = Engine::get();
+    *count = e.init_fails ? 0 : e.device_count;
+    if (e.init_fails) return ret(cudaErrorInsufficientDriver);
+    return e.device_count == 0 ? ret(cudaErrorNoDevice) : cudaSuccess;
+}
+
+cudaError_t cudaGetDevice(int* device) {
+    Engine& e = Engine::get();
+    if (e.init_fails) return ret(cudaErrorInsufficientDriver);
+    const Context* cur = current_context();
+    *device = cur ? cur->device : 0;  // no context is created
+    return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int device) {
+    Engine& e = Engine::get();
+    if (e.init_fails) return ret(cudaErrorInsufficientDriver);
+    if (device < 0 || device >= e.device_count) return ret(cudaErrorInvalidDevice);
+    std::lock_guard<std::mutex> lk(e.m);
+    // As CUDA >= 12: the device's primary context is created and made current.
+    e.context_created[static_cast<std::size_t>(device)] = true;
+    current_context() = &e.contexts[static_cast<std::size_t>(device)];
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetLastError(void) {
+    const auto rc = static_cast<cudaError_t>(mpistage_fake::last_error());
+    mpistage_fake::last_error() = 0;
+    return rc;
+}
+
+cudaError_t cudaPeekAtLastError(void) {
+    return static_cast<cudaError_t>(mpistage_fake::last_error());
+}
+
+const char* cudaGetErrorName(cudaError_t rc) {
+    return error_name(rc);
+}
+
+const char* cudaGetErrorString(cudaError_t rc) {
+    if (rc == cudaErrorInsufficientDriver) {
+        return "CUDA driver version is insufficient for CUDA runtime version";
+    }
+    return error_name(rc);
+}
+
+cudaError_t cudaDriverGetVersion(int* v) {
+    *v = 13000;
+    return cudaSuccess;
+}
+
+cudaError_t cudaRuntimeGetVersion(int* v) {
+    *v = 13000;
+    return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr, int device) {
+    if (device < 0 || device >= Engine::get().device_count) return ret(cudaErrorInvalidDevice);
+    *value = 1;
+    return cudaSuccess;
+}
+
+cudaError_t cudaDeviceSynchronize(void) {
+    Engine& e = Engine::get();
+    std::unique_lock<std::mutex> lk(e.m);
+    int device = 0;
+    if (const cudaError_t rc = ensure_context(e, device); rc != cudaSuccess) return ret(rc);
+    e.drain(lk, device);
+    return cudaSuccess;
+}
+
+}  // extern "C"
+
+// ---- the driver's context calls, through cudaGetDriverEntryPointByVersion -----------------
+
+namespace {
+
+int fake_cu_ctx_get_current(void** ctx) {
+    *ctx = current_context();
+    return 0;
+}
+
+int fake_cu_ctx_set_current(void* ctx) {
+    current_context() = static_cast<Context*>(ctx);  // creates nothing
+    return 0;
+}
+
+}  // namespace
+
+extern "C" cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** fn, unsigned int,
+                                                        unsigned long long,
+                                                        cudaDriverEntryPointQueryResult* status) {
+    *fn = nullptr;
+    if (std::strcmp(symbol, "cuCtxGetCurrent") == 0) {
+        *fn = reinterpret_cast<void*>(&fake_cu_ctx_get_current);
+    } else if (std::strcmp(symbol, "cuCtxSetCurrent") == 0) {
+        *fn = reinterpret_cast<void*>(&fake_cu_ctx_set_current);
+    }
+    if (status) *status = *fn ? cudaDriverEntryPointSuccess : cudaDriverEntryPointSymbolNotFound;
+    return *fn ? cudaSuccess : ret(cudaErrorSymbolNotFound);
+}
+
+// ---- memory -------------------------------------------------------------------------------
+
+extern "C" {
+
+cudaError_t cudaMalloc(void** p, size_t size) {
+    return host_alloc(p, size, true);
+}
+cudaError_t cudaFree(void* p) {
+    return free_alloc(p, true);
+}
+cudaError_t cudaHostAlloc(void** p, size_t size, unsigned int) {
+    return host_alloc(p, size, false);
+}
+cudaError_t cudaMallocHost(void** p, size_t size) {
+    return host_alloc(p, size, false);
+}
+cudaError_t cudaFreeHost(void* p) {
+    return free_alloc(p, false);
+}
+
+}  // extern "C"

@@ -1,0 +1,104 @@
+#pragma once
+// The state of the CUDA test double (fake_cuda.h): devices and their contexts, streams with a
+// worker thread each, events, and the registry of "device" and pinned allocations. Every
+// member is guarded by Engine::m; work items run outside it.
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace mpistage_fake {
+
+/// A device's (primary) context; its address is the CUcontext handed out.
+struct Context {
+    int device = 0;
+};
+
+struct Stream;
+
+/// One queued work item: runs on the stream's worker, after `delay`.
+struct Op {
+    std::function<void()> run;
+    std::chrono::microseconds delay{0};
+};
+
+/// A stream: FIFO of work items executed in order by its own worker thread.
+struct Stream {
+    int device = 0;
+    bool blocking = true;  // synchronises with the legacy default stream
+    bool legacy = false;   // the legacy default stream of `device`
+    std::deque<Op> queue;
+    std::uint64_t enqueued = 0;  // items ever queued
+    std::uint64_t done = 0;      // items finished
+    bool stop = false;
+    std::thread worker;
+};
+
+/// An event: complete once `stream` finished its first `target` items.
+struct Event {
+    int device = 0;
+    std::shared_ptr<Stream> stream;  // null: never recorded (complete)
+    std::uint64_t target = 0;
+    std::uint64_t generation = 0;
+    std::chrono::steady_clock::time_point completed_at{};
+};
+
+/// One allocation of cudaMalloc (device) or cudaHostAlloc/cudaMallocHost (pinned).
+struct Allocation {
+    std::size_t size_bytes = 0;
+    bool device_memory = false;
+    int device = 0;
+};
+
+struct Engine {
+    std::mutex m;
+    std::condition_variable cv;  // a stream finished an item, or an event completed
+    int device_count = 2;
+    bool init_fails = false;
+    std::chrono::microseconds copy_delay{3000};
+    std::vector<Context> contexts;
+    std::vector<bool> context_created;
+    std::vector<std::shared_ptr<Stream>> legacy;  // per device, made on first use
+    std::map<Stream*, std::shared_ptr<Stream>> streams;
+    std::map<Event*, std::unique_ptr<Event>> events;
+    std::map<std::uintptr_t, Allocation> allocations;  // by start address
+    unsigned long long pageable_copies = 0;
+
+    /// The process's engine (constructed on first use, from the environment).
+    static Engine& get();
+
+    /// The allocation holding [p, p + n), or nullptr. Call with `m` held.
+    const Allocation* find(const void* p, std::size_t n) const;
+    /// Starts a stream's worker; returns its handle. Call without `m` held.
+    std::shared_ptr<Stream> start_stream(int device, bool blocking, bool legacy_stream);
+    /// Queues `op` on `s`, first making it wait as the legacy stream semantics require, and
+    /// returns the number of items queued on `s` after it. Call with `m` held.
+    std::uint64_t enqueue(const std::shared_ptr<Stream>& s, Op op);
+    /// Makes `s` wait (in its queue) until `other` finished `target` items. `m` held.
+    void enqueue_wait(const std::shared_ptr<Stream>& s, std::shared_ptr<Stream> other,
+                      std::uint64_t target);
+    /// Blocks until `s` finished `target` items. `lk` holds `m`.
+    void wait_for(std::unique_lock<std::mutex>& lk, const Stream& s, std::uint64_t target);
+    /// Blocks until every stream of `device` (all devices when −1) is idle. `lk` holds `m`.
+    void drain(std::unique_lock<std::mutex>& lk, int device);
+    /// The legacy default stream of `device`. `m` held; may start it (drops and retakes `lk`).
+    std::shared_ptr<Stream> legacy_stream(std::unique_lock<std::mutex>& lk, int device);
+
+private:
+    void work(const std::shared_ptr<Stream>& s);
+};
+
+/// The calling thread's current context (nullptr: none).
+Context*& current_context();
+/// The calling thread's last error (a cudaError_t value).
+int& last_error();
+
+}  // namespace mpistage_fake

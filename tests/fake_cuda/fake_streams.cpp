@@ -1,0 +1,286 @@
+// Streams, events, asynchronous copies and host functions of the CUDA test double
+// (fake_cuda.h): everything queued runs late, on the stream's worker thread.
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "fake_engine.hpp"
+
+using mpistage_fake::Allocation;
+using mpistage_fake::current_context;
+using mpistage_fake::Engine;
+using mpistage_fake::Event;
+using mpistage_fake::Op;
+using mpistage_fake::Stream;
+
+namespace {
+
+cudaError_t ret(cudaError_t rc) {
+    if (rc != cudaSuccess) mpistage_fake::last_error() = static_cast<int>(rc);
+    return rc;
+}
+
+cudaError_t context_device(Engine& e, int& device) {
+    if (e.init_fails) return cudaErrorInsufficientDriver;
+    if (e.device_count == 0) return cudaErrorNoDevice;
+    auto*& cur = current_context();
+    if (!cur) {
+        cur = &e.contexts[0];
+        e.context_created[0] = true;
+    }
+    device = cur->device;
+    return cudaSuccess;
+}
+
+cudaError_t resolve(Engine& e, std::unique_lock<std::mutex>& lk, cudaStream_t h,
+                    std::shared_ptr<Stream>& out) {
+    int device = 0;
+    if (const cudaError_t rc = context_device(e, device); rc != cudaSuccess) return rc;
+    if (h == nullptr || h == cudaStreamLegacy || h == cudaStreamPerThread) {
+        out = e.legacy_stream(lk, device);
+        return cudaSuccess;
+    }
+    const auto it = e.streams.find(reinterpret_cast<Stream*>(h));
+    if (it == e.streams.end()) return cudaErrorInvalidResourceHandle;
+    out = it->second;
+    return cudaSuccess;
+}
+
+Event* event_of(Engine& e, cudaEvent_t h) {
+    const auto it = e.events.find(reinterpret_cast<Event*>(h));
+    return it == e.events.end() ? nullptr : it->second.get();
+}
+
+// Checks a copy against the allocations (as the runtime does for device pointers) and says
+// whether its host source is pageable. `m` held.
+cudaError_t check_copy(Engine& e, const Stream& s, void* dst, const void* src, std::size_t n,
+                       cudaMemcpyKind kind, bool& pageable_source) {
+    const Allocation* d = e.find(dst, n);
+    const Allocation* a = e.find(src, n);
+    if (kind == cudaMemcpyDefault) {
+        const bool dd = d && d->device_memory, sd = a && a->device_memory;
+        kind = sd ? (dd ? cudaMemcpyDeviceToDevice : cudaMemcpyDeviceToHost)
+                  : (dd ? cudaMemcpyHostToDevice : cudaMemcpyHostToHost);
+    }
+    const bool to_device = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+    const bool from_device = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+    if (to_device && (!d || !d->device_memory || d->device != s.device)) {
+        return cudaErrorInvalidValue;
+    }
+    if (from_device && (!a || !a->device_memory || a->device != s.device)) {
+        return cudaErrorInvalidValue;
+    }
+    pageable_source = kind == cudaMemcpyHostToDevice && (!a || a->device_memory);
+    return cudaSuccess;
+}
+
+}  // namespace
+
+extern "C" {
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* out, unsigned int flags) {
+    Engine& e = Engine::get();
+    int device = 0;
+    {
+        std::lock_guard<std::mutex> lk(e.m);
+        if (const cudaError_t rc = context_device(e, device); rc != cudaSuccess) return ret(rc);
+    }
+    auto s = e.start_stream(device, (flags & cudaStreamNonBlocking) == 0, false);
+    std::lock_guard<std::mutex> lk(e.m);
+    e.streams[s.get()] = s;
+    *out = reinterpret_cast<cudaStream_t>(s.get());
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreate(cudaStream_t* out) {
+    return cudaStreamCreateWithFlags(out, cudaStreamDefault);
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t h) {
+    Engine& e = Engine::get();
+    std::unique_lock<std::mutex> lk(e.m);
+    const auto it = e.streams.find(reinterpret_cast<Stream*>(h));
+    if (it == e.streams.end()) return ret(cudaErrorInvalidResourceHandle);
+    std::shared_ptr<Stream> s = it->second;
+    e.streams.erase(it);
+    e.wait_for(lk, *s, s->enqueued);  // the runtime lets queued work finish first
+    s->stop = true;
+    e.cv.notify_all();
+    lk.unlock();
+    s->worker.join();
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t h) {
+    Engine& e = Engine::get();
+    std::unique_lock<std::mutex> lk(e.m);
+    std::shared_ptr<Stream> s;
+    if (const cudaError_t rc = resolve(e, lk, h, s); rc != cudaSuccess) return ret(rc);
+    e.wait_for(lk, *s, s->enqueued);
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamQuery(cudaStream_t h) {
+    Engine& e = Engine::get();
+    std::unique_lock<std::mutex> lk(e.m);
+    std::shared_ptr<Stream> s;
+    if (const cudaError_t rc = resolve(e, lk, h, s); rc != cudaSuccess) return ret(rc);
+    return s->done >= s->enqueued ? cudaSuccess : ret(cudaErrorNotReady);
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* out, unsigned int) {
+    Engine& e = Engine::get();
+    std::lock_guard<std::mutex> lk(e.m);
+    int device = 0;
+    if (const cudaError_t rc = context_device(e, device); rc != cudaSuccess) return ret(rc);
+    auto ev = std::make_unique<Event>();
+    ev->device = device;
+    *out = reinterpret_cast<cudaEvent_t>(ev.get());
+    e.events[ev.get()] = std::move(ev);
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t* out) {
+    return cudaEventCreateWithFlags(out, cudaEventDefault);
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t h) {
+    Engine& e = Engine::get();
+    std::lock_guard<std::mutex> lk(e.m);
+    return e.events.erase(reinterpret_cast<Event*>(h)) ? cudaSuccess
+                                                       : ret(cudaErrorInvalidResourceHandle);
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t h, cudaStream_t stream) {
+    Engine& e = Engine::get();
+    std::unique_lock<std::mutex> lk(e.m);
+    std::shared_ptr<Stream> s;
+    if (const cudaError_t rc = resolve(e, lk, stream, s); rc != cudaSuccess) return ret(rc);
+    Event* ev = event_of(e, h);
+    if (!ev || ev->device != s->device) return ret(cudaErrorInvalidResourceHandle);
+    const std::uint64_t generation = ++ev->generation;
+    Op marker;
+    marker.run = [&e, ev, generation] {
+        std::lock_guard<std::mutex> g(e.m);
+        for (auto& [raw, owned] : e.events) {
+            if (raw == ev && ev->generation == generation) {
+                ev->completed_at = std::chrono::steady_clock::now();
+            }
+        }
+    };
+    ev->stream = s;
+    ev->target = e.enqueue(s, std::move(marker));
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventRecordWithFlags(cudaEvent_t h, cudaStream_t stream, unsigned int) {
+    return cudaEventRecord(h, stream);
+}
+
+cudaError_t cudaEventQuery(cudaEvent_t h) {
+    Engine& e = Engine::get();
+    std::lock_guard<std::mutex> lk(e.m);
+    const Event* ev = event_of(e, h);
+    if (!ev) return ret(cudaErrorInvalidResourceHandle);
+    if (!ev->stream || ev->stream->done >= ev->target) return cudaSuccess;
+    return ret(cudaErrorNotReady);  // sets the thread's last error, as the runtime does
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t h) {
+    Engine& e = Engine::get();
+    std::unique_lock<std::mutex> lk(e.m);
+    const Event* ev = event_of(e, h);
+    if (!ev) return ret(cudaErrorInvalidResourceHandle);
+    if (ev->stream) {
+        const std::shared_ptr<Stream> s = ev->stream;
+        e.wait_for(lk, *s, ev->target);
+    }
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+    Engine& e = Engine::get();
+    std::lock_guard<std::mutex> lk(e.m);
+    const Event* a = event_of(e, start);
+    const Event* b = event_of(e, end);
+    if (!a || !b || !a->stream || !b->stream) return ret(cudaErrorInvalidResourceHandle);
+    if (a->stream->done < a->target || b->stream->done < b->target) {
+        return ret(cudaErrorNotReady);
+    }
+    *ms = std::chrono::duration<float, std::milli>(b->completed_at - a->completed_at).count();
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t h, unsigned int) {
+    Engine& e = Engine::get();
+    std::unique_lock<std::mutex> lk(e.m);
+    std::shared_ptr<Stream> s;
+    if (const cudaError_t rc = resolve(e, lk, stream, s); rc != cudaSuccess) return ret(rc);
+    Event* ev = event_of(e, h);
+    if (!ev) return ret(cudaErrorInvalidResourceHandle);
+    if (ev->stream) e.enqueue_wait(s, ev->stream, ev->target);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind kind,
+                            cudaStream_t stream) {
+    Engine& e = Engine::get();
+    std::unique_lock<std::mutex> lk(e.m);
+    std::shared_ptr<Stream> s;
+    if (const cudaError_t rc = resolve(e, lk, stream, s); rc != cudaSuccess) return ret(rc);
+    bool pageable = false;
+    if (const cudaError_t rc = check_copy(e, *s, dst, src, n, kind, pageable); rc != cudaSuccess) {
+        return ret(rc);
+    }
+    Op op;
+    op.delay = e.copy_delay;
+    if (pageable) {
+        // The runtime stages a pageable source before the call returns; the device side of the
+        // copy still happens later.
+        ++e.pageable_copies;
+        auto staged = std::make_shared<std::vector<unsigned char>>(
+            static_cast<const unsigned char*>(src), static_cast<const unsigned char*>(src) + n);
+        op.run = [dst, staged] { std::memcpy(dst, staged->data(), staged->size()); };
+    } else {
+        op.run = [dst, src, n] { std::memcpy(dst, src, n); };
+    }
+    e.enqueue(s, std::move(op));
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
+    if (const cudaError_t rc = cudaMemcpyAsync(dst, src, n, kind, cudaStreamLegacy);
+        rc != cudaSuccess) {
+        return rc;
+    }
+    return cudaStreamSynchronize(cudaStreamLegacy);
+}
+
+cudaError_t cudaMemsetAsync(void* p, int value, size_t n, cudaStream_t stream) {
+    Engine& e = Engine::get();
+    std::unique_lock<std::mutex> lk(e.m);
+    std::shared_ptr<Stream> s;
+    if (const cudaError_t rc = resolve(e, lk, stream, s); rc != cudaSuccess) return ret(rc);
+    const Allocation* a = e.find(p, n);
+    if (!a || !a->device_memory || a->device != s->device) return ret(cudaErrorInvalidValue);
+    Op op;
+    op.delay = e.copy_delay;
+    op.run = [p, value, n] { std::memset(p, value, n); };
+    e.enqueue(s, std::move(op));
+    return cudaSuccess;
+}
+
+cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* user_data) {
+    Engine& e = Engine::get();
+    std::unique_lock<std::mutex> lk(e.m);
+    std::shared_ptr<Stream> s;
+    if (const cudaError_t rc = resolve(e, lk, stream, s); rc != cudaSuccess) return ret(rc);
+    Op op;
+    op.run = [fn, user_data] { fn(user_data); };
+    e.enqueue(s, std::move(op));
+    return cudaSuccess;
+}
+
+}  // extern "C"
