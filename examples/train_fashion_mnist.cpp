@@ -16,6 +16,7 @@
 // --device cpu|cuda (cuda: the GPU of this rank's node-local rank; the trainer, not the loader,
 // chooses it), --quiet (only the final line).
 #include <mpi.h>
+#include <torch/torch.h>
 
 #include <algorithm>
 #include <chrono>

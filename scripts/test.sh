@@ -18,6 +18,8 @@
 #   MPISTAGE_STRESS=1    also run the long stress tests (label "stress") and, in the sanitizer
 #                        build, the heavy sweeps at full size (label "heavy")
 #   MPISTAGE_SANITIZE=0  skip the sanitizer build
+#   PYTHON               the interpreter the Python module is built and tested for
+#                        (default /usr/bin/python3)
 #   MPISTAGE_FUZZ=1      also build the libFuzzer targets with clang-14 (build-fuzz) and run each
 #                        for MPISTAGE_FUZZ_SECONDS (default 60; label "fuzz"; off by default,
 #                        see fuzz/README.md)
@@ -31,7 +33,12 @@ fuzz_dir="${FUZZ_BUILD_DIR:-$here/build-fuzz}"
 "$here/scripts/install-deps.sh"
 # Line tables only (-g1): enough for sanitizer and gdb backtraces, and a shorter build on CI's
 # two cores than full debug information.
+# The Python module and its pytest suites are required here, built for the interpreter the
+# Debian packages of scripts/install-deps.sh serve (PYTHON overrides it): a python3 earlier on
+# PATH without torch (pyenv, say) would otherwise leave them out silently.
 "$here/scripts/build.sh" "$build_dir" RelWithDebInfo -DMPISTAGE_WERROR=ON \
+    -DMPISTAGE_WITH_PYTHON=ON -DMPISTAGE_REQUIRE_PYTHON=ON \
+    -DPython3_EXECUTABLE="${PYTHON:-/usr/bin/python3}" \
     "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG"
 
 if [ "$(id -u)" -eq 0 ]; then

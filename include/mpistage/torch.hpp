@@ -2,7 +2,7 @@
 /// @file
 /// libtorch view of batches (target `mpistage::torch`; this header needs libtorch).
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cstddef>
 #include <memory>

@@ -1,6 +1,8 @@
 // libtorch over staged memory (staged_tensors.hpp).
 #include "stage/tensor/staged_tensors.hpp"
 
+#include <torch/cuda.h>
+
 namespace mpistage::detail {
 
 torch::Device torch_device(const DeviceChoice& device) {

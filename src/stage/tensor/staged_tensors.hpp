@@ -2,7 +2,7 @@
 // libtorch over staged memory (no MPI): tensors that share a staged batch's memory and keep
 // its lease, and libtorch's CUDA caching allocator as the stager's device memory.
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cstdint>
 #include <memory>

@@ -1,6 +1,7 @@
 // The CUDA path of the stage component (label cuda). Every test skips without a usable device;
 // with one, the device bytes of every batch are compared with the bytes filled, on fresh data.
 #include <gtest/gtest.h>
+#include <torch/cuda.h>
 
 #include <random>
 #include <vector>

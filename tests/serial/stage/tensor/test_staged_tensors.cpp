@@ -2,6 +2,7 @@
 // slot) alive; a CUDA choice gives tensors on that device without asking libtorch's CUDA
 // hooks (which a CPU-only libtorch lacks).
 #include <gtest/gtest.h>
+#include <torch/cuda.h>
 
 #if MPISTAGE_STAGE_TEST_TORCH
 
