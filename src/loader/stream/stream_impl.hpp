@@ -77,7 +77,9 @@ struct StreamLoader::Impl {
     void rebalance(const std::vector<detail::RankStep>& ranks);
     /// Local: removes the chosen samples from the queue and builds the batch.
     HostBatch make_batch(const detail::BatchChoice& choice);
-    std::vector<detail::SampleCost> queue_costs() const;
+    /// Local: the costs of the queued samples `choose_batch` may take for the next `batches`
+    /// batches (the whole queue with length buckets).
+    std::vector<detail::SampleCost> queue_costs(std::uint64_t batches = 1) const;
     /// Fingerprint of the source and of the options that decide ownership.
     std::string state_fingerprint() const;
 };

@@ -83,6 +83,7 @@ BatchChoice choose_batch(const std::vector<SampleCost>& queue, const StreamOptio
         const std::size_t b = bucket_of(queue[i], o);
         if (members[b].empty() && !fit[b].full()) first_seen.push_back(b);
         if (fit[b].add(queue[i])) members[b].push_back(i);
+        if (nb == 1 && fit[0].full()) break;  // one bucket: nothing later joins the batch
     }
     BatchChoice c;
     if (first_seen.empty()) return c;

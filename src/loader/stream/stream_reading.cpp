@@ -146,10 +146,18 @@ void StreamLoader::Impl::fill(std::uint64_t extra, std::vector<std::string>& out
     }
 }
 
-std::vector<detail::SampleCost> StreamLoader::Impl::queue_costs() const {
+std::vector<detail::SampleCost> StreamLoader::Impl::queue_costs(std::uint64_t batches) const {
+    // Without buckets a batch is a prefix of the queue of at most batch_size samples, so the
+    // choice (and whether it is full) depends on the first batch_size samples only: a step
+    // costs O(batch), not O(queue), however far the window read ahead.
+    std::size_t n = queue.size();
+    if (options.length_buckets.empty()) {
+        n = static_cast<std::size_t>(
+            std::min<std::uint64_t>(n, batches * options.batch_size));
+    }
     std::vector<detail::SampleCost> costs;
-    costs.reserve(queue.size());
-    for (const auto& it : queue) costs.push_back({it.size_bytes, it.tokens});
+    costs.reserve(n);
+    for (std::size_t i = 0; i < n; ++i) costs.push_back({queue[i].size_bytes, queue[i].tokens});
     return costs;
 }
 
