@@ -158,11 +158,13 @@ struct StreamOptions {
     /// ahead until its queue holds this many full batches (or `window_bytes`, or its streams
     /// end); the ranks then agree once and yield as many steps as the rank with the fewest
     /// full batches holds without any collective. Ranks so run decoupled between agreements
-    /// (one per step made every rank wait for the slowest at every batch, ≈ 2 ms a step on a
-    /// loaded machine). 1 agrees at every step; `hash` routes at every step whatever this says.
-    /// Batches, their contents and exactly-once are the same for every value; only where a
-    /// read error is reported may move later (never earlier than the step that needs the row).
-    std::uint64_t window_steps = 16;
+    /// (one per step made every rank wait for the slowest at every batch, ≈ 1–2 ms a step on
+    /// a loaded machine). 1 agrees at every step; `hash` routes at every step whatever this
+    /// says. Exactly-once, the number of steps and the step at which a read error is thrown
+    /// are the same for every value. Larger windows queue more samples (each an allocation):
+    /// with 10^6 rows of 16 B at batch 1024, 4 cost the least CPU per rank on the development
+    /// machine (16 waited less but cost more in cache misses; benchmarks/README.md).
+    std::uint64_t window_steps = 4;
     /// Payload bytes a rank reads ahead for a window at most (a full batch is always read).
     std::uint64_t window_bytes = std::uint64_t{64} << 20;
 
