@@ -5,10 +5,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <optional>
 #include <thread>
-
-#include <time.h>
 
 #include "cli/atomic_file.hpp"
 #include "cli/checkpoint.hpp"
@@ -16,8 +15,8 @@
 #include "cli/flag_rules.hpp"
 #include "cli/open_source.hpp"
 #include "cli/progress.hpp"
-#include "cli/stage_checks.hpp"
 #include "cli/report.hpp"
+#include "cli/stage_checks.hpp"
 #include "cli/stage_inputs.hpp"
 #include "cli/stop_signals.hpp"
 #include "cli/verify.hpp"

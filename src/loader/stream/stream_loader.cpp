@@ -147,7 +147,8 @@ bool StreamLoader::Impl::step(HostBatch& out) {
         if (options.sharding == StreamSharding::hash) {
             for (const auto& msg : comm.alltoallv(outgoing)) detail::decode_items(msg, queue);
         }
-        const std::vector<detail::SampleCost> costs = queue_costs(windowed ? options.window_steps : 1);
+        const std::vector<detail::SampleCost> costs =
+            queue_costs(windowed ? options.window_steps : 1);
         const detail::BatchChoice mine = detail::choose_batch(costs, options);
         detail::RankStep me{status.failed, queue.size(),     exhausted(), mine.take.size(),
                             mine.full,     mine.budget_left, 0,           stats.items_read};

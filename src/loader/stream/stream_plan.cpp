@@ -132,8 +132,15 @@ std::uint64_t full_batches(std::vector<SampleCost> queue, const StreamOptions& o
 }
 
 std::vector<std::uint64_t> RankStep::pack() const {
-    return {failed ? 1u : 0u, queued, exhausted ? 1u : 0u, take, full ? 1u : 0u, budget_left,
-            cost_sum,         read,   ready};
+    return {failed ? 1u : 0u,
+            queued,
+            exhausted ? 1u : 0u,
+            take,
+            full ? 1u : 0u,
+            budget_left,
+            cost_sum,
+            read,
+            ready};
 }
 
 std::vector<RankStep> RankStep::unpack(const std::vector<std::uint64_t>& all, int world_size) {

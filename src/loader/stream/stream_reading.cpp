@@ -80,8 +80,7 @@ bool StreamLoader::Impl::read_one(detail::StreamItem& out) {
     return false;
 }
 
-void StreamLoader::Impl::fill(std::uint64_t extra, std::vector<std::string>& outgoing,
-                              bool ahead) {
+void StreamLoader::Impl::fill(std::uint64_t extra, std::vector<std::string>& outgoing, bool ahead) {
     if (options.sharding == StreamSharding::hash) {
         const bool short_now = !detail::choose_batch(queue_costs(), options).full;
         std::uint64_t goal = (short_now ? options.batch_size : 0) + extra;
@@ -152,8 +151,7 @@ std::vector<detail::SampleCost> StreamLoader::Impl::queue_costs(std::uint64_t ba
     // costs O(batch), not O(queue), however far the window read ahead.
     std::size_t n = queue.size();
     if (options.length_buckets.empty()) {
-        n = static_cast<std::size_t>(
-            std::min<std::uint64_t>(n, batches * options.batch_size));
+        n = static_cast<std::size_t>(std::min<std::uint64_t>(n, batches * options.batch_size));
     }
     std::vector<detail::SampleCost> costs;
     costs.reserve(n);

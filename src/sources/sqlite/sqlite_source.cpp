@@ -227,10 +227,10 @@ void SqliteSource::plan_ranges(const Communicator& comm) {
             if (columns_[k].name == options_.range_column) c = static_cast<int>(k);
         }
         if (c < 0 || columns_[static_cast<std::size_t>(c)].type != SqliteType::int64) {
-            throw ConfigError(
-                "sqlite: range column '" + options_.range_column +
-                (c < 0 ? "' is not a column of the query"
-                       : "' is not an int64 column (declared INTEGER or typed int64)"));
+            throw ConfigError("sqlite: range column '" + options_.range_column +
+                              (c < 0
+                                   ? "' is not a column of the query"
+                                   : "' is not an int64 column (declared INTEGER or typed int64)"));
         }
         if (comm.rank() != 0) return;
         const std::string q = quoted_name(options_.range_column);
@@ -266,9 +266,9 @@ void SqliteSource::plan_ranges(const Communicator& comm) {
     const auto k = static_cast<std::uint64_t>(
         std::min<long double>(static_cast<long double>(options_.range_streams), width));
     for (std::uint64_t i = 0; i < k; ++i) {
-        bounds_.push_back(
-            lo + static_cast<std::int64_t>(std::floor(width * static_cast<long double>(i) /
-                                                      static_cast<long double>(k))));
+        bounds_.push_back(lo +
+                          static_cast<std::int64_t>(std::floor(width * static_cast<long double>(i) /
+                                                               static_cast<long double>(k))));
     }
 }
 

@@ -33,9 +33,9 @@ TEST(StreamWindow, OneAgreementPerWindowSameItemsAndSteps) {
         for (std::uint64_t window : {1, 16}) {
             StreamLoader loader(comm, source, options(sharding, window));
             const Seen seen = consume(loader);
-            const std::string what = std::string(sharding == StreamSharding::chunk ? "chunk"
-                                                                                   : "source") +
-                                     " window " + std::to_string(window);
+            const std::string what =
+                std::string(sharding == StreamSharding::chunk ? "chunk" : "source") + " window " +
+                std::to_string(window);
             expect_exactly_once(seen, expected_ids(lengths), what);
             steps_each[k] = seen.batches;
             agreements[k] = min_max(loader.stats().agreements).second;
@@ -86,9 +86,9 @@ TEST(StreamWindow, ReadErrorAtTheSameStepAsWithoutWindow) {
                 }
                 ++k;
             }
-            const std::string what = std::string(sharding == StreamSharding::chunk ? "chunk"
-                                                                                   : "source") +
-                                     " error at " + std::to_string(at);
+            const std::string what =
+                std::string(sharding == StreamSharding::chunk ? "chunk" : "source") + " error at " +
+                std::to_string(at);
             EXPECT_NE(error[1].find("camera 0 lost at frame " + std::to_string(at)),
                       std::string::npos)
                 << what << ": " << error[1];
