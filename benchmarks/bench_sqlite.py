@@ -3,22 +3,36 @@
 shell running the same query, on the same database of 10^6 two-column rows, side by side.
 
 Usage: bench_sqlite.py MPISTAGE_CLI [--runs N] [--rows N] [--work DIR] [--ranks 1,2,4]
+                       [--baseline OTHER_CLI] [--sessions job,rank]
 
-Rates are rows/s, medians of N runs (after one warm-up run of each method, warm page cache):
-  shell      `sqlite3 -batch DB QUERY > /dev/null`, wall time of the process (it prints every
-             row as text, the cheapest complete read a user has at hand)
+Rates are rows/s, medians of N runs (after one warm-up run of each method, warm page cache;
+methods interleaved run by run, so load changes hit every method alike):
+  shell      `sqlite3 -batch DB QUERY > /dev/null`: wall time of the process (it prints every
+             row as text, the cheapest complete read a user has at hand), and its CPU seconds
   mpistage   `--shard chunk` (every rank steps through the result, reads its own chunks) and
              `--shard range:id` (64 key ranges of the INTEGER PRIMARY KEY pushed into the SQL,
-             whole ranges to ranks: each rank reads only its rows); the epoch's seconds of the slowest rank (`"epochs"[0].seconds` of --json: opening,
-             the snapshot agreement and the row count are outside), and the whole `mpirun`
-             wall time (start-up of MPI included) and the CPU seconds of the busiest rank's
-             process (MPI start-up, opening and counting included) beside it
-Prints a Markdown table and writes it to WORK/bench_sqlite.md.
+             whole ranges to ranks: each rank reads only its rows); the epoch's seconds of the
+             slowest rank (`"epochs"[0].seconds` of --json: opening, the snapshot agreement and
+             the row count are outside), the CPU seconds of the busiest rank in that loop
+             (`"ranks"[r].cpu_seconds`), and the whole `mpirun` wall time (MPI start-up
+             included) and the CPU seconds of the busiest rank's whole process (/usr/bin/time)
+  sessions   `job`: every rank in the session of mpirun (the usual launch); `rank`: each rank
+             started by `setsid -w` in a session of its own. Linux's autogroup scheduler
+             (/proc/sys/kernel/sched_autogroup_enabled) shares the CPU fairly between
+             sessions, so on a machine busy with other sessions a whole job gets one session's
+             share however many ranks it has, and wall time cannot scale with ranks; with a
+             session per rank each rank gets the share a 1-rank run gets (as a core per rank
+             would on a cluster). On an idle machine the two are the same.
+  CPU rate   rows / CPU seconds of the busiest rank's loop (shell: of the process): what the
+             rate would be with a core per rank, whatever the load; labelled as such.
+With --baseline the same runs are made with another build of the CLI (e.g. the one before a
+change), labelled "baseline". Prints a Markdown table and writes it to WORK/bench_sqlite.md.
 """
 import argparse
 import json
 import os
 import re
+import resource
 import sqlite3
 import statistics
 import subprocess
@@ -41,11 +55,22 @@ def make_db(path, rows):
     db.close()
 
 
+def children_cpu():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def timed(cmd):
+    """Wall seconds, CPU seconds of the (waited-for) children, stderr."""
+    c0 = children_cpu()
     t0 = time.perf_counter()
     p = subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                        text=True)
-    return time.perf_counter() - t0, p.stderr
+    return time.perf_counter() - t0, children_cpu() - c0, p.stderr
+
+
+def loadavg():
+    return float(open("/proc/loadavg").read().split()[0])
 
 
 def main():
@@ -57,6 +82,8 @@ def main():
     ap.add_argument("--ranks", default="1,2,4")
     ap.add_argument("--batch-size", type=int, default=1024)
     ap.add_argument("--chunk-rows", type=int, default=8192)
+    ap.add_argument("--baseline", default="", help="another mpistage CLI, run the same way")
+    ap.add_argument("--sessions", default="job,rank", help="job, rank or both (see above)")
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
     db = os.path.join(a.work, "rows.db")
@@ -65,59 +92,86 @@ def main():
     report = os.path.join(a.work, "report.json")
     cpu_log = os.path.join(a.work, "cpu.txt")
     mpirun = os.environ.get("MPIEXEC", "mpirun")
+    builds = [("", a.cli)] + ([("baseline ", a.baseline)] if a.baseline else [])
 
     def shell():
-        return timed(["sqlite3", "-batch", db, query])[0]
+        wall, cpu, _ = timed(["sqlite3", "-batch", db, query])
+        return wall, cpu
 
-    def stage(np_, shard):
+    def stage(cli, np_, shard, session):
         # /usr/bin/time per rank: the CPU seconds (user + system) of each rank's process,
         # appended to one file (one write per rank).
         if os.path.exists(cpu_log):
             os.remove(cpu_log)
-        wall, err = timed([mpirun, "-np", str(np_), "--oversubscribe", "--bind-to", "none",
-                      "/usr/bin/time", "-a", "-o", cpu_log, "-f", "cpu %U %S", a.cli,
-                      "stage", "--sqlite", db, "--query", query, "--quiet", "--json", report,
-                      "--batch-size", str(a.batch_size), "--chunk-rows", str(a.chunk_rows),
-                      "--shard", shard])
+        own = ["setsid", "-w"] if session == "rank" else []
+        wall, _, err = timed([mpirun, "-np", str(np_), "--oversubscribe", "--bind-to", "none"]
+                             + own + ["/usr/bin/time", "-a", "-o", cpu_log, "-f", "cpu %U %S",
+                                      cli, "stage", "--sqlite", db, "--query", query, "--quiet",
+                                      "--json", report, "--batch-size", str(a.batch_size),
+                                      "--chunk-rows", str(a.chunk_rows), "--shard", shard])
         r = json.load(open(report))
         assert r["epochs"][0]["valid_samples"] == a.rows, r["epochs"][0]
         text = open(cpu_log).read()
         cpu = [float(u) + float(s) for u, s in re.findall(r"cpu ([0-9.]+) ([0-9.]+)", text)]
         assert len(cpu) == np_, (text, err)
-        return r["epochs"][0]["seconds"], wall, max(cpu)
+        loop_cpu = [x.get("cpu_seconds") for x in r["ranks"]]
+        loop = max(loop_cpu) if None not in loop_cpu else float("nan")
+        return r["epochs"][0]["seconds"], loop, wall, max(cpu)
 
     ranks = [int(x) for x in a.ranks.split(",")]
     shards = ["chunk", "range:id"]
-    runs = [(s, n) for s in shards for n in ranks]
+    sessions = a.sessions.split(",")
+    runs = [(b, s, n, e) for b in builds for e in sessions for s in shards for n in ranks]
+    load = [loadavg()]
+    t_start = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     shell()  # warm-up
-    for s, n in runs:
-        stage(n, s)
-    shell_s, epoch_s, wall_s = [], {k: [] for k in runs}, {k: [] for k in runs}
-    cpu_s = {k: [] for k in runs}
-    for _ in range(a.runs):  # interleaved, so load changes hit every method alike
-        shell_s.append(shell())
-        for s, n in runs:
-            e, w, c = stage(n, s)
-            epoch_s[(s, n)].append(e)
-            wall_s[(s, n)].append(w)
-            cpu_s[(s, n)].append(c)
-    rate = lambda s: a.rows / statistics.median(s)
-    base = rate(shell_s)
+    for b, s, n, e in runs:
+        stage(b[1], n, s, e)
+    shell_wall, shell_cpu = [], []
+    res = {k: [] for k in runs}
+    for _ in range(a.runs):
+        w, c = shell()
+        shell_wall.append(w)
+        shell_cpu.append(c)
+        for k in runs:
+            res[k].append(stage(k[0][1], k[2], k[1], k[3]))
+        load.append(loadavg())
+    t_end = time.strftime("%H:%M:%S UTC", time.gmtime())
+    med = statistics.median
+    rate = lambda xs: a.rows / med(xs)
+    base_wall, base_cpu = rate(shell_wall), rate(shell_cpu)
     lines = [
-        "| method | ranks | rows/s (median of %d) | × sqlite3 shell | × 1 rank | rows/s incl. mpirun start-up | CPU s of the busiest rank (whole process) |" % a.runs,
-        "|---|---|---|---|---|---|---|",
-        "| `sqlite3` shell | 1 | %.0f | 1.00 | | | |" % base,
+        "%d rows, %s, %d runs each (medians), %s to %s; load average (1 min) at the start and "
+        "after each round: %s"
+        % (a.rows, query, a.runs, t_start, t_end, ", ".join("%.1f" % x for x in load)),
+        "",
+        "| build | ranks' sessions | method | ranks | rows/s (wall) | × shell | × 1 rank "
+        "| rows/s per busiest rank's CPU s | × shell (CPU) | × 1 rank (CPU) "
+        "| busiest rank's loop CPU s | rows/s incl. mpirun | busiest process CPU s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| | | `sqlite3` shell | 1 | %.0f | 1.00 | | %.0f | 1.00 | | %.2f | | %.2f |"
+        % (base_wall, base_cpu, med(shell_cpu), med(shell_cpu)),
     ]
-    for s, n in runs:
-        r = rate(epoch_s[(s, n)])
-        one = rate(epoch_s[(s, ranks[0])])
-        lines.append("| mpistage `--shard %s` | %d | %.0f | %.2f | %.2f | %.0f | %.2f |"
-                     % (s, n, r, r / base, r / one, rate(wall_s[(s, n)]),
-                        statistics.median(cpu_s[(s, n)])))
+    for k in runs:
+        b, s, n, e = k
+        epoch = [x[0] for x in res[k]]
+        loop = [x[1] for x in res[k]]
+        one = (b, s, ranks[0], e)
+        r = rate(epoch)
+        r1 = rate([x[0] for x in res[one]])
+        c = a.rows / med(loop)
+        c1 = a.rows / med([x[1] for x in res[one]])
+        lines.append("| %s| %s | `--shard %s` | %d | %.0f | %.2f | %.2f | %.0f | %.2f | %.2f "
+                     "| %.3f | %.0f | %.2f |"
+                     % (b[0] or "this ", e, s, n, r, r / base_wall, r / r1, c, c / base_cpu,
+                        c / c1, med(loop), rate([x[2] for x in res[k]]),
+                        med([x[3] for x in res[k]])))
     text = "\n".join(lines)
     print(text)
-    print("raw seconds: shell %s; epochs %s; walls %s; cpu %s"
-          % (shell_s, epoch_s, wall_s, cpu_s))
+    print("raw: shell wall %s cpu %s" % (shell_wall, shell_cpu))
+    for k in runs:
+        print("raw: %s%s %s np%d (epoch s, loop CPU s, mpirun s, process CPU s): %s"
+              % (k[0][0], k[3], k[1], k[2], res[k]))
     with open(os.path.join(a.work, "bench_sqlite.md"), "w") as f:
         f.write(text + "\n")
 

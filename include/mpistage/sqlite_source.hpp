@@ -142,10 +142,13 @@ public:
     /// Non-empty when the query calls a non-deterministic SQL function (random(), randomblob(),
     /// a date/time function of 'now', changes(), …): its rows have no order shared by the ranks.
     std::string unstable_order() const override { return unstable_; }
-    /// Local: the number of rows of the query in the source's snapshot (the query as written,
-    /// stepped to its end without reading values). @throws IoError naming the path and
-    /// SQLite's message.
+    /// Local: the number of rows of the query in the source's snapshot: the sum of
+    /// `count_rows(s)` over every stream. @throws IoError naming the path and SQLite's message.
     std::uint64_t count_rows() const;
+    /// Local: the rows of stream `stream` (the query as written, or with `range_column` its
+    /// key range), stepped to the end without reading values, so that ranks can count the key
+    /// ranges they read and sum. @throws IoError naming the path and SQLite's message.
+    std::uint64_t count_rows(std::size_t stream) const;
     const SqliteOptions& options() const noexcept { return options_; }
 
     /// Internal: how one result column is delivered (defined where the source is).
@@ -163,7 +166,8 @@ private:
     /// With `range_column`: the lower bound of each key range, ascending.
     std::vector<std::int64_t> bounds_;
     std::string range_sql(std::size_t stream) const;
-    void plan_ranges();
+    /// Collective: the key ranges from the least and greatest key (found on rank 0 only).
+    void plan_ranges(const Communicator& comm);
     /// Collective: every rank's connection in a read transaction on one version.
     void agree_snapshot(const Communicator& comm);
     /// Local: columns and fields from the prepared query's result columns.

@@ -154,9 +154,22 @@ struct StreamOptions {
     std::vector<std::uint64_t> length_buckets;
     /// Watchdog deadline of the loader's collectives (see `Communicator`); 0 disables.
     std::chrono::seconds timeout{300};
+    /// Steps per agreement (`chunk` and `source` sharding): before agreeing, each rank reads
+    /// ahead until its queue holds this many full batches (or `window_bytes`, or its streams
+    /// end); the ranks then agree once and yield as many steps as the rank with the fewest
+    /// full batches holds without any collective. Ranks so run decoupled between agreements
+    /// (one per step made every rank wait for the slowest at every batch, ≈ 1–2 ms a step on
+    /// a loaded machine). 1 agrees at every step; `hash` routes at every step whatever this
+    /// says. Exactly-once, the number of steps and the step at which a read error is thrown
+    /// are the same for every value. Larger windows queue more samples (each an allocation):
+    /// with 10^6 rows of 16 B at batch 1024, 4 cost the least CPU per rank on the development
+    /// machine (16 waited less but cost more in cache misses; benchmarks/README.md).
+    std::uint64_t window_steps = 4;
+    /// Payload bytes a rank reads ahead for a window at most (a full batch is always read).
+    std::uint64_t window_bytes = std::uint64_t{64} << 20;
 
-    /// Local. @throws ConfigError for a zero batch or chunk size, a negative timeout, or
-    ///         unsorted buckets.
+    /// Local. @throws ConfigError for a zero batch, chunk or window size, a negative timeout,
+    ///         or unsorted buckets.
     void validate() const;
     /// Local: the options as text, "field=value" separated by spaces (`batch_bytes=0 ...`;
     /// the loader compares them across ranks field by field).
@@ -211,11 +224,18 @@ struct StreamStats {
     std::uint64_t items_sent = 0;
     /// Rounds of agreement beyond one per step (reading more for dry ranks or for routing).
     std::uint64_t extra_rounds = 0;
+    /// Agreements (one allgather each) this rank took part in, extra rounds included; with
+    /// `window_steps` > 1 usually far fewer than the steps.
+    std::uint64_t agreements = 0;
+    /// Time spent inside the loader's collectives (waiting for the other ranks included).
+    std::chrono::duration<double> wait_peers_time{0};
 };
 
-/// Stages a `StreamSource` across the ranks of a communicator. Every `next()` is collective:
-/// ranks agree (one small allgather) whether anyone still holds items, whether anyone failed and
-/// who is short, so all ranks yield the same number of steps, nothing hangs when one stream runs
+/// Stages a `StreamSource` across the ranks of a communicator. Every `next()` is collective
+/// (every rank calls it equally often): ranks agree (one small allgather, once per window of
+/// steps that every rank holds full batches for, see `StreamOptions::window_steps`) whether
+/// anyone still holds items, whether anyone failed and who is short, so all ranks yield the
+/// same number of steps, nothing hangs when one stream runs
 /// dry first, every item is yielded by exactly one rank, and an error in any rank's stream is
 /// thrown on every rank. Item ids (`HostBatch::index`) are `(stream << 40) | position`.
 /// Not thread-safe: one thread drives a loader. The source must outlive the loader.

@@ -84,7 +84,8 @@ nlohmann::json rank_json(std::size_t rank, const RankTotals& t, const std::strin
             {"oversize_batches", t.oversize},
             {"device", t.device < 0 ? std::string("cpu") : "cuda:" + std::to_string(t.device)},
             {"h2d_bytes", t.h2d_bytes},
-            {"h2d_seconds", t.h2d_seconds}};
+            {"h2d_seconds", t.h2d_seconds},
+            {"cpu_seconds", t.cpu_seconds}};
 }
 
 // The hosts in order of their first rank, each with its ranks (the ranks per host).

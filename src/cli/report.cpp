@@ -157,7 +157,8 @@ std::vector<RankTotals> gather_rank_totals(const Communicator& comm, const RankT
                                              t.oversize,
                                              static_cast<std::uint64_t>(t.device + 1),  // 0 = CPU
                                              t.h2d_bytes,
-                                             us(t.h2d_seconds)};
+                                             us(t.h2d_seconds),
+                                             us(t.cpu_seconds)};
     const std::vector<std::uint64_t> all = comm.allgather(mine);
     std::vector<RankTotals> out(static_cast<std::size_t>(comm.size()));
     for (std::size_t r = 0; r < out.size(); ++r) {
@@ -174,7 +175,8 @@ std::vector<RankTotals> gather_rank_totals(const Communicator& comm, const RankT
                   v[9],
                   static_cast<int>(v[10]) - 1,
                   v[11],
-                  v[12] / 1e6};
+                  v[12] / 1e6,
+                  v[13] / 1e6};
     }
     return out;
 }

@@ -32,8 +32,9 @@ struct RankTotals {
     std::uint64_t padding_slots = 0;
     std::uint64_t bytes = 0;
     double seconds = 0;
-    /// Seconds waiting in `next()` (all causes), for this rank's own reads, and in
-    /// collectives for other ranks (files with fixed batches; 0 otherwise).
+    /// Seconds waiting in `next()` (all causes), for this rank's own reads (files with fixed
+    /// batches; 0 otherwise), and in collectives for other ranks (files with fixed batches,
+    /// and streams: the stream loader's agreements, routing and rebalancing).
     double wait_seconds = 0;
     double wait_io_seconds = 0;
     double wait_peers_seconds = 0;
@@ -47,6 +48,9 @@ struct RankTotals {
     /// Bytes copied host → device and the device time of those copies.
     std::uint64_t h2d_bytes = 0;
     double h2d_seconds = 0;
+    /// CPU seconds (user + system, all threads) of the rank's process during the epochs'
+    /// loops: what the loop cost the rank, whatever share of a core it got.
+    double cpu_seconds = 0;
 };
 
 /// Collective (one allgather through `comm`): every rank's totals, indexed by rank.

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <optional>
 #include <thread>
 
@@ -14,8 +15,8 @@
 #include "cli/flag_rules.hpp"
 #include "cli/open_source.hpp"
 #include "cli/progress.hpp"
-#include "cli/stage_checks.hpp"
 #include "cli/report.hpp"
+#include "cli/stage_checks.hpp"
 #include "cli/stage_inputs.hpp"
 #include "cli/stop_signals.hpp"
 #include "cli/verify.hpp"
@@ -27,6 +28,13 @@ namespace mpistage::cli {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// CPU seconds of this process so far (user + system, all threads).
+double process_cpu_seconds() noexcept {
+    timespec t{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+}
 
 // The state's own JSON for the report: the loader's or the stream's ("null": none).
 std::string state_json(const std::optional<SavedState>& s) {
@@ -120,6 +128,7 @@ public:
         BatchCounts c;
         const RankTotals before = input_.totals();
         const auto t0 = Clock::now();
+        const double cpu0 = process_cpu_seconds();
         auto range = input_.epoch(e);
         const std::uint64_t planned = input_.planned_steps(range);
         for (const HostBatch& batch : range) {
@@ -151,6 +160,7 @@ public:
         }
         const auto elapsed = Clock::now() - t0;
         seconds_ += std::chrono::duration<double>(elapsed).count();
+        cpu_seconds_ += process_cpu_seconds() - cpu0;
         const RankTotals after = input_.totals();
         progress_.epoch_done(e, c.batches, c.valid, after.bytes - before.bytes);
         totals_.batches += c.batches;
@@ -192,6 +202,7 @@ public:
         t.batches = totals_.batches;
         t.padding_slots = totals_.padding_slots;
         t.seconds = seconds_;
+        t.cpu_seconds = cpu_seconds_;
         return gather_rank_totals(comm_, t);
     }
 
@@ -262,6 +273,7 @@ private:
     std::vector<std::int64_t> last_ids_;
     RankTotals totals_;
     double seconds_ = 0;
+    double cpu_seconds_ = 0;
     std::vector<std::int64_t> delivered_;
 };
 

@@ -287,10 +287,20 @@ StreamInput::StreamInput(const Communicator& comm, const StageArgs& a,
     }
     const StreamState* state = resume && resume->stream ? &*resume->stream : nullptr;
     loader_ = std::make_unique<StreamLoader>(comm, *source_, options, state);
-    // Counted in the source's snapshot (the one every rank reads), once, on rank 0.
-    const std::uint64_t rows =
-        run_agreed_value(comm, [&] { return comm.rank() == 0 ? source_->count_rows() : 0; });
-    rows_ = comm.broadcast(std::vector<std::uint64_t>{rows}, 0).at(0);
+    // Counted in the source's snapshot (the one every rank reads): the query on rank 0, or
+    // with --shard range the key ranges split over the ranks as the loader splits them
+    // (stream s on rank s mod W, since every range weighs 1), so that no rank steps through
+    // rows it does not read.
+    const std::size_t streams = source_->num_streams();
+    const auto w = static_cast<std::size_t>(comm.size());
+    const std::uint64_t rows = run_agreed_value(comm, [&] {
+        std::uint64_t n = 0;
+        for (auto s = static_cast<std::size_t>(comm.rank()); s < streams; s += w) {
+            n += source_->count_rows(s);
+        }
+        return n;
+    });
+    rows_ = comm.allreduce_sum(rows);
     tier_.tier = "stream";
 }
 
@@ -329,6 +339,7 @@ RankTotals StreamInput::totals() const {
     t.bytes = s.payload_bytes;
     t.records_moved = s.items_sent;
     t.oversize = s.oversize_batches;
+    t.wait_peers_seconds = s.wait_peers_time.count();
     return t;
 }
 

@@ -10,16 +10,23 @@ namespace mpistage {
 HostBatch StreamLoader::Impl::make_batch(const detail::BatchChoice& choice) {
     std::vector<detail::StreamItem> items;
     items.reserve(choice.take.size());
-    std::vector<bool> taken(queue.size(), false);
-    for (auto i : choice.take) {
-        taken[i] = true;
-        items.push_back(std::move(queue[i]));
+    const std::size_t k = choice.take.size();
+    if (k == 0 || choice.take.back() + 1 == k) {
+        // The oldest k samples (take is ascending): off the front, the rest stays in place.
+        for (std::size_t i = 0; i < k; ++i) items.push_back(std::move(queue[i]));
+        queue.erase(queue.begin(), queue.begin() + static_cast<std::ptrdiff_t>(k));
+    } else {
+        std::vector<bool> taken(queue.size(), false);
+        for (auto i : choice.take) {
+            taken[i] = true;
+            items.push_back(std::move(queue[i]));
+        }
+        std::deque<detail::StreamItem> rest;
+        for (std::size_t i = 0; i < queue.size(); ++i) {
+            if (!taken[i]) rest.push_back(std::move(queue[i]));
+        }
+        queue = std::move(rest);
     }
-    std::deque<detail::StreamItem> rest;
-    for (std::size_t i = 0; i < queue.size(); ++i) {
-        if (!taken[i]) rest.push_back(std::move(queue[i]));
-    }
-    queue = std::move(rest);
 
     const bool budget = options.batch_bytes > 0 || options.batch_tokens > 0;
     const std::size_t slots = budget ? std::max<std::size_t>(1, items.size())

@@ -47,6 +47,13 @@ struct StreamLoader::Impl {
     bool last_oversize = false;
     /// The agreed error once a step failed: later calls throw it again without collectives.
     std::optional<LocalStatus> failure;
+    /// Steps still agreed by the last window agreement: every rank holds a full batch for
+    /// each, so they are yielded without a collective.
+    std::uint64_t window_left = 0;
+    /// A read that failed while reading ahead for a window (with a full batch queued before
+    /// it): thrown by the next read this rank needs, so that the error is agreed at the step
+    /// that needs the row, and the failed reader is never called again.
+    std::optional<LocalStatus> read_failure;
 
     Impl(const Communicator& c, const StreamSource& s, StreamOptions o)
         : comm(c.get()), source(s), options(std::move(o)) {}
@@ -61,15 +68,18 @@ struct StreamLoader::Impl {
     bool read_one(detail::StreamItem& out);
     /// Local: reads until the queue fills a batch with `extra` items to spare, or the
     /// streams end (hash: reads `extra` items, or a batch's worth when the queue is short,
-    /// into `outgoing` per owner rank).
-    void fill(std::uint64_t extra, std::vector<std::string>& outgoing);
+    /// into `outgoing` per owner rank). `ahead`: reads on until the queue holds
+    /// `window_steps` batches' worth of items or `window_bytes` (not under hash).
+    void fill(std::uint64_t extra, std::vector<std::string>& outgoing, bool ahead);
     /// Collective: one step; false when every rank is dry.
     bool step(HostBatch& out);
     /// Collective: moves items from ranks with surplus to those with a deficit.
     void rebalance(const std::vector<detail::RankStep>& ranks);
     /// Local: removes the chosen samples from the queue and builds the batch.
     HostBatch make_batch(const detail::BatchChoice& choice);
-    std::vector<detail::SampleCost> queue_costs() const;
+    /// Local: the costs of the queued samples `choose_batch` may take for the next `batches`
+    /// batches (the whole queue with length buckets).
+    std::vector<detail::SampleCost> queue_costs(std::uint64_t batches = 1) const;
     /// Fingerprint of the source and of the options that decide ownership.
     std::string state_fingerprint() const;
 };

@@ -126,24 +126,39 @@ bool StreamLoader::next(HostBatch& out) {
 }
 
 bool StreamLoader::Impl::step(HostBatch& out) {
+    if (window_left > 0) {
+        // Agreed by the window: every rank holds a full batch for this step.
+        --window_left;
+        out = make_batch(detail::choose_batch(queue_costs(), options));
+        return true;
+    }
     comm.set_context(
         {"stream loader: agree on step", -1, static_cast<std::int64_t>(steps), "", -1});
     const std::size_t w = static_cast<std::size_t>(comm.size());
+    // Windows of steps (see StreamOptions::window_steps); hash routes items at every step.
+    const bool windowed = options.sharding != StreamSharding::hash && options.window_steps > 1;
     std::uint64_t extra = 0;
     std::uint64_t read_before = 0;
     std::vector<detail::RankStep> ranks;
+    const auto wait_before = comm.collective_wait();
     for (;;) {
         std::vector<std::string> outgoing(w);
-        const LocalStatus status = capture([&] { fill(extra, outgoing); });
+        const LocalStatus status = capture([&] { fill(extra, outgoing, windowed && extra == 0); });
         if (options.sharding == StreamSharding::hash) {
             for (const auto& msg : comm.alltoallv(outgoing)) detail::decode_items(msg, queue);
         }
-        const detail::BatchChoice mine = detail::choose_batch(queue_costs(), options);
+        const std::vector<detail::SampleCost> costs =
+            queue_costs(windowed ? options.window_steps : 1);
+        const detail::BatchChoice mine = detail::choose_batch(costs, options);
         detail::RankStep me{status.failed, queue.size(),     exhausted(), mine.take.size(),
                             mine.full,     mine.budget_left, 0,           stats.items_read};
         for (const auto& it : queue)
             me.cost_sum += options.batch_tokens ? it.tokens : it.size_bytes;
+        if (windowed && extra == 0 && !status.failed && mine.full) {
+            me.ready = detail::full_batches(costs, options, options.window_steps);
+        }
         ranks = detail::RankStep::unpack(comm.allgather(me.pack()), comm.size());
+        ++stats.agreements;
         const bool any_failed =
             std::any_of(ranks.begin(), ranks.end(), [](const auto& r) { return r.failed; });
         if (any_failed) agree_or_throw(comm, status);  // throws on every rank
@@ -156,7 +171,16 @@ bool StreamLoader::Impl::step(HostBatch& out) {
         }
         if (queued == 0 && open == 0) {
             finished = true;
+            stats.wait_peers_time += comm.collective_wait() - wait_before;
             return false;
+        }
+        std::uint64_t ready = options.window_steps;
+        for (const auto& r : ranks) ready = std::min(ready, r.ready);
+        if (ready > 0) {
+            // Every rank holds `ready` full batches: this step and the next ready − 1 need
+            // no agreement (nobody is short, so nothing moves and nobody stops).
+            window_left = ready - 1;
+            break;
         }
         const auto d = detail::deficits(ranks, options);
         std::uint64_t deficit = 0;
@@ -176,6 +200,7 @@ bool StreamLoader::Impl::step(HostBatch& out) {
         ++stats.extra_rounds;
     }
     if (options.remainder == StreamRemainder::rebalance) rebalance(ranks);
+    stats.wait_peers_time += comm.collective_wait() - wait_before;
     out = make_batch(detail::choose_batch(queue_costs(), options));
     return true;
 }
@@ -231,6 +256,8 @@ StreamLoader::EpochBatches StreamLoader::epoch(std::uint64_t epoch) {
         m.cursors.clear();
         m.next_cursor = 0;
         m.queue.clear();
+        m.window_left = 0;
+        m.read_failure.reset();
         m.resumed = StreamState{};
         m.steps = 0;
         m.delivered_before = 0;

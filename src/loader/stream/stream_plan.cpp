@@ -83,6 +83,7 @@ BatchChoice choose_batch(const std::vector<SampleCost>& queue, const StreamOptio
         const std::size_t b = bucket_of(queue[i], o);
         if (members[b].empty() && !fit[b].full()) first_seen.push_back(b);
         if (fit[b].add(queue[i])) members[b].push_back(i);
+        if (nb == 1 && fit[0].full()) break;  // one bucket: nothing later joins the batch
     }
     BatchChoice c;
     if (first_seen.empty()) return c;
@@ -106,16 +107,47 @@ BatchChoice choose_batch(const std::vector<SampleCost>& queue, const StreamOptio
     return c;
 }
 
+std::uint64_t full_batches(std::vector<SampleCost> queue, const StreamOptions& o,
+                           std::uint64_t max) {
+    if (o.batch_bytes == 0 && o.batch_tokens == 0 && o.length_buckets.empty()) {
+        // Count limit only: each batch is the next batch_size samples in order.
+        return std::min<std::uint64_t>(max, queue.size() / o.batch_size);
+    }
+    std::uint64_t n = 0;
+    for (; n < max; ++n) {
+        const BatchChoice c = choose_batch(queue, o);
+        if (!c.full) break;
+        // Remove the taken samples, keeping the order of the rest (as the loader's queue).
+        std::size_t k = 0, out = 0;
+        for (std::size_t i = 0; i < queue.size(); ++i) {
+            if (k < c.take.size() && c.take[k] == i) {
+                ++k;
+                continue;
+            }
+            queue[out++] = queue[i];
+        }
+        queue.resize(out);
+    }
+    return n;
+}
+
 std::vector<std::uint64_t> RankStep::pack() const {
-    return {failed ? 1u : 0u, queued, exhausted ? 1u : 0u, take, full ? 1u : 0u, budget_left,
-            cost_sum,         read};
+    return {failed ? 1u : 0u,
+            queued,
+            exhausted ? 1u : 0u,
+            take,
+            full ? 1u : 0u,
+            budget_left,
+            cost_sum,
+            read,
+            ready};
 }
 
 std::vector<RankStep> RankStep::unpack(const std::vector<std::uint64_t>& all, int world_size) {
     std::vector<RankStep> out(static_cast<std::size_t>(world_size));
     for (std::size_t r = 0; r < out.size(); ++r) {
         const std::uint64_t* v = all.data() + r * kRankStepWords;
-        out[r] = RankStep{v[0] != 0, v[1], v[2] != 0, v[3], v[4] != 0, v[5], v[6], v[7]};
+        out[r] = RankStep{v[0] != 0, v[1], v[2] != 0, v[3], v[4] != 0, v[5], v[6], v[7], v[8]};
     }
     return out;
 }

@@ -64,6 +64,11 @@ struct BatchChoice {
 /// is full (else of the oldest sample), the samples in order while they fit.
 BatchChoice choose_batch(const std::vector<SampleCost>& queue, const StreamOptions& o);
 
+/// How many batches `choose_batch` would take one after the other from `queue` that are all
+/// full (a limit stopped them), at most `max`: the steps a rank can yield from its queue alone.
+std::uint64_t full_batches(std::vector<SampleCost> queue, const StreamOptions& o,
+                           std::uint64_t max);
+
 /// One rank's view of a step, as allgathered.
 struct RankStep {
     bool failed = false;
@@ -76,11 +81,14 @@ struct RankStep {
     std::uint64_t cost_sum = 0;
     /// Items this rank has read from its streams so far (progress of extra rounds).
     std::uint64_t read = 0;
+    /// Full batches this rank holds in its queue (`full_batches`, at most
+    /// `StreamOptions::window_steps`; 0 where steps are agreed one by one).
+    std::uint64_t ready = 0;
 
     std::vector<std::uint64_t> pack() const;
     static std::vector<RankStep> unpack(const std::vector<std::uint64_t>& all, int world_size);
 };
-constexpr std::size_t kRankStepWords = 8;
+constexpr std::size_t kRankStepWords = 9;
 
 /// Items each rank still needs for a full batch (0 when full), estimated with the mean cost
 /// of all queued samples under a budget.

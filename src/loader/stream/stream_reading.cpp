@@ -46,6 +46,7 @@ bool StreamLoader::Impl::exhausted() const {
 }
 
 bool StreamLoader::Impl::read_one(detail::StreamItem& out) {
+    if (read_failure) throw_error(read_failure->kind, read_failure->message);
     // Round-robin; a live cursor lies within cursors.size() - 1 ended ones in cyclic order, so
     // `ended_seen` reaching the count means all ended (O(1) per item with many live cursors,
     // where testing `exhausted()` per item cost one pass over all of them).
@@ -79,7 +80,7 @@ bool StreamLoader::Impl::read_one(detail::StreamItem& out) {
     return false;
 }
 
-void StreamLoader::Impl::fill(std::uint64_t extra, std::vector<std::string>& outgoing) {
+void StreamLoader::Impl::fill(std::uint64_t extra, std::vector<std::string>& outgoing, bool ahead) {
     if (options.sharding == StreamSharding::hash) {
         const bool short_now = !detail::choose_batch(queue_costs(), options).full;
         std::uint64_t goal = (short_now ? options.batch_size : 0) + extra;
@@ -104,10 +105,14 @@ void StreamLoader::Impl::fill(std::uint64_t extra, std::vector<std::string>& out
         const detail::SampleCost c{it.size_bytes, it.tokens};
         fit[detail::bucket_of(c, options)].add(c);
     };
-    for (const auto& it : queue) add(it);
+    std::uint64_t queued_bytes = 0;
+    for (const auto& it : queue) {
+        add(it);
+        queued_bytes += it.size_bytes;
+    }
     // Enough once a bucket can fill a batch and `extra` items remain beyond the largest full
     // bucket's batch (the batch `choose_batch` takes is never larger).
-    auto enough = [&] {
+    auto needed = [&] {
         std::uint64_t largest = 0;
         bool any = false;
         for (const auto& f : fit) {
@@ -117,17 +122,40 @@ void StreamLoader::Impl::fill(std::uint64_t extra, std::vector<std::string>& out
         }
         return any && queue.size() >= largest + extra;
     };
+    // Reading ahead for a window: on to `window_steps` batches of `batch_size` items (with
+    // budgets or buckets the batches may be smaller; the agreement counts the full ones), or
+    // `window_bytes`, whichever comes first.
+    const std::uint64_t ahead_items = ahead ? options.window_steps * options.batch_size : 0;
+    auto enough = [&] {
+        if (!needed()) return false;
+        return queue.size() >= ahead_items || queued_bytes >= options.window_bytes;
+    };
     detail::StreamItem item;
-    while (!enough() && read_one(item)) {
-        add(item);
-        queue.push_back(std::move(item));
+    try {
+        while (!enough() && read_one(item)) {
+            add(item);
+            queued_bytes += item.size_bytes;
+            queue.push_back(std::move(item));
+        }
+    } catch (...) {
+        // A read this step does not need yet (a full batch is queued): the error waits for the
+        // step that needs the row, as it would have been found there without reading ahead.
+        if (!ahead || !needed()) throw;
+        if (!read_failure) read_failure = LocalStatus::from_current_exception();
     }
 }
 
-std::vector<detail::SampleCost> StreamLoader::Impl::queue_costs() const {
+std::vector<detail::SampleCost> StreamLoader::Impl::queue_costs(std::uint64_t batches) const {
+    // Without buckets a batch is a prefix of the queue of at most batch_size samples, so the
+    // choice (and whether it is full) depends on the first batch_size samples only: a step
+    // costs O(batch), not O(queue), however far the window read ahead.
+    std::size_t n = queue.size();
+    if (options.length_buckets.empty()) {
+        n = static_cast<std::size_t>(std::min<std::uint64_t>(n, batches * options.batch_size));
+    }
     std::vector<detail::SampleCost> costs;
-    costs.reserve(queue.size());
-    for (const auto& it : queue) costs.push_back({it.size_bytes, it.tokens});
+    costs.reserve(n);
+    for (std::size_t i = 0; i < n; ++i) costs.push_back({queue[i].size_bytes, queue[i].tokens});
     return costs;
 }
 

@@ -105,6 +105,7 @@ std::unique_ptr<StreamReader> CallableStreamSource::open(std::size_t s) const {
 void StreamOptions::validate() const {
     if (batch_size == 0) throw ConfigError("stream: batch_size must be at least 1");
     if (chunk_size == 0) throw ConfigError("stream: chunk_size must be at least 1");
+    if (window_steps == 0) throw ConfigError("stream: window_steps must be at least 1");
     check_timeout(timeout, "stream");
     for (std::size_t i = 1; i < length_buckets.size(); ++i) {
         if (length_buckets[i] <= length_buckets[i - 1]) {
@@ -122,7 +123,8 @@ std::string StreamOptions::describe() const {
        << " batch_size=" << batch_size << " batch_bytes=" << batch_bytes
        << " batch_tokens=" << batch_tokens << " token_field=" << token_field << " length_buckets=";
     for (auto b : length_buckets) os << b << ',';
-    os << " timeout=" << timeout.count() << "s";
+    os << " timeout=" << timeout.count() << "s window_steps=" << window_steps
+       << " window_bytes=" << window_bytes;
     return os.str();
 }
 

@@ -10,6 +10,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <thread>
 
 #include "comm/agree.hpp"
@@ -98,8 +99,8 @@ SqliteSource::SqliteSource(const Communicator& comm, SqliteOptions options)
                               "' is not a column of the query");
         }
         statement_ = conn_->statement;
-        if (!options_.range_column.empty()) plan_ranges();
     });
+    if (!options_.range_column.empty()) plan_ranges(comm);
     std::string text;
     for (const auto& f : fields_) text += f.name + ":" + dtype_name(f.dtype) + ";";
     require_same(
@@ -216,41 +217,58 @@ std::string SqliteSource::range_sql(std::size_t s) const {
     return sql;
 }
 
-void SqliteSource::plan_ranges() {
-    int c = -1;
-    for (std::size_t k = 0; k < columns_.size(); ++k) {
-        if (columns_[k].name == options_.range_column) c = static_cast<int>(k);
-    }
-    if (c < 0 || columns_[static_cast<std::size_t>(c)].type != SqliteType::int64) {
-        throw ConfigError("sqlite: range column '" + options_.range_column +
-                          (c < 0 ? "' is not a column of the query"
-                                 : "' is not an int64 column (declared INTEGER or typed int64)"));
-    }
-    const std::string q = quoted_name(options_.range_column);
-    Stmt minmax =
-        conn_->prepare_query("SELECT min(" + q + "), max(" + q + ") FROM (\n" + statement_ + "\n)");
-    if (sqlite3_step(minmax.get()) != SQLITE_ROW) {
-        throw IoError(db_error(conn_->db.get(), options_.path, "the key range of the query"));
-    }
-    if (sqlite3_column_type(minmax.get(), 0) == SQLITE_NULL) {
-        bounds_ = {0};  // no key (no rows, or only NULL keys): one range of no rows
+void SqliteSource::plan_ranges(const Communicator& comm) {
+    // {keys present, least key, greatest key}: on rank 0 only (without an index on the column
+    // each is a scan of the result), then broadcast.
+    std::vector<std::uint64_t> span(3, 0);
+    run_agreed(comm, [&] {
+        int c = -1;
+        for (std::size_t k = 0; k < columns_.size(); ++k) {
+            if (columns_[k].name == options_.range_column) c = static_cast<int>(k);
+        }
+        if (c < 0 || columns_[static_cast<std::size_t>(c)].type != SqliteType::int64) {
+            throw ConfigError("sqlite: range column '" + options_.range_column +
+                              (c < 0
+                                   ? "' is not a column of the query"
+                                   : "' is not an int64 column (declared INTEGER or typed int64)"));
+        }
+        if (comm.rank() != 0) return;
+        const std::string q = quoted_name(options_.range_column);
+        // min() and max() in statements of their own: SQLite answers a lone min() or max() of
+        // an indexed column (the INTEGER PRIMARY KEY) by one seek, both in one by a full scan.
+        std::int64_t bound[2] = {0, 0};
+        for (int k = 0; k < 2; ++k) {
+            Stmt stmt = conn_->prepare_query(std::string(k == 0 ? "SELECT min(" : "SELECT max(") +
+                                             q + ") FROM (\n" + statement_ + "\n)");
+            if (sqlite3_step(stmt.get()) != SQLITE_ROW) {
+                throw IoError(
+                    db_error(conn_->db.get(), options_.path, "the key range of the query"));
+            }
+            const int type = sqlite3_column_type(stmt.get(), 0);
+            if (type == SQLITE_NULL) return;  // no key (no rows, or only NULL keys)
+            if (type != SQLITE_INTEGER) {
+                throw ConfigError("sqlite: range column '" + options_.range_column +
+                                  "' holds values that are not integers (its least or greatest "
+                                  "value is REAL, TEXT or BLOB)");
+            }
+            bound[k] = sqlite3_column_int64(stmt.get(), 0);
+        }
+        span = {1, static_cast<std::uint64_t>(bound[0]), static_cast<std::uint64_t>(bound[1])};
+    });
+    span = comm.broadcast(span, 0);
+    if (span[0] == 0) {
+        bounds_ = {0};  // one range of no rows
         return;
     }
-    if (sqlite3_column_type(minmax.get(), 0) != SQLITE_INTEGER ||
-        sqlite3_column_type(minmax.get(), 1) != SQLITE_INTEGER) {
-        throw ConfigError("sqlite: range column '" + options_.range_column +
-                          "' holds values that are not integers (its least or greatest value "
-                          "is REAL, TEXT or BLOB)");
-    }
-    const std::int64_t lo = sqlite3_column_int64(minmax.get(), 0);
-    const std::int64_t hi = sqlite3_column_int64(minmax.get(), 1);
-    const long double span = static_cast<long double>(hi) - static_cast<long double>(lo) + 1;
+    const auto lo = static_cast<std::int64_t>(span[1]);
+    const auto hi = static_cast<std::int64_t>(span[2]);
+    const long double width = static_cast<long double>(hi) - static_cast<long double>(lo) + 1;
     const auto k = static_cast<std::uint64_t>(
-        std::min<long double>(static_cast<long double>(options_.range_streams), span));
+        std::min<long double>(static_cast<long double>(options_.range_streams), width));
     for (std::uint64_t i = 0; i < k; ++i) {
-        bounds_.push_back(
-            lo + static_cast<std::int64_t>(
-                     std::floor(span * static_cast<long double>(i) / static_cast<long double>(k))));
+        bounds_.push_back(lo +
+                          static_cast<std::int64_t>(std::floor(width * static_cast<long double>(i) /
+                                                               static_cast<long double>(k))));
     }
 }
 
@@ -284,15 +302,14 @@ std::string SqliteSource::fingerprint() const {
 }
 
 std::uint64_t SqliteSource::count_rows() const {
-    Stmt stmt = conn_->prepare_query(options_.query);
     std::uint64_t n = 0;
-    for (;;) {
-        const int rc = sqlite3_step(stmt.get());
-        if (rc == SQLITE_DONE) return n;
-        if (rc != SQLITE_ROW)
-            throw IoError(db_error(conn_->db.get(), options_.path, "counting the rows"));
-        ++n;
-    }
+    for (std::size_t s = 0; s < num_streams(); ++s) n += count_rows(s);
+    return n;
+}
+
+std::uint64_t SqliteSource::count_rows(std::size_t stream) const {
+    // The stream's own cursor stepped to its end without reading values (its skip()).
+    return open(stream)->skip(std::numeric_limits<std::uint64_t>::max());
 }
 
 }  // namespace mpistage

@@ -239,6 +239,13 @@ TEST(SqliteSnapshot, KeyRangesPushedIntoTheSqlYieldEveryRowOnce) {
         SqliteSource source(comm, so);
         EXPECT_EQ(source.num_streams(), ranges + 1);
         EXPECT_EQ(source.count_rows(), 2000u);
+        // The CLI's count: each rank its own key ranges (stream s on rank s mod W), summed.
+        std::uint64_t mine = 0;
+        for (auto s = static_cast<std::size_t>(comm.rank()); s < source.num_streams();
+             s += static_cast<std::size_t>(comm.size())) {
+            mine += source.count_rows(s);
+        }
+        EXPECT_EQ(comm.allreduce_sum(mine), 2000u) << ranges << " ranges";
         StreamOptions o;
         o.sharding = StreamSharding::source;
         o.batch_size = 32;

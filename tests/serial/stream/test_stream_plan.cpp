@@ -133,6 +133,35 @@ TEST(StreamPlan, BucketsTakeSamplesOfOneLengthClass) {
     EXPECT_EQ(bucket_of({500, 0}, o), 2u);
 }
 
+// The steps a rank can yield from its queue alone (a window): known answers, and the budget
+// path against the count-only path where both apply.
+TEST(StreamPlan, FullBatchesCountsWhatChooseBatchWouldTakeInTurn) {
+    StreamOptions o;
+    o.batch_size = 3;
+    const std::vector<SampleCost> ten(10, SampleCost{4, 0});
+    EXPECT_EQ(full_batches(ten, o, 16), 3u);  // 3 + 3 + 3, the last sample not a batch
+    EXPECT_EQ(full_batches(ten, o, 2), 2u);
+    EXPECT_EQ(full_batches({}, o, 16), 0u);
+    // Byte budget 10 (at most 3 samples): {5,5} full (the third 5 does not fit), {5,5} full,
+    // {5} is not full.
+    o.batch_bytes = 10;
+    EXPECT_EQ(full_batches(std::vector<SampleCost>(5, SampleCost{5, 0}), o, 16), 2u);
+    // An oversize sample is a (full) batch of its own.
+    EXPECT_EQ(full_batches({{50, 0}, {1, 0}}, o, 16), 1u);
+    // A budget nothing reaches leaves the count limit: the same as without a budget.
+    o.batch_bytes = 1000;
+    EXPECT_EQ(full_batches(ten, o, 16), 3u);
+    // Buckets: the short bucket never fills (3 samples); the middle one fills once.
+    StreamOptions b;
+    b.batch_size = 4;
+    b.length_buckets = {10, 100};
+    const std::vector<SampleCost> q{{5, 0}, {50, 0}, {6, 0}, {60, 0}, {70, 0}, {80, 0}, {7, 0}};
+    EXPECT_EQ(full_batches(q, b, 16), 1u);
+    std::vector<SampleCost> q2 = q;
+    q2.push_back({8, 0});  // now the short bucket fills too
+    EXPECT_EQ(full_batches(q2, b, 16), 2u);
+}
+
 TEST(StreamPlan, TransferPlanCoversDeficitsFromSurplusesOnly) {
     std::mt19937_64 rng(1);
     for (int trial = 0; trial < 500; ++trial) {
