@@ -21,6 +21,17 @@ inline std::uint64_t status_bytes(const std::string& key) {
     return 0;
 }
 
+/// True when resident memory measures the code under test: false under the sanitizers
+/// (MPISTAGE_TEST_SANITIZED), whose shadow memory and allocator quarantine (freed blocks held
+/// back, 256 MB by default) make RSS grow by what the code frees.
+inline bool rss_measures_the_code() {
+#if MPISTAGE_TEST_SANITIZED
+    return false;
+#else
+    return true;
+#endif
+}
+
 /// Resets VmHWM to the current RSS (Linux: "5" > /proc/self/clear_refs). False if unsupported.
 inline bool reset_peak() {
     std::ofstream out("/proc/self/clear_refs");

@@ -186,8 +186,9 @@ TEST(TfRecordSplit, EqualsSequentialScanUpTo64Ranks) {
 TEST(TfRecordSplit, EveryCutPointInHeadersAndPayloads) {
     // Two ranks with the cut at every byte position of a small nested file, then three ranks
     // with cuts sweeping two positions: never a split or skipped record. The cost grows with
-    // the square of the file: 40 records, 12 under the sanitizers (the first 12 of the same).
-    auto g = generate(5, mpistage_test::sweep_size<std::size_t>(40, 12), Sizes::uniform, true);
+    // the square of the file (the three-rank sweep with its cube): 40 records, 8 under the
+    // sanitizers (the first 8 of the same), where the three-rank cuts step coarser.
+    auto g = generate(5, mpistage_test::sweep_size<std::size_t>(40, 8), Sizes::uniform, true);
     std::vector<ScanFile> files{memory_file("g", g.bytes.data(), g.bytes.size())};
     const std::uint64_t total = g.bytes.size();
     const auto seq = walk_cut(files, 0, total, ScanOptions{}).records;
@@ -195,8 +196,10 @@ TEST(TfRecordSplit, EveryCutPointInHeadersAndPayloads) {
         expect_same(concat(split_at(files, {0, c, total}, ScanOptions{})), seq,
                     "cut " + std::to_string(c));
     }
-    for (std::uint64_t c1 = 0; c1 <= total; c1 += 37) {
-        for (std::uint64_t c2 = c1; c2 <= total; c2 += 53) {
+    const std::uint64_t step1 = mpistage_test::sweep_size<std::uint64_t>(37, 97);
+    const std::uint64_t step2 = mpistage_test::sweep_size<std::uint64_t>(53, 139);
+    for (std::uint64_t c1 = 0; c1 <= total; c1 += step1) {
+        for (std::uint64_t c2 = c1; c2 <= total; c2 += step2) {
             expect_same(concat(split_at(files, {0, c1, c2, total}, ScanOptions{})), seq,
                         "cuts " + std::to_string(c1) + "," + std::to_string(c2));
         }
