@@ -17,5 +17,13 @@ if command -v ccache >/dev/null 2>&1; then
     # (ccache manual, "Precompiled headers").
     export CCACHE_SLOPPINESS="${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}"
 fi
-cmake -S "$here" -B "$build_dir" -DCMAKE_BUILD_TYPE="$build_type" "${launcher[@]}" "$@"
+# Ninja when present (scripts/install-deps.sh installs it): it schedules compiles of every
+# target across the whole graph, which keeps CI's two cores busy where make waits for a target's
+# dependencies. A build directory keeps the generator it was configured with.
+generator=()
+if command -v ninja >/dev/null 2>&1 && { [ ! -f "$build_dir/CMakeCache.txt" ] ||
+        grep -q '^CMAKE_GENERATOR:INTERNAL=Ninja$' "$build_dir/CMakeCache.txt"; }; then
+    generator=(-G Ninja)
+fi
+cmake -S "$here" -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE="$build_type" "${launcher[@]}" "$@"
 cmake --build "$build_dir" -j"$jobs"
