@@ -12,9 +12,9 @@
 //         64-byte items, window_steps = P)
 //   B batch size, P prefetch (and stream window steps), N samples (64-byte records in an IDX
 //   file written to WORK_DIR by rank 0, or one stream of N items).
-// Prints from rank 0 one JSON object per mode: the mode, W, B, P, N, the epoch's steps, and per call
-// (Iallreduce split by element count) the calls of rank 0 and their bytes, summed over ranks for
-// one-sided calls (MPI_Get, MPI_Win_flush_local), during epoch 1 (epoch 0 is the warm-up): from
+// Prints from rank 0 one JSON object per mode: the mode, W, B, P, N, the epoch's steps, and per
+// call (Iallreduce split by element count) the calls of rank 0 and their bytes, summed over ranks
+// for one-sided calls (MPI_Get, MPI_Win_flush_local), during epoch 1 (epoch 0 is the warm-up): from
 // the `epoch(1)` call to the end of its range.
 #include <mpi.h>
 
@@ -57,7 +57,8 @@ int comm_size(MPI_Comm c) {
 extern "C" {
 int MPI_Iallreduce(const void* s, void* r, int count, MPI_Datatype t, MPI_Op op, MPI_Comm c,
                    MPI_Request* q) {
-    note("MPI_Iallreduce/" + std::to_string(count), type_bytes(t, static_cast<std::uint64_t>(count)));
+    note("MPI_Iallreduce/" + std::to_string(count),
+         type_bytes(t, static_cast<std::uint64_t>(count)));
     return PMPI_Iallreduce(s, r, count, t, op, c, q);
 }
 int MPI_Allreduce(const void* s, void* r, int count, MPI_Datatype t, MPI_Op op, MPI_Comm c) {
@@ -69,8 +70,8 @@ int MPI_Iallgather(const void* s, int sc, MPI_Datatype st, void* r, int rc, MPI_
     note("MPI_Iallgather", type_bytes(st, static_cast<std::uint64_t>(sc)));
     return PMPI_Iallgather(s, sc, st, r, rc, rt, c, q);
 }
-int MPI_Iallgatherv(const void* s, int sc, MPI_Datatype st, void* r, const int rc[],
-                    const int d[], MPI_Datatype rt, MPI_Comm c, MPI_Request* q) {
+int MPI_Iallgatherv(const void* s, int sc, MPI_Datatype st, void* r, const int rc[], const int d[],
+                    MPI_Datatype rt, MPI_Comm c, MPI_Request* q) {
     note("MPI_Iallgatherv", type_bytes(st, static_cast<std::uint64_t>(sc)));
     return PMPI_Iallgatherv(s, sc, st, r, rc, d, rt, c, q);
 }
@@ -81,8 +82,8 @@ int MPI_Allgather(const void* s, int sc, MPI_Datatype st, void* r, int rc, MPI_D
 }
 int MPI_Ialltoall(const void* s, int sc, MPI_Datatype st, void* r, int rc, MPI_Datatype rt,
                   MPI_Comm c, MPI_Request* q) {
-    note("MPI_Ialltoall", type_bytes(st, static_cast<std::uint64_t>(sc) *
-                                             static_cast<std::uint64_t>(comm_size(c))));
+    note("MPI_Ialltoall",
+         type_bytes(st, static_cast<std::uint64_t>(sc) * static_cast<std::uint64_t>(comm_size(c))));
     return PMPI_Ialltoall(s, sc, st, r, rc, rt, c, q);
 }
 int MPI_Ialltoallv(const void* s, const int sc[], const int sd[], MPI_Datatype st, void* r,
@@ -131,10 +132,9 @@ std::string write_idx(const std::string& dir, std::uint64_t n, int rank) {
         const unsigned char header[] = {0, 0, 8, 3};
         f.write(reinterpret_cast<const char*>(header), 4);
         for (const std::uint32_t d : {static_cast<std::uint32_t>(n), 8u, 8u}) {
-            const unsigned char be[] = {static_cast<unsigned char>(d >> 24),
-                                        static_cast<unsigned char>(d >> 16),
-                                        static_cast<unsigned char>(d >> 8),
-                                        static_cast<unsigned char>(d)};
+            const unsigned char be[] = {
+                static_cast<unsigned char>(d >> 24), static_cast<unsigned char>(d >> 16),
+                static_cast<unsigned char>(d >> 8), static_cast<unsigned char>(d)};
             f.write(reinterpret_cast<const char*>(be), 4);
         }
         std::vector<char> rec(64);
@@ -185,8 +185,8 @@ std::uint64_t count_stream_pass(const std::string& mode, std::uint64_t b, std::s
     mpistage::StreamOptions o;
     o.batch_size = b;
     o.window_steps = p;
-    o.sharding = mode == "stream-hash" ? mpistage::StreamSharding::hash
-                                       : mpistage::StreamSharding::chunk;
+    o.sharding =
+        mode == "stream-hash" ? mpistage::StreamSharding::hash : mpistage::StreamSharding::chunk;
     mpistage::StreamLoader loader(MPI_COMM_WORLD, source, o);
     for (const mpistage::HostBatch& batch : loader.epoch(0)) (void)batch;  // warm-up
     std::uint64_t steps = 0;
@@ -211,10 +211,11 @@ void print_counts(const std::string& mode, int rank, std::uint64_t b, std::size_
     g_calls["MPI_Win_flush_local"] = {sums[2], 0};
     int w = 0;
     PMPI_Comm_size(MPI_COMM_WORLD, &w);
-    std::printf("{\"mode\": \"%s\", \"world\": %d, \"batch\": %llu, \"prefetch\": %zu, "
-                "\"samples\": %llu, \"steps\": %llu, \"calls\": {",
-                mode.c_str(), w, static_cast<unsigned long long>(b), p,
-                static_cast<unsigned long long>(n), static_cast<unsigned long long>(steps));
+    std::printf(
+        "{\"mode\": \"%s\", \"world\": %d, \"batch\": %llu, \"prefetch\": %zu, "
+        "\"samples\": %llu, \"steps\": %llu, \"calls\": {",
+        mode.c_str(), w, static_cast<unsigned long long>(b), p, static_cast<unsigned long long>(n),
+        static_cast<unsigned long long>(steps));
     const char* sep = "";
     for (const auto& [name, c] : g_calls) {
         if (c.first == 0) continue;

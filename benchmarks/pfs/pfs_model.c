@@ -47,8 +47,8 @@
 enum { kMaxFd = 1 << 16 };
 
 static atomic_uchar g_tracked[kMaxFd];
-static int64_t g_latency_ns = 1000000;        /* 1 ms */
-static double g_ns_per_byte = 1e9 / 2e9;      /* 2 GB/s */
+static int64_t g_latency_ns = 1000000;   /* 1 ms */
+static double g_ns_per_byte = 1e9 / 2e9; /* 2 GB/s */
 static char g_root[4096];
 static size_t g_root_len = 0;
 static int g_off = 0;
@@ -249,13 +249,13 @@ int close(int fd) {
 
 /* ---- reads ------------------------------------------------------------------------------ */
 
-#define MODELLED(call, fd)                 \
-    do {                                   \
-        if (!tracked(fd)) return call;     \
-        const int64_t t0 = now_ns();       \
-        const ssize_t got = call;          \
-        if (got >= 0) charge(t0, got);     \
-        return got;                        \
+#define MODELLED(call, fd)             \
+    do {                               \
+        if (!tracked(fd)) return call; \
+        const int64_t t0 = now_ns();   \
+        const ssize_t got = call;      \
+        if (got >= 0) charge(t0, got); \
+        return got;                    \
     } while (0)
 
 ssize_t read(int fd, void* buf, size_t count) {
