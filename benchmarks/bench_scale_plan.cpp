@@ -136,6 +136,11 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "usage: bench_scale_plan N N_BUDGET B W...\n");
         return 2;
     }
+    // Heap, never mmap, and no trimming: a plan's large vectors would otherwise be mapped and
+    // page-faulted afresh on every call (kernel time in the thread's CPU time) depending on
+    // glibc's dynamic mmap threshold, i.e. on which cases ran before.
+    mallopt(M_MMAP_THRESHOLD, 1 << 30);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
     const std::uint64_t n = std::strtoull(argv[1], nullptr, 10);
     const std::uint64_t nb = std::strtoull(argv[2], nullptr, 10);
     const std::uint64_t b = std::strtoull(argv[3], nullptr, 10);
