@@ -309,6 +309,15 @@ def check(build, w, work):
             if abs(gets - model_gets) > 0.1 * model_gets or \
                     calls.get("MPI_Win_flush_local", 0) != gets:
                 bad.append("MPI_Get")
+        if mode == "two-phase":
+            # Bytes rank 0 sends per epoch: a status byte to every rank per step, and per sample
+            # it reads (on average B per step: every sample of the epoch once, from its slab)
+            # its id and its 64 bytes (TwoPhaseReader::read_own_part); within 5 %.
+            sent = real["calls"].get("MPI_Ialltoallv", [0, 0])[1]
+            model_sent = real["steps"] * w + real["steps"] * b * (8 + 64)
+            line += f"; alltoallv bytes sent by rank 0={sent} (model {model_sent})"
+            if abs(sent - model_sent) > 0.05 * model_sent:
+                bad.append("alltoallv bytes")
         print(line + ("" if not bad else "   <-- differs: " + ", ".join(bad)))
         if bad:
             failures.append(mode)
