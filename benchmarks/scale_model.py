@@ -279,8 +279,8 @@ def check(build, w, work):
     os.makedirs(work, exist_ok=True)
     b, p, n = 16, 4, 2000
     failures = []
-    cmd = [os.environ.get("MPIEXEC") or "mpirun", "-np", str(w), "--oversubscribe", "--bind-to", "none", exe, work, str(b),
-           str(p), str(n), *CHECK_MODES]
+    cmd = [os.environ.get("MPIEXEC") or "mpirun", "-np", str(w), "--oversubscribe", "--bind-to",
+           "none", exe, work, str(b), str(p), str(n), *CHECK_MODES]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     reals = [json.loads(x) for x in out.splitlines() if x.startswith("{")]
     if [r["mode"] for r in reals] != CHECK_MODES:

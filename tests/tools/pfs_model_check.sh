@@ -34,7 +34,8 @@ for run in "other" "off"; do
     if [ "$run" = other ]; then
         t=$(model MPISTAGE_PFS_LATENCY_US=2000 "$probe" "$work/other/f.bin" 100 4096)
     else
-        t=$(model MPISTAGE_PFS_LATENCY_US=2000 MPISTAGE_PFS_OFF=1 "$probe" "$work/data/f.bin" 100 4096)
+        t=$(model MPISTAGE_PFS_LATENCY_US=2000 MPISTAGE_PFS_OFF=1 \
+            "$probe" "$work/data/f.bin" 100 4096)
     fi
     ge 0.1 "$t" || fail "$run: 100 preads took $t s, expected no modelled delay"
     echo "$run: 100 preads -> $t s"
