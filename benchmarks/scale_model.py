@@ -281,7 +281,11 @@ def check(build, w, work):
     failures = []
     cmd = [os.environ.get("MPIEXEC") or "mpirun", "-np", str(w), "--oversubscribe", "--bind-to",
            "none", exe, work, str(b), str(p), str(n), *CHECK_MODES]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    run = subprocess.run(cmd, capture_output=True, text=True)
+    if run.returncode != 0:
+        print(f"{' '.join(cmd)} failed ({run.returncode}):\n{run.stdout}{run.stderr}")
+        return 1
+    out = run.stdout
     reals = [json.loads(x) for x in out.splitlines() if x.startswith("{")]
     if [r["mode"] for r in reals] != CHECK_MODES:
         print(f"scale_count printed {len(reals)} of {len(CHECK_MODES)} modes:\n{out}")
