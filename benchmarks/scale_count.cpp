@@ -8,7 +8,9 @@
 //   MODE: memory-none | memory-local | memory-global | memory-global-nodes (every rank its own
 //         "node": the MPI_Get path) | file-none | file-global (io_threads = 0: inline reads) |
 //         file-global-threads (io_threads = 1) | two-phase | budget-global (byte budget of B
-//         samples) | stream-chunk | stream-hash (a StreamLoader over one stream of N
+//         samples) | tfrecord-global | tfrecord-memory-global (the same records as a
+//         TFRecord file of tf.train.Examples: descriptors in the node window) | stream-chunk |
+//         stream-hash (a StreamLoader over one stream of N
 //         64-byte items, window_steps = P)
 //   B batch size, P prefetch (and stream window steps), N samples (64-byte records in an IDX
 //   file written to WORK_DIR by rank 0, or one stream of N items).
@@ -147,6 +149,21 @@ std::string write_idx(const std::string& dir, std::uint64_t n, int rank) {
     return path;
 }
 
+/// The same `n` records as a TFRecord file of tf.train.Examples (image: 64 bytes, label),
+/// written by rank 0.
+std::string write_tfrecord(const std::string& dir, const std::string& idx, std::uint64_t n,
+                           int rank) {
+    const std::string path = dir + "/scale-count.tfrecord";
+    if (rank == 0) {
+        mpistage::IdxArray labels;
+        labels.dims = {n};
+        labels.data.assign(n, 1);
+        mpistage::write_idx_tfrecord(mpistage::read_idx_any(idx), labels, path);
+    }
+    PMPI_Barrier(MPI_COMM_WORLD);
+    return path;
+}
+
 mpistage::LoaderOptions options_of(const std::string& mode, std::uint64_t b, std::size_t p) {
     mpistage::LoaderOptions o;
     o.prefetch = p;
@@ -160,7 +177,9 @@ mpistage::LoaderOptions options_of(const std::string& mode, std::uint64_t b, std
     o.plan.shuffle = global                                    ? mpistage::Shuffle::global
                      : mode.find("local") != std::string::npos ? mpistage::Shuffle::local
                                                                : mpistage::Shuffle::none;
-    if (mode.rfind("memory", 0) == 0) o.stage = mpistage::Stage::memory;
+    if (mode.rfind("memory", 0) == 0 || mode.rfind("tfrecord-memory", 0) == 0) {
+        o.stage = mpistage::Stage::memory;
+    }
     if (mode == "memory-global-nodes") o.stage_ranks_per_node = 1;
     if (mode == "file-global-threads") o.io_threads = 1;
     if (mode == "two-phase") o.two_phase = true;
@@ -253,7 +272,19 @@ int main(int argc, char** argv) {
         } else {
             mpistage::OpenOptions oo;
             oo.format = mpistage::SourceFormat::idx;
-            auto source = mpistage::open_source(MPI_COMM_WORLD, {path}, oo);
+            std::string input = path;
+            if (mode.rfind("tfrecord", 0) == 0) {
+                input = write_tfrecord(argv[1], path, n, rank);
+                oo.format = mpistage::SourceFormat::tfrecord;
+                mpistage::FeatureSpec image;
+                image.name = "image";
+                image.shape = {8, 8};
+                mpistage::FeatureSpec label;
+                label.name = "label";
+                label.kind = mpistage::FeatureKind::int64;
+                oo.features = {image, label};
+            }
+            auto source = mpistage::open_source(MPI_COMM_WORLD, {input}, oo);
             mpistage::Loader loader(MPI_COMM_WORLD, *source, options_of(mode, b, p));
             for (const mpistage::HostBatch& batch : loader.epoch(0)) (void)batch;  // warm-up
             g_counting = true;

@@ -264,7 +264,7 @@ def table(build, out_path=None):
 
 CHECK_MODES = ["memory-none", "memory-local", "memory-global", "memory-global-nodes",
                "file-none", "file-global", "file-global-threads", "two-phase", "budget-global",
-               "stream-chunk", "stream-hash"]
+               "tfrecord-global", "tfrecord-memory-global", "stream-chunk", "stream-hash"]
 
 
 def expected(mode, steps, p):
