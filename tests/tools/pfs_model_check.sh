@@ -29,6 +29,18 @@ t=$(model MPISTAGE_PFS_LATENCY_US=0 MPISTAGE_PFS_BANDWIDTH=40e6 \
 ge "$t" 0.2 || fail "8 MB at 40 MB/s took $t s (expected >= 0.2 s)"
 echo "bandwidth: 8 MB at 40 MB/s -> $t s"
 
+# Threads: the latency of requests in flight overlaps (4 threads x 25 preads at 20 ms take
+# about 0.5 s, not 2 s), while one link per process carries all their bytes (4 threads x 2 MB
+# at 40 MB/s take >= 0.2 s, as one thread would).
+t=$(model MPISTAGE_PFS_LATENCY_US=20000 MPISTAGE_PFS_BANDWIDTH=0 \
+    "$probe" "$work/data/f.bin" 25 4096 4)
+ge "$t" 0.5 || fail "4 threads x 25 preads at 20 ms took $t s (expected >= 0.5 s)"
+ge 1.5 "$t" || fail "4 threads x 25 preads at 20 ms took $t s: latency not overlapped (2 s)"
+t=$(model MPISTAGE_PFS_LATENCY_US=0 MPISTAGE_PFS_BANDWIDTH=40e6 \
+    "$probe" "$work/data/f.bin" 2 1000000 4)
+ge "$t" 0.2 || fail "4 threads x 2 MB at 40 MB/s took $t s (expected >= 0.2 s: one link)"
+echo "threads: latency overlapped, one link per process"
+
 # Outside the root, and with the model off: no delay (100 x 2 ms would be 0.2 s).
 for run in "other" "off"; do
     if [ "$run" = other ]; then
