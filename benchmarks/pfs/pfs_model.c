@@ -14,8 +14,9 @@
  * Intercepted (what this machine's readers call, checked with strace, README): pread, pread64,
  * read, readv, preadv, preadv64, preadv2, preadv64v2. Descriptors are tracked from open,
  * open64, openat, openat64 (and their _FORTIFY_SOURCE twins __open_2, __open64_2, __openat_2,
- * __openat64_2) to close. Not modelled: mmap'ed files, descriptors made by dup, fread of FILE
- * streams (glibc reads their buffer without going through these symbols), metadata calls.
+ * __openat64_2) to close (or dup2/dup3 over them). Not modelled: mmap'ed files, descriptors
+ * made by dup, fread of FILE streams (glibc reads their buffer without going through these
+ * symbols), metadata calls.
  *
  * Environment (read once, at load):
  *   MPISTAGE_PFS_LATENCY_US   per-request latency in microseconds (default 1000)
@@ -166,6 +167,8 @@ DECLARE_REAL(__open64_2);
 DECLARE_REAL(__openat_2);
 DECLARE_REAL(__openat64_2);
 DECLARE_REAL(close);
+DECLARE_REAL(dup2);
+DECLARE_REAL(dup3);
 DECLARE_REAL(read);
 DECLARE_REAL(pread);
 DECLARE_REAL(pread64);
@@ -245,6 +248,19 @@ int __openat64_2(int dirfd, const char* path, int flags) {
 int close(int fd) {
     if (fd >= 0 && fd < kMaxFd) atomic_store(&g_tracked[fd], 0);
     return REAL(close)(fd);
+}
+
+/* dup2/dup3 close their target silently: whatever it becomes is not a tracked data file. */
+int dup2(int fd, int target) {
+    const int got = REAL(dup2)(fd, target);
+    if (got >= 0 && got < kMaxFd && got != fd) atomic_store(&g_tracked[got], 0);
+    return got;
+}
+
+int dup3(int fd, int target, int flags) {
+    const int got = REAL(dup3)(fd, target, flags);
+    if (got >= 0 && got < kMaxFd) atomic_store(&g_tracked[got], 0);
+    return got;
 }
 
 /* ---- reads ------------------------------------------------------------------------------ */
