@@ -72,6 +72,23 @@ for w in 2 3 4; do
     "$py" "$here/scale_model.py" check "$build" "$w" "$work/scale_check" | tail -1
 done | tee -a "$out-scale.md"
 echo "scale model: $out-scale.md"
+if command -v gnuplot > /dev/null; then
+    gnuplot <<GP
+set terminal pngcairo size 1400,750 noenhanced
+set output "$out-scale.png"
+set multiplot layout 1,2 title "Scale model: N = 1e9, B = 64, P = 4, 4 ranks per node"
+set logscale xy
+set xrange [48:5500]
+set xlabel "world size W"
+set key below font ",9" maxrows 4
+set ylabel "network bytes sent per rank per step (upper bound)"
+plot for [i=2:13] "$out-scale.dat" index 0 using 1:i with linespoints title columnheader(i)
+set ylabel "memory per rank (bytes)"
+plot for [i=2:13] "$out-scale.dat" index 1 using 1:i with linespoints title columnheader(i)
+unset multiplot
+GP
+    echo "plot: $out-scale.png"
+fi
 
 if command -v gnuplot > /dev/null; then
     gnuplot <<GP

@@ -257,7 +257,24 @@ def table(build, out_path=None):
     if out_path:
         with open(out_path, "w") as fh:
             fh.write(text)
+        write_plot_data(rows, os.path.splitext(out_path)[0] + ".dat")
     print(text)
+
+
+def write_plot_data(rows, path):
+    """Two gnuplot data blocks (index 0: network bytes sent per rank per step, the upper end of
+    the range; index 1: per-rank memory), one column per mode, one line per W (run.sh plots
+    them into OUT-scale.png)."""
+    head = "W " + " ".join(f'"{name}"' for name in rows)
+    blocks = []
+    for key in ("net_bytes", "memory_bytes"):
+        lines = [head]
+        for i, w in enumerate(WORLDS):
+            vals = [rs[i][key][1] if key == "net_bytes" else rs[i][key] for rs in rows.values()]
+            lines.append(f"{w} " + " ".join(f"{max(v, 1):.6g}" for v in vals))
+        blocks.append("\n".join(lines))
+    with open(path, "w") as fh:
+        fh.write("\n\n\n".join(blocks) + "\n")
 
 
 # ---- check against real runs -----------------------------------------------------------------
