@@ -2,7 +2,10 @@
 # One command for the side-by-side staging benchmark (benchmarks/README.md): prepares the
 # workloads, runs benchmarks/side_by_side.py and bench_exchange (MPI_Get vs MPI_Alltoallv), and
 # plots the steady-state rates with gnuplot. Results: OUT.md/.json/.dat/.png (OUT defaults to
-# benchmarks/results).
+# benchmarks/results). Then the Fashion-MNIST table under the parallel-file-system model
+# (1 ms per request, 2 GB/s per process; OUT-pfs.md/.json; PFS=0 skips it, about 15 minutes)
+# and the scale model (OUT-scale.md: the table at W = 64 ... 4096, N = 10^9, and its check
+# against real runs at W = 2, 3, 4).
 #
 #   benchmarks/run.sh [BUILD_DIR] [NP] [RUNS]      (defaults: build, 2, 5)
 set -euo pipefail
@@ -48,6 +51,44 @@ exchange() {
     echo
     exchange --samples 2000 --fields 150528,8 --batch 16
 } | tee -a "$out.md"
+
+# The parallel-file-system model (README "Parallel-file-system model"): every method of the
+# Fashion-MNIST workload with each read delayed as on a parallel file system. Three epochs, one
+# run, no warm-up: the unstaged shuffled methods take about a minute per epoch.
+if [ "${PFS:-1}" != 0 ]; then
+    cmake --build "$build" --target mpistage_pfs_model > /dev/null
+    PFS_MODEL="$build/benchmarks/pfs/libmpistage_pfs_model.so" \
+        MPISTAGE_PFS_LATENCY_US="${MPISTAGE_PFS_LATENCY_US:-1000}" \
+        MPISTAGE_PFS_BANDWIDTH="${MPISTAGE_PFS_BANDWIDTH:-2e9}" MPISTAGE_PFS_ROOT="$work" \
+        WORKLOADS=fmnist MAX_EPOCHS=3 WARMUP=0 \
+        "$py" "$here/side_by_side.py" "$build" "$work" "$np" 1 "$out-pfs"
+fi
+
+# The scale model (README "Scale model"): formulas from the code, plan times from the real
+# planner, collective counts checked against real runs (more ranks than cores: counts only).
+cmake --build "$build" --target bench_scale_plan scale_count > /dev/null
+"$py" "$here/scale_model.py" table "$build" "$out-scale.md" > /dev/null
+for w in 2 3 4; do
+    "$py" "$here/scale_model.py" check "$build" "$w" "$work/scale_check" | tail -1
+done | tee -a "$out-scale.md"
+echo "scale model: $out-scale.md"
+if command -v gnuplot > /dev/null; then
+    gnuplot <<GP
+set terminal pngcairo size 1400,750 noenhanced
+set output "$out-scale.png"
+set multiplot layout 1,2 title "Scale model: N = 1e9, B = 64, P = 4, 4 ranks per node"
+set logscale xy
+set xrange [48:5500]
+set xlabel "world size W"
+set key below font ",9" maxrows 4
+set ylabel "network bytes sent per rank per step (upper bound)"
+plot for [i=2:13] "$out-scale.dat" index 0 using 1:i with linespoints title columnheader(i)
+set ylabel "memory per rank (bytes)"
+plot for [i=2:13] "$out-scale.dat" index 1 using 1:i with linespoints title columnheader(i)
+unset multiplot
+GP
+    echo "plot: $out-scale.png"
+fi
 
 if command -v gnuplot > /dev/null; then
     gnuplot <<GP
