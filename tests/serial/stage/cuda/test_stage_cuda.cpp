@@ -1,7 +1,6 @@
 // The CUDA path of the stage component (label cuda). Every test skips without a usable device;
 // with one, the device bytes of every batch are compared with the bytes filled, on fresh data.
 #include <gtest/gtest.h>
-#include <torch/cuda.h>
 
 #include <random>
 #include <vector>
@@ -12,6 +11,8 @@
 #include "stage/host_memory.hpp"
 #include "stage_test_util.hpp"
 #if MPISTAGE_STAGE_TEST_TORCH
+#include <torch/cuda.h>
+
 #include "stage/tensor/staged_tensors.hpp"
 #endif
 
