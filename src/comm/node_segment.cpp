@@ -130,8 +130,9 @@ void NodeSegment::get_nowait(std::byte* dst, std::uint64_t bytes, int rank,
     constexpr std::uint64_t kPiece = std::uint64_t{1} << 30;
     for (std::uint64_t done = 0; done < bytes;) {
         const auto n = static_cast<int>(std::min(kPiece, bytes - done));
-        const int rc = MPI_Get(dst + done, n, MPI_BYTE, rank,
-                               static_cast<MPI_Aint>(offset_bytes + done), n, MPI_BYTE, remote_win_);
+        const int rc =
+            MPI_Get(dst + done, n, MPI_BYTE, rank, static_cast<MPI_Aint>(offset_bytes + done), n,
+                    MPI_BYTE, remote_win_);
         if (rc != MPI_SUCCESS) {
             const std::string where = "node window: MPI_Get of " + std::to_string(bytes) +
                                       " bytes at offset " + std::to_string(offset_bytes) +
@@ -155,8 +156,8 @@ bool NodeSegment::populate_node() const noexcept {
     bool all = true;
     for (std::size_t r = 0; r < bases_.size(); ++r) {
         // const_cast: madvise takes a non-const pointer; MADV_POPULATE_READ writes nothing.
-        all = populate_pages(const_cast<std::byte*>(bases_[r]), sizes_[r], PopulateFor::read) &&
-              all;
+        all =
+            populate_pages(const_cast<std::byte*>(bases_[r]), sizes_[r], PopulateFor::read) && all;
         // Measured (benchmarks/README.md, "Staging read"): on the benchmark machine the first
         // load of each page still cost ~4 us after the madvise, paid in the first epochs.
         touch_pages(bases_[r], sizes_[r]);

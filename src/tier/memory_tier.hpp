@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "comm/node_segment.hpp"
 #include "mpistage/comm.hpp"
 #include "mpistage/loader.hpp"
 #include "mpistage/source.hpp"
-#include "comm/node_segment.hpp"
 
 namespace mpistage::detail {
 
@@ -53,8 +53,7 @@ public:
     /// reading, so the first epochs read peers' samples at the steady rate; the process's RSS
     /// then counts the node's whole window (shared pages: the node holds one copy).
     /// @throws what the source's reads throw, MpiError; identically on every rank.
-    MemoryTier(const Communicator& comm, const Source& source, int ranks_per_node,
-               bool map_node);
+    MemoryTier(const Communicator& comm, const Source& source, int ranks_per_node, bool map_node);
     ~MemoryTier() override;
     MemoryTier(const MemoryTier&) = delete;
     MemoryTier& operator=(const MemoryTier&) = delete;

@@ -9,7 +9,7 @@ namespace mpistage::detail {
 /// What the pages are mapped for.
 enum class PopulateFor {
     read,   ///< MADV_POPULATE_READ: map existing pages (a peer's staged segment)
-    write,  ///< MADV_POPULATE_WRITE: allocate and map writable pages (a segment about to be read into)
+    write,  ///< MADV_POPULATE_WRITE: allocate and map writable pages (a segment to read into)
 };
 
 /// Local, thread-safe: maps every page of `[p, p + size_bytes)` (the range is widened to page
