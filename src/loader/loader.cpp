@@ -220,8 +220,7 @@ Loader::Loader(const Communicator& comm, const Source& source, LoaderOptions opt
     // Across nodes they fetch remote samples steps ahead with MPI_Get.
     constexpr std::uint64_t kInlineBatchBytes = std::uint64_t{1} << 20;
     const std::uint64_t batch_bytes = detail::ring_bytes(*d.ring) / d.ring->slots.size();
-    const bool plain_loads =
-        d.tier && d.tier->num_nodes() == 1 && batch_bytes <= kInlineBatchBytes;
+    const bool plain_loads = d.tier && d.tier->num_nodes() == 1 && batch_bytes <= kInlineBatchBytes;
     d.use_threads = d.options.io_threads > 0 && !plain_loads &&
                     (!d.reader().reads_use_mpi() || level == MPI_THREAD_MULTIPLE);
 }
