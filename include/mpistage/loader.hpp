@@ -181,6 +181,19 @@ struct LoaderStats {
     std::uint64_t staged_bytes = 0;
     /// Wall time of the staging read (construction), 0 when not staged.
     std::chrono::duration<double> stage_time{0};
+    /// Part of `stage_time` spent mapping this rank's own pages of the tier for writing before
+    /// the read (one MADV_POPULATE_WRITE instead of a page fault per page).
+    std::chrono::duration<double> stage_populate_time{0};
+    /// Part of `stage_time` spent reading the shard from the files into the tier (the raw
+    /// read: `staged_bytes / stage_read_time` is its bandwidth).
+    std::chrono::duration<double> stage_read_time{0};
+    /// Part of `stage_time` spent mapping every segment of the node for reading (one
+    /// MADV_POPULATE_READ and a load per page; global sharding only), so the first epochs run
+    /// at the steady rate.
+    std::chrono::duration<double> stage_map_node_time{0};
+    /// How the shard was read: "independent" (large preads of the rank's contiguous byte
+    /// range) or "collective" (MPI-IO collective reads); empty when not staged.
+    std::string stage_read_method;
 };
 
 class Loader;

@@ -35,7 +35,9 @@ struct FieldInfo {
 class BatchSink {
 public:
     virtual ~BatchSink() = default;
-    /// Destination of sample `slot` of fixed-size field `field`: `FieldInfo::sample_bytes` bytes.
+    /// Destination of sample `slot` of fixed-size field `field`: `FieldInfo::sample_bytes` bytes,
+    /// valid until the source call that asked for it returns (sources may complete their
+    /// writes only then, e.g. the memory tier's gets from other nodes).
     virtual std::byte* fixed(std::size_t field, std::size_t slot) = 0;
     /// Destination of `size_bytes` bytes for sample `slot` of ragged field `field`.
     /// Slots must be requested in increasing order.

@@ -12,6 +12,11 @@ std::uint64_t micros(std::chrono::duration<double> d) {
     return static_cast<std::uint64_t>(std::max(0.0, d.count()) * 1e6);
 }
 
+/// Bytes per second of `bytes` in `seconds` (0 when no time was measured).
+double rate(std::uint64_t bytes, double seconds) {
+    return seconds > 0 ? static_cast<double>(bytes) / seconds : 0.0;
+}
+
 }  // namespace
 
 TierSummary gather_tier(const Communicator& comm, const std::string& stage,
@@ -23,6 +28,12 @@ TierSummary gather_tier(const Communicator& comm, const std::string& stage,
     t.staged_bytes = comm.allreduce_sum(stats.staged_bytes);
     t.staged_bytes_max = comm.allreduce_max(stats.staged_bytes);
     t.stage_seconds = static_cast<double>(comm.allreduce_max(micros(stats.stage_time))) / 1e6;
+    t.populate_seconds =
+        static_cast<double>(comm.allreduce_max(micros(stats.stage_populate_time))) / 1e6;
+    t.read_seconds = static_cast<double>(comm.allreduce_max(micros(stats.stage_read_time))) / 1e6;
+    t.map_node_seconds =
+        static_cast<double>(comm.allreduce_max(micros(stats.stage_map_node_time))) / 1e6;
+    t.read_method = stats.stage_read_method;  // agreed: the same on every rank
     return t;
 }
 
@@ -40,6 +51,11 @@ void print_tier(const TierSummary& t, const std::vector<EpochReport>& epochs) {
             "%.3f s)",
             static_cast<unsigned long long>(t.staged_bytes),
             static_cast<unsigned long long>(t.staged_bytes_max), t.stage_seconds);
+        std::printf(
+            "\n  staging %.1f MB/s (all ranks); %s read of the files %.3f s (%.1f MB/s), "
+            "pages mapped for writing %.3f s, node's segments mapped for reading %.3f s",
+            rate(t.staged_bytes, t.stage_seconds) / 1e6, t.read_method.c_str(), t.read_seconds,
+            rate(t.staged_bytes, t.read_seconds) / 1e6, t.populate_seconds, t.map_node_seconds);
     }
     if (t.two_phase) std::printf(" (two-phase reads: slab reads + one exchange per step)");
     std::printf("\n");
@@ -57,6 +73,12 @@ nlohmann::json tier_json(const TierSummary& t) {
             {"staged_bytes", t.staged_bytes},
             {"staged_bytes_max_rank", t.staged_bytes_max},
             {"stage_seconds", t.stage_seconds},
+            {"stage_bytes_per_second", rate(t.staged_bytes, t.stage_seconds)},
+            {"read_method", t.read_method},
+            {"read_seconds", t.read_seconds},
+            {"read_bytes_per_second", rate(t.staged_bytes, t.read_seconds)},
+            {"populate_seconds", t.populate_seconds},
+            {"map_node_seconds", t.map_node_seconds},
             {"two_phase", t.two_phase}};
 }
 

@@ -21,10 +21,14 @@ struct TierSummary {
     std::uint64_t staged_bytes = 0;      ///< sum over ranks
     std::uint64_t staged_bytes_max = 0;  ///< largest rank
     double stage_seconds = 0;            ///< slowest rank's staging read
+    double populate_seconds = 0;         ///< slowest rank's mapping of its pages for writing
+    double read_seconds = 0;             ///< slowest rank's read of the files into the tier
+    double map_node_seconds = 0;         ///< slowest rank's mapping of the node's segments
+    std::string read_method;             ///< "independent" or "collective"
     bool two_phase = false;              ///< --two-phase (file reads routed by one exchange)
 };
 
-/// Collective (two allreduces): the tier summary of `stats` on every rank.
+/// Collective (allreduces and a broadcast): the tier summary of `stats` on every rank.
 TierSummary gather_tier(const Communicator& comm, const std::string& stage,
                         const LoaderStats& stats);
 

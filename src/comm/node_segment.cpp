@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "mpistage/comm.hpp"
+#include "util/page_populate.hpp"
 
 namespace mpistage::detail {
 
@@ -34,6 +35,7 @@ NodeSegment::NodeSegment(MPI_Comm comm, const NodeMap& nodes, std::uint64_t size
         check_mpi(MPI_Win_shared_query(shm_win_, r, &bytes, &unit, &p),
                   "node window: MPI_Win_shared_query");
         bases_.push_back(static_cast<const std::byte*>(p));
+        sizes_.push_back(static_cast<std::uint64_t>(bytes));
     }
     if (layout.contiguous) {
         // MPI_PROC_NULL: the segment of the lowest node rank with a non-empty one, which in the
@@ -63,6 +65,7 @@ NodeSegment::NodeSegment(NodeSegment&& o) noexcept
       mine_(std::exchange(o.mine_, nullptr)),
       size_(o.size_),
       bases_(std::move(o.bases_)),
+      sizes_(std::move(o.sizes_)),
       node_base_(std::exchange(o.node_base_, nullptr)) {}
 
 NodeSegment& NodeSegment::operator=(NodeSegment&& o) noexcept {
@@ -73,6 +76,7 @@ NodeSegment& NodeSegment::operator=(NodeSegment&& o) noexcept {
         mine_ = std::exchange(o.mine_, nullptr);
         size_ = o.size_;
         bases_ = std::move(o.bases_);
+        sizes_ = std::move(o.sizes_);
         node_base_ = std::exchange(o.node_base_, nullptr);
     }
     return *this;
@@ -97,6 +101,7 @@ void NodeSegment::release() noexcept {
     mine_ = nullptr;
     node_base_ = nullptr;
     bases_.clear();
+    sizes_.clear();
 }
 
 void NodeSegment::publish(const Communicator& comm) const {
@@ -111,22 +116,53 @@ void NodeSegment::publish(const Communicator& comm) const {
 
 void NodeSegment::get(std::byte* dst, std::uint64_t bytes, int rank,
                       std::uint64_t offset_bytes) const {
+    get_nowait(dst, bytes, rank, offset_bytes);
+    check_mpi(MPI_Win_flush_local(rank, remote_win_),
+              ("node window: MPI_Win_flush_local(rank " + std::to_string(rank) + ")").c_str());
+}
+
+void NodeSegment::get_nowait(std::byte* dst, std::uint64_t bytes, int rank,
+                             std::uint64_t offset_bytes) const {
     if (remote_win_ == MPI_WIN_NULL) {
         throw MpiError("node window: MPI_Get from rank " + std::to_string(rank) +
                        " without a cross-node window (internal error)");
     }
     constexpr std::uint64_t kPiece = std::uint64_t{1} << 30;
-    const std::string where = "node window: MPI_Get of " + std::to_string(bytes) +
-                              " bytes at offset " + std::to_string(offset_bytes) + " of rank " +
-                              std::to_string(rank);
     for (std::uint64_t done = 0; done < bytes;) {
         const auto n = static_cast<int>(std::min(kPiece, bytes - done));
-        check_mpi(MPI_Get(dst + done, n, MPI_BYTE, rank, static_cast<MPI_Aint>(offset_bytes + done),
-                          n, MPI_BYTE, remote_win_),
-                  where.c_str());
+        const int rc =
+            MPI_Get(dst + done, n, MPI_BYTE, rank, static_cast<MPI_Aint>(offset_bytes + done), n,
+                    MPI_BYTE, remote_win_);
+        if (rc != MPI_SUCCESS) {
+            const std::string where = "node window: MPI_Get of " + std::to_string(bytes) +
+                                      " bytes at offset " + std::to_string(offset_bytes) +
+                                      " of rank " + std::to_string(rank);
+            check_mpi(rc, where.c_str());
+        }
         done += static_cast<std::uint64_t>(n);
     }
-    check_mpi(MPI_Win_flush_local(rank, remote_win_), where.c_str());
+}
+
+void NodeSegment::flush_gets() const {
+    if (remote_win_ == MPI_WIN_NULL) return;
+    check_mpi(MPI_Win_flush_local_all(remote_win_), "node window: MPI_Win_flush_local_all");
+}
+
+bool NodeSegment::populate_mine() const noexcept {
+    return populate_pages(mine_, size_, PopulateFor::write);
+}
+
+bool NodeSegment::populate_node() const noexcept {
+    bool all = true;
+    for (std::size_t r = 0; r < bases_.size(); ++r) {
+        // const_cast: madvise takes a non-const pointer; MADV_POPULATE_READ writes nothing.
+        all =
+            populate_pages(const_cast<std::byte*>(bases_[r]), sizes_[r], PopulateFor::read) && all;
+        // Measured (benchmarks/README.md, "Staging read"): on the benchmark machine the first
+        // load of each page still cost ~4 us after the madvise, paid in the first epochs.
+        touch_pages(bases_[r], sizes_[r]);
+    }
+    return all;
 }
 
 }  // namespace mpistage::detail

@@ -63,6 +63,22 @@ public:
     /// MPI_Get (pieces below INT_MAX) and waits for them (MPI_Win_flush_local). Needs the
     /// cross-node window (`remote()`). @throws MpiError naming the rank and offset.
     void get(std::byte* dst, std::uint64_t bytes, int rank, std::uint64_t offset_bytes) const;
+    /// Independent: starts the MPI_Gets of `get` without waiting; `dst` must stay valid and
+    /// untouched until `flush_gets`. Needs the cross-node window. @throws MpiError as `get`.
+    void get_nowait(std::byte* dst, std::uint64_t bytes, int rank,
+                    std::uint64_t offset_bytes) const;
+    /// Independent: waits for every `get_nowait` of this rank (one MPI_Win_flush_local_all).
+    /// @throws MpiError.
+    void flush_gets() const;
+    /// Local: maps this rank's own segment for writing in one call (`populate_pages`), so the
+    /// staging read that follows does not fault page by page. Returns false when the kernel
+    /// lacks MADV_POPULATE_WRITE and a touch pass did it. Never throws.
+    bool populate_mine() const noexcept;
+    /// Local: maps the segments of every rank of the node into this process's page table for
+    /// reading (MADV_POPULATE_READ), then loads one byte of every page (`touch_pages`), so the
+    /// first epoch does not pay a first access per page of its peers' samples. Call after
+    /// `publish`. Returns false when the kernel lacks MADV_POPULATE_READ.
+    bool populate_node() const noexcept;
     /// True when a cross-node window exists (the job spans several nodes).
     bool remote() const noexcept { return remote_win_ != MPI_WIN_NULL; }
 
@@ -73,6 +89,7 @@ private:
     std::byte* mine_ = nullptr;
     std::uint64_t size_ = 0;
     std::vector<const std::byte*> bases_;
+    std::vector<std::uint64_t> sizes_;  ///< bytes of each node rank's segment
     const std::byte* node_base_ = nullptr;
 };
 

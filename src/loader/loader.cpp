@@ -211,11 +211,16 @@ Loader::Loader(const Communicator& comm, const Source& source, LoaderOptions opt
         detail::build_memory_tier(d.comm, source, d.options, detail::ring_bytes(*d.ring), d.stats);
     int level = MPI_THREAD_SINGLE;
     MPI_Query_thread(&level);
-    // A tier within one node serves a batch with plain loads (a few µs of memcpy): copying on
-    // the caller's thread is faster than handing the batch over from an I/O thread
+    // A tier within one node serves a small batch with plain loads (a few µs of memcpy):
+    // copying on the caller's thread is faster than handing the batch over from an I/O thread
     // (benchmarks/README.md, "Where the time went"), so there the I/O threads are not started.
+    // A batch of megabytes (16 × 150 KB: ~0.5 ms of memcpy) is copied by the I/O threads, ahead,
+    // while the caller computes (issue 21: copied on the caller's thread, the staged 150 KB
+    // workload reached a lower accelerator utilisation than file reads with an I/O thread).
     // Across nodes they fetch remote samples steps ahead with MPI_Get.
-    const bool plain_loads = d.tier && d.tier->num_nodes() == 1;
+    constexpr std::uint64_t kInlineBatchBytes = std::uint64_t{1} << 20;
+    const std::uint64_t batch_bytes = detail::ring_bytes(*d.ring) / d.ring->slots.size();
+    const bool plain_loads = d.tier && d.tier->num_nodes() == 1 && batch_bytes <= kInlineBatchBytes;
     d.use_threads = d.options.io_threads > 0 && !plain_loads &&
                     (!d.reader().reads_use_mpi() || level == MPI_THREAD_MULTIPLE);
 }

@@ -70,7 +70,8 @@ std::unique_ptr<MemoryTier> build_memory_tier(const Communicator& comm, const So
         return nullptr;
     }
     const auto t0 = Clock::now();
-    auto tier = std::make_unique<MemoryTier>(comm, source, options.stage_ranks_per_node);
+    auto tier = std::make_unique<MemoryTier>(comm, source, options.stage_ranks_per_node,
+                                             options.plan.sharding == Sharding::global);
     const auto t1 = Clock::now();
     if (!fits_budget(comm, options.stage, tier->staged_bytes() + ring_bytes, budget,
                      "staged shard + prefetch ring", stats)) {
@@ -79,6 +80,10 @@ std::unique_ptr<MemoryTier> build_memory_tier(const Communicator& comm, const So
     stats.tier = "memory";
     stats.staged_bytes = tier->staged_bytes();
     stats.stage_time = t1 - t0;
+    stats.stage_populate_time = tier->stage_times().populate;
+    stats.stage_read_time = tier->stage_times().read;
+    stats.stage_map_node_time = tier->stage_times().map_node;
+    stats.stage_read_method = tier->stage_times().read_method;
     if (options.stage == Stage::automatic) {
         stats.tier_note = "auto: " + std::to_string(stats.staged_bytes) +
                           " bytes staged on this rank, within the budget of " +

@@ -2,15 +2,16 @@
 // The memory tier (LoaderOptions::stage): the dataset staged once in node memory, read back as
 // a Source by the prefetch pipeline (internal; docs/architecture.md, "Memory tier").
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "comm/node_segment.hpp"
 #include "mpistage/comm.hpp"
 #include "mpistage/loader.hpp"
 #include "mpistage/source.hpp"
-#include "comm/node_segment.hpp"
 
 namespace mpistage::detail {
 
@@ -27,15 +28,32 @@ struct ShardLayout {
     std::uint64_t ragged_bytes = 0;
 };
 
+/// Where one rank's staging time went (copied into LoaderStats::stage_*).
+struct StageTimes {
+    /// Mapping this rank's own segment for writing before the read (MADV_POPULATE_WRITE).
+    std::chrono::duration<double> populate{0};
+    /// The read of the shard from the files into the window, unchanged-file check included.
+    std::chrono::duration<double> read{0};
+    /// Mapping every segment of the node for reading after the read (MADV_POPULATE_READ and a
+    /// load per page; global sharding only).
+    std::chrono::duration<double> map_node{0};
+    /// "independent" (preads of the rank's contiguous range) or "collective" (MPI-IO).
+    std::string read_method;
+};
+
 /// The staged dataset as a Source: `read` copies samples from node memory (plain loads on the
 /// same node, MPI_Get from other nodes). Construction and destruction are collective over the
 /// loader's communicator; `read` is independent and thread-safe (it calls MPI only when the
 /// job spans several nodes: `reads_use_mpi`). Borrows `source`, which must outlive it.
 class MemoryTier final : public Source {
 public:
-    /// Collective: reads this rank's shard `[begins[r], begins[r+1])` of `source` into memory.
+    /// Collective: reads this rank's shard `[begins[r], begins[r+1])` of `source` into memory
+    /// (its pages mapped in one call first). With `map_node` (global sharding: every rank
+    /// reads its peers' samples) it then maps every segment of the node into this process for
+    /// reading, so the first epochs read peers' samples at the steady rate; the process's RSS
+    /// then counts the node's whole window (shared pages: the node holds one copy).
     /// @throws what the source's reads throw, MpiError; identically on every rank.
-    MemoryTier(const Communicator& comm, const Source& source, int ranks_per_node);
+    MemoryTier(const Communicator& comm, const Source& source, int ranks_per_node, bool map_node);
     ~MemoryTier() override;
     MemoryTier(const MemoryTier&) = delete;
     MemoryTier& operator=(const MemoryTier&) = delete;
@@ -52,6 +70,8 @@ public:
 
     /// Bytes this rank holds (fixed + ragged segments).
     std::uint64_t staged_bytes() const noexcept;
+    /// Where this rank's staging time went.
+    const StageTimes& stage_times() const noexcept { return times_; }
     /// Nodes the tier spans (1: every read is a plain load).
     int num_nodes() const noexcept { return nodes_.num_nodes; }
 
@@ -59,6 +79,8 @@ private:
     void stage_fixed(const Communicator& comm);
     void stage_ragged(const Communicator& comm, struct RaggedStaging& staged);
     void read_local(std::uint64_t id, int owner, std::size_t k, BatchSink& sink) const;
+    /// Starts the gets of sample `id`'s fixed fields (completed by `fixed_.flush_gets()`);
+    /// ragged fields are read to completion (their destinations move as the sink grows).
     void read_remote(std::uint64_t id, int owner, std::size_t k, BatchSink& sink) const;
 
     const Source& source_;
@@ -70,6 +92,7 @@ private:
     std::vector<ShardLayout> layout_;
     NodeSegment fixed_;
     NodeSegment ragged_;
+    StageTimes times_;
 };
 
 /// Default of `LoaderOptions::stage_budget_bytes`: half of the node's physical memory divided

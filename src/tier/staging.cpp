@@ -11,7 +11,9 @@ namespace mpistage::detail {
 
 namespace {
 
-constexpr std::uint64_t kMaxReadBytes = std::uint64_t{1} << 30;
+/// Fixed-field bytes of one piece of the independent staging read (a buffer that stays in
+/// the cache; sources split larger reads themselves at 1 GiB).
+constexpr std::uint64_t kBounceBytes = std::uint64_t{4} << 20;
 constexpr std::uint64_t kMaxIdsPerRead = std::uint64_t{1} << 20;
 constexpr std::uint64_t kBlockBytes = std::uint64_t{16} << 20;
 
@@ -19,50 +21,81 @@ std::uint64_t align_up(std::uint64_t x, std::uint64_t a) {
     return (x + a - 1) / a * a;
 }
 
-/// Writes staged samples: fixed fields at their place in the segment, ragged to the blocks.
-class StagingSink final : public BatchSink {
+/// Receives one piece of the staging read: fixed fields into a small private buffer that stays
+/// in cache (field after field, `count` samples each), ragged fields to the private blocks.
+class BounceSink final : public BatchSink {
 public:
-    StagingSink(const std::vector<FieldInfo>& fields, const ShardLayout& layout, std::byte* base,
-                RaggedStaging& ragged, std::uint64_t first_slot)
-        : fields_(fields), layout_(layout), base_(base), ragged_(ragged), first_(first_slot) {}
+    BounceSink(const std::vector<FieldInfo>& fields, std::uint64_t count, RaggedStaging& ragged)
+        : fields_(fields), block_(fields.size(), 0), ragged_(ragged) {
+        std::uint64_t off = 0;
+        for (std::size_t f = 0; f < fields.size(); ++f) {
+            block_[f] = off;
+            if (!fields[f].ragged) off = align_up(off + count * fields[f].sample_bytes, 64);
+        }
+        buffer_.resize(off);
+    }
+    void start(std::uint64_t first_slot) { first_ = first_slot; }
     std::byte* fixed(std::size_t field, std::size_t k) override {
-        return base_ + layout_.field_offset[field] + (first_ + k) * fields_[field].sample_bytes;
+        return buffer_.data() + block_[field] + k * fields_[field].sample_bytes;
     }
     std::byte* ragged(std::size_t field, std::size_t k, std::uint64_t size_bytes) override {
         return ragged_.append(field, first_ + k, size_bytes);
     }
+    /// Copies the fixed fields of the piece's `n` samples to their place in the segment.
+    void copy_out(const ShardLayout& layout, std::byte* base, std::uint64_t n) const {
+        for (std::size_t f = 0; f < fields_.size(); ++f) {
+            if (fields_[f].ragged || n == 0) continue;
+            const std::uint64_t sb = fields_[f].sample_bytes;
+            std::memcpy(base + layout.field_offset[f] + first_ * sb, buffer_.data() + block_[f],
+                        n * sb);
+        }
+    }
 
 private:
     const std::vector<FieldInfo>& fields_;
-    const ShardLayout& layout_;
-    std::byte* base_;
+    std::vector<std::uint64_t> block_;
+    std::vector<std::byte> buffer_;
     RaggedStaging& ragged_;
-    std::uint64_t first_;
+    std::uint64_t first_ = 0;
 };
 
-/// The source's collective row reads when every rank has them and they run on the same ranks,
-/// in the same order, as `comm` (so they can be entered where `comm`'s collectives are);
-/// null on every rank otherwise. Collective over `comm`.
+/// The source's collective row reads, when the staging read should use them: every rank has
+/// them, they run on the same ranks, in the same order, as `comm` (so they can be entered
+/// where `comm`'s collectives are), and the source cannot read the rows itself without MPI
+/// (`reads_use_mpi`: a chunked or compressed HDF5 dataset). Where the byte layout is known
+/// (contiguous datasets: the pread fast path) independent preads of each rank's contiguous
+/// range are faster (benchmarks/README.md, "Staging read"). Null on every rank otherwise.
+/// Collective over `comm`.
 const CollectiveRows* collective_rows(const Communicator& comm, const Source& source) {
     const CollectiveRows* rows = source.collective_rows();
-    const bool same = rows != nullptr && rows->runs_on(comm);
+    const bool same = rows != nullptr && rows->runs_on(comm) && source.reads_use_mpi();
     return comm.allreduce_min(same ? 1 : 0) == 1 ? rows : nullptr;
 }
 
+/// The independent staging read: pieces of consecutive ids (the sources coalesce each into one
+/// large read per field: a pread of the rank's contiguous range where the layout is known)
+/// through a bounce buffer of about kBounceBytes, copied into the segment by this process.
+/// Measured on the benchmark machine (benchmarks/README.md, "Staging read"): a page of the
+/// shared window written by the kernel (a pread straight into it) costs a further ~9 us at
+/// its first load from user space, about as much as the read itself, and that cost then lands
+/// in the first epochs; the same bytes copied from a buffer that stays in cache cost no more
+/// to read, and nothing later.
 void read_pieces(const Source& source, const ShardLayout& layout, std::byte* fixed_base,
                  RaggedStaging& ragged) {
     const auto& fields = source.fields();
     std::uint64_t fixed_per_sample = 0;
     for (const auto& f : fields) fixed_per_sample += f.ragged ? 0 : f.sample_bytes;
     const std::uint64_t per_read = std::clamp<std::uint64_t>(
-        kMaxReadBytes / std::max<std::uint64_t>(fixed_per_sample, 1), 1, kMaxIdsPerRead);
+        kBounceBytes / std::max<std::uint64_t>(fixed_per_sample, 1), 1, kMaxIdsPerRead);
+    BounceSink sink(fields, std::min(per_read, layout.count), ragged);
     std::vector<std::uint64_t> ids;
     for (std::uint64_t done = 0; done < layout.count;) {
         const std::uint64_t n = std::min(per_read, layout.count - done);
         ids.resize(n);
         std::iota(ids.begin(), ids.end(), layout.first + done);
-        StagingSink sink(fields, layout, fixed_base, ragged, done);
+        sink.start(done);
         source.read(ids.data(), ids.size(), sink);
+        sink.copy_out(layout, fixed_base, n);
         done += n;
     }
 }
@@ -114,9 +147,10 @@ std::vector<ShardLayout> fixed_layouts(const std::vector<FieldInfo>& fields,
     return out;
 }
 
-void read_shard(const Communicator& comm, const Source& source, const ShardLayout& layout,
-                std::byte* fixed_base, RaggedStaging& ragged) {
-    if (const CollectiveRows* rows = collective_rows(comm, source)) {
+std::string read_shard(const Communicator& comm, const Source& source, const ShardLayout& layout,
+                       std::byte* fixed_base, RaggedStaging& ragged) {
+    const CollectiveRows* rows = collective_rows(comm, source);
+    if (rows != nullptr) {
         for (std::size_t f = 0; f < source.fields().size(); ++f) {
             rows->read_rows_collective(f, layout.first, layout.count,
                                        fixed_base + layout.field_offset[f]);
@@ -127,6 +161,7 @@ void read_shard(const Communicator& comm, const Source& source, const ShardLayou
     // A collective read of a file truncated meanwhile returns zeros past its end without an
     // error: what was read is served only if every rank still sees the file it opened.
     agree_or_throw(comm, capture([&] { source.check_unchanged(); }));
+    return rows != nullptr ? "collective" : "independent";
 }
 
 void copy_ragged(const std::vector<FieldInfo>& fields, const ShardLayout& layout,

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "mpistage/comm.hpp"
@@ -34,13 +35,16 @@ std::vector<ShardLayout> fixed_layouts(const std::vector<FieldInfo>& fields,
 
 /// Collective over `comm`: reads the shard `layout` of `source` (fixed fields to
 /// `fixed_base`, ragged fields to `ragged`): collective H5Dread (MPI-IO collective reads) for
-/// an HDF5 source opened on the same ranks, else the source's `read` over consecutive ids in
-/// pieces of at most 1 GiB (which the sources coalesce into contiguous reads). Then every rank
-/// checks that the source's files are the ones it opened (`Source::check_unchanged`: a file
+/// an HDF5 source opened on the same ranks whose rows cannot be read without MPI (chunked or
+/// compressed datasets), else the source's `read` over consecutive ids in pieces of at most
+/// 1 GiB, which the sources coalesce into large independent reads of this rank's contiguous
+/// byte range (pread for contiguous HDF5 datasets and raw/IDX files). Then every rank checks
+/// that the source's files are the ones it opened (`Source::check_unchanged`: a file
 /// truncated during the read fails here, not as zeros served later). Failures are agreed.
+/// @returns "collective" or "independent" (the same on every rank).
 /// @throws the source's errors, identically on every rank.
-void read_shard(const Communicator& comm, const Source& source, const ShardLayout& layout,
-                std::byte* fixed_base, RaggedStaging& ragged);
+std::string read_shard(const Communicator& comm, const Source& source, const ShardLayout& layout,
+                       std::byte* fixed_base, RaggedStaging& ragged);
 
 /// Local: writes the value offsets and the values of `ragged` into the ragged segment at
 /// `base` per `layout`, freeing each private block once copied.

@@ -6,8 +6,9 @@
 #   MPI_File_open            TFRecord open (the library's own MPI_File_open)
 #   H5Fopen                  collective HDF5 open through the MPI-IO driver
 #   MPI_Win_allocate_shared  the memory tier's window (--stage memory)
-#   H5Dread                  the collective staging read of HDF5 (--stage memory)
-#   MPI_File_read_at_all     inside HDF5's collective read (--stage memory)
+#   pread (>= 1 MiB)         the independent staging read of a contiguous dataset (--stage memory)
+#   H5Dread                  the collective staging read of a chunked dataset (--stage memory)
+#   MPI_File_read_at_all     inside HDF5's collective read (--stage memory, chunked)
 # Usage: watchdog_blocking.sh MPISTAGE_CLI WORK_DIR TEST_DATA_DIR FASHION_MNIST_DIR
 # The injector library comes from $MPISTAGE_FAULT_INJECT (set by CMake); the set-up is shared
 # with staging_truncated.sh (tests/common/fault_e2e.sh).
@@ -27,7 +28,7 @@ fault() {
     set +e
     timeout -k 5 $((limit + 30)) "$mpiexec" -np 3 --oversubscribe -x LD_PRELOAD="$inject" \
         -x MPISTAGE_FAULT_CALL="$call" -x MPISTAGE_FAULT_RANK=1 \
-        -x MPISTAGE_FAULT_ACTION="$action" \
+        -x MPISTAGE_FAULT_ACTION="$action" -x MPISTAGE_FAULT_MIN_BYTES=$((1 << 20)) \
         "$cli" stage "$@" --timeout "$timeout_s" --quiet --json "$tag/report.json" \
         >"$work/out" 2>"$work/err"
     rc=$?
@@ -54,8 +55,13 @@ fault() {
 fault tfrecord_open_stop MPI_File_open stop "$tfr"
 fault hdf5_open_stop H5Fopen stop "$h5"
 fault window_stop MPI_Win_allocate_shared stop "$h5" --stage memory
-fault staging_read_stop H5Dread stop "$h5" --stage memory
-fault mpiio_read_stop MPI_File_read_at_all stop "$h5" --stage memory
+# The staging read of a contiguous dataset is independent preads (issue 21); a chunked copy
+# keeps the collective path (H5Dread, MPI_File_read_at_all) under test.
+h5_chunked="$work/t10k-chunked.h5"
+[ -s "$h5_chunked" ] || h5repack -l images:CHUNK=1000x28x28 -l labels:CHUNK=1000 "$h5" "$h5_chunked"
+fault staging_pread_stop pread stop "$h5" --stage memory
+fault staging_read_stop H5Dread stop "$h5_chunked" --stage memory
+fault mpiio_read_stop MPI_File_read_at_all stop "$h5_chunked" --stage memory
 fault hdf5_open_kill H5Fopen kill "$h5"
 fault window_kill MPI_Win_allocate_shared kill "$h5" --stage memory
 echo "watchdog_blocking: all passed"

@@ -1,12 +1,14 @@
 /* LD_PRELOAD fault injector for the watchdog tests (tests/e2e/watchdog_blocking.sh).
  *
  * On entering the call named by MPISTAGE_FAULT_CALL (one of MPI_File_open, H5Fopen,
- * MPI_Win_allocate_shared, MPI_File_read_at_all, H5Dread), the process whose world rank is
+ * MPI_Win_allocate_shared, MPI_File_read_at_all, H5Dread, pread), the process whose world rank is
  * MPISTAGE_FAULT_RANK (read from the launcher's environment: OMPI_COMM_WORLD_RANK, PMI_RANK or
  * SLURM_PROCID) stops itself (MPISTAGE_FAULT_ACTION=stop, SIGSTOP, the default) or dies
  * (kill, SIGKILL), or, with MPISTAGE_FAULT_ACTION=truncate, cuts the file MPISTAGE_FAULT_FILE
  * to MPISTAGE_FAULT_SIZE bytes once and lets the call proceed (a file truncated during a read).
- * MPISTAGE_FAULT_SKIP=n lets the first n entries pass. Every other process,
+ * MPISTAGE_FAULT_SKIP=n lets the first n entries pass. For pread, only reads of at least
+ * MPISTAGE_FAULT_MIN_BYTES bytes count as entries (the memory tier's staging preads of
+ * megabytes, not the small metadata reads of opening a file). Every other process,
  * and every other call, goes straight to the real function (dlsym(RTLD_NEXT)). Calls made
  * inside the MPI or HDF5 libraries are interposed as well (HDF5's MPI-IO driver calls
  * MPI_File_open and MPI_File_read_at_all through the dynamic linker). Test tool only. */
@@ -74,6 +76,12 @@ int MPI_File_read_at_all(MPI_File fh, MPI_Offset offset, void* buf, int count,
                          MPI_Datatype datatype, MPI_Status* status) {
     maybe_fault("MPI_File_read_at_all");
     return REAL(MPI_File_read_at_all)(fh, offset, buf, count, datatype, status);
+}
+
+ssize_t pread(int fd, void* buf, size_t count, off_t offset) {
+    const char* min = getenv("MPISTAGE_FAULT_MIN_BYTES");
+    if (!min || count >= (size_t)atoll(min)) maybe_fault("pread");
+    return REAL(pread)(fd, buf, count, offset);
 }
 
 hid_t H5Fopen(const char* filename, unsigned flags, hid_t fapl_id) {

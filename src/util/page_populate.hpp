@@ -1,0 +1,29 @@
+#pragma once
+// Mapping a range of memory into this process's page table in one call instead of one page
+// fault per page (internal; the memory tier's window, docs/architecture.md "Memory tier").
+
+#include <cstddef>
+
+namespace mpistage::detail {
+
+/// What the pages are mapped for.
+enum class PopulateFor {
+    read,   ///< MADV_POPULATE_READ: map existing pages (a peer's staged segment)
+    write,  ///< MADV_POPULATE_WRITE: allocate and map writable pages (a segment to read into)
+};
+
+/// Local, thread-safe: maps every page of `[p, p + size_bytes)` (the range is widened to page
+/// boundaries, so it must lie inside one mapping that covers those pages) into this process's
+/// page table: `madvise(MADV_POPULATE_READ / _WRITE)` where the kernel has it (Linux ≥ 5.14),
+/// else a touch pass (one load per page; for `write` one store of the byte already there, so
+/// the contents are unchanged either way). Returns true when madvise did it, false after the
+/// touch pass. Never throws: population is an optimisation, a failure leaves faults to later.
+bool populate_pages(void* p, std::size_t size_bytes, PopulateFor what) noexcept;
+
+/// Local, thread-safe: one load from every page of `[p, p + size_bytes)`. On the benchmark
+/// machine (a virtual machine) the first load of a page through a mapping still costs several
+/// microseconds after MADV_POPULATE_READ mapped it; on other machines it costs a cache miss
+/// per page. Never throws.
+void touch_pages(const void* p, std::size_t size_bytes) noexcept;
+
+}  // namespace mpistage::detail
