@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One command for the side-by-side staging benchmark (benchmarks/README.md): prepares the
 # workloads, runs benchmarks/side_by_side.py and bench_exchange (MPI_Get vs MPI_Alltoallv), and
-# plots the steady-state rates with gnuplot. Results: OUT.md/.json/.dat/.png (OUT defaults to
-# benchmarks/results).
+# plots the steady-state rates with gnuplot, then benchmarks/contention.py. Results:
+# OUT.md/.json/.dat/.png and OUT-contention.md/.json (OUT defaults to benchmarks/results).
 #
 #   benchmarks/run.sh [BUILD_DIR] [NP] [RUNS]      (defaults: build, 2, 5)
 set -euo pipefail
@@ -33,6 +33,13 @@ fm=/usr/share/datasets/fashion-mnist
 
 echo "np=$np, $runs runs after a warm-up, $(nproc) cores, $(date -u '+%Y-%m-%d %H:%M UTC')"
 "$py" "$here/side_by_side.py" "$build" "$work" "$np" "$runs" "$out"
+
+# Under contention (README "Binding and shared cores"): staged Fashion-MNIST and PyTorch in
+# memory, idle and with a busy process per core, default binding and --bind-to none.
+# Results: $out-contention.md/.json. CONTENTION=0 skips it.
+if [ "${CONTENTION:-1}" != 0 ]; then
+    "$py" "$here/contention.py" "$build" "$work" "$np" "$runs" "$out-contention"
+fi
 
 # The memory tier's cross-node path: MPI_Get vs MPI_Alltoallv per step, every rank its own
 # node (README "MPI_Get vs MPI_Alltoallv"); osc/sm excluded so that one-sided access goes
