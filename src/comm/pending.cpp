@@ -21,8 +21,8 @@ PendingAllreduce::PendingAllreduce(const Communicator& comm, std::vector<std::ui
     // The sequence number is taken at the start: collectives are numbered in the order every
     // rank starts them, whenever each completes.
     s.seq = comm.watch_->next_seq++;
-    check_mpi(MPI_Iallreduce(s.in.data(), s.out.data(), static_cast<int>(s.in.size()),
-                             MPI_UINT64_T, MPI_MIN, comm.comm_, &s.request),
+    check_mpi(MPI_Iallreduce(s.in.data(), s.out.data(), static_cast<int>(s.in.size()), MPI_UINT64_T,
+                             MPI_MIN, comm.comm_, &s.request),
               call);
 }
 

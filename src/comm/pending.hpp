@@ -28,8 +28,7 @@ class PendingAllreduce {
 public:
     PendingAllreduce() = default;
     /// Starts the allreduce of `values` (the same count on every rank). @throws MpiError.
-    PendingAllreduce(const Communicator& comm, std::vector<std::uint64_t> values,
-                     const char* call);
+    PendingAllreduce(const Communicator& comm, std::vector<std::uint64_t> values, const char* call);
     PendingAllreduce(PendingAllreduce&&) noexcept = default;
     PendingAllreduce& operator=(PendingAllreduce&& o) noexcept;
     PendingAllreduce(const PendingAllreduce&) = delete;

@@ -187,7 +187,8 @@ TEST(Watchdog, WaitForPeersIsSeparateFromWaitForIo) {
 
 // A window request of the loader (detail::PendingAllreduce: started now, completed later) is
 // watched like every other collective: the last rank starts it 2.5 s late with a 1 s deadline,
-// so the others' wait expires with a report naming it and the request's own call; the result
+// so the others' wait expires with a report naming the request's call and number (the late
+// rank answers within the 2 s grace, so it is not listed as absent); the result
 // is still the element-wise minimum, and later collectives keep their sequence.
 TEST(Watchdog, PendingAllreduceIsWatchedUnderItsStartNumber) {
     const int w = h5t::size();
@@ -210,8 +211,7 @@ TEST(Watchdog, PendingAllreduceIsWatchedUnderItsStartNumber) {
         ASSERT_EQ(reports.size(), 1u) << "rank " << r;
         EXPECT_NE(reports[0].find("(MPI_Iallreduce(window agreement))"), std::string::npos)
             << reports[0];
-        EXPECT_NE(reports[0].find("Rank(s) that did not arrive: " + std::to_string(w - 1)),
-                  std::string::npos)
+        EXPECT_NE(reports[0].find("rank 0: waiting at collective #0 "), std::string::npos)
             << reports[0];
         EXPECT_NE(reports[0].find("test: window agreement"), std::string::npos) << reports[0];
     } else {
