@@ -7,9 +7,11 @@ launcher's default binding (Open MPI binds each of up to 2 ranks to its own core
 `--bind-to none`. Steady state as side_by_side.py: (T(E) - T(1)) / (E - 1), medians of RUNS
 runs after a warm-up run.
 
-mpistage runs at two prefetch depths: 4 (side_by_side.py's) and 64 (the README's guidance for
-shared cores: the window agreement lets a rank run prefetch / 2 steps ahead of a descheduled
-peer, docs/architecture.md "Agreement that does not wait on scheduling").
+mpistage runs at the prefetch depths of CONTENTION_PREFETCH (default 4,64,512): 4 is
+side_by_side.py's, deeper rings let a rank run prefetch / 2 steps ahead of a descheduled peer
+(docs/architecture.md "Agreement that does not wait on scheduling"; README "Binding and shared
+cores"); 512 exceeds an epoch's 469 steps per rank, so the ring holds the whole epoch (the
+loader clamps it to the steps: 469 x 50 KB per rank).
 
 Usage: contention.py BUILD_DIR WORK_DIR NP RUNS OUT_PREFIX   (WORK_DIR/fmnist.h5 must exist)
 Writes OUT_PREFIX.json (every run) and OUT_PREFIX.md (the table).
@@ -25,7 +27,7 @@ from side_by_side import PY, HERE, steady, steady_epoch_seconds
 
 EPOCHS = 6
 BATCH = 64
-PREFETCHES = (4, 64)
+PREFETCHES = tuple(int(p) for p in os.environ.get("CONTENTION_PREFETCH", "4,64,512").split(","))
 
 
 def launcher(np_, binding):
