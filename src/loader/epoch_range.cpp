@@ -189,8 +189,9 @@ bool EpochRange::next(HostBatch& out) {
     try {
         if (d.next_consume >= d.limit) {
             // The requests still in flight were started by every rank: complete them here, so
-            // the epoch leaves nothing behind (and a rank that left early is found).
-            l.finish_windows(d.window_tag(detail::SyncKind::window));
+            // the epoch leaves nothing behind (and a rank that left early is found). Only once:
+            // after the end the loader's windows may belong to a later epoch.
+            if (!d.finished) l.finish_windows(d.window_tag(detail::SyncKind::window));
         } else {
             if (d.next_consume == 0) d.started = t0;
             d.agree_step();
