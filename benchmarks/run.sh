@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # One command for the side-by-side staging benchmark (benchmarks/README.md): prepares the
 # workloads, runs benchmarks/side_by_side.py and bench_exchange (MPI_Get vs MPI_Alltoallv), and
-# plots the steady-state rates with gnuplot. Results: OUT.md/.json/.dat/.png (OUT defaults to
-# benchmarks/results). Then the Fashion-MNIST table under the parallel-file-system model
-# (1 ms per request, 2 GB/s per process; OUT-pfs.md/.json; PFS=0 skips it, about 15 minutes)
-# and the scale model (OUT-scale.md: the table at W = 64 ... 4096, N = 10^9, and its check
-# against real runs at W = 2, 3, 4).
+# plots the steady-state rates with gnuplot, then benchmarks/contention.py. Results:
+# OUT.md/.json/.dat/.png and OUT-contention.md/.json (OUT defaults to benchmarks/results;
+# CONTENTION=0 skips contention.py). Then the Fashion-MNIST table under the parallel-file-system
+# model (1 ms per request, 2 GB/s per process; OUT-pfs.md/.json; PFS=0 skips it, about 15
+# minutes) and the scale model (OUT-scale.md: the table at W = 64 ... 4096, N = 10^9, and its
+# check against real runs at W = 2, 3, 4).
 #
 #   benchmarks/run.sh [BUILD_DIR] [NP] [RUNS]      (defaults: build, 2, 5)
 set -euo pipefail
@@ -36,6 +37,13 @@ fm=/usr/share/datasets/fashion-mnist
 
 echo "np=$np, $runs runs after a warm-up, $(nproc) cores, $(date -u '+%Y-%m-%d %H:%M UTC')"
 "$py" "$here/side_by_side.py" "$build" "$work" "$np" "$runs" "$out"
+
+# Under contention (README "Binding and shared cores"): staged Fashion-MNIST and PyTorch in
+# memory, idle and with a busy process per core, default binding and --bind-to none.
+# Results: $out-contention.md/.json. CONTENTION=0 skips it.
+if [ "${CONTENTION:-1}" != 0 ]; then
+    "$py" "$here/contention.py" "$build" "$work" "$np" "$runs" "$out-contention"
+fi
 
 # The memory tier's cross-node path: MPI_Get vs MPI_Alltoallv per step, every rank its own
 # node (README "MPI_Get vs MPI_Alltoallv"); osc/sm excluded so that one-sided access goes

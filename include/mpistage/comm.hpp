@@ -46,7 +46,8 @@ struct CollectiveContext {
 
 namespace detail {
 struct WatchState;
-}
+class PendingAllreduce;
+}  // namespace detail
 
 /// The library's own communicator: an `MPI_Comm_dup` of the user's communicator with
 /// `MPI_ERRORS_RETURN` set, plus the node-local communicator from
@@ -178,6 +179,7 @@ public:
     std::vector<std::string> alltoallv(const std::vector<std::string>& to_each) const;
 
 private:
+    friend class detail::PendingAllreduce;  // starts and waits under this watchdog
     /// Starts a non-blocking collective with `start` and waits for it under the watchdog.
     void watched(const char* call, const std::function<int(MPI_Request*)>& start) const;
     void wait_watched(MPI_Request& request, const char* call) const;

@@ -55,7 +55,8 @@ struct LoaderOptions {
     /// Batches read ahead of the consumer: the ring has this many host buffers (at most one per
     /// batch of an epoch), allocated once. 1 ≤ prefetch ≤ kMaxPrefetch. Resident batch memory is
     /// prefetch × batch bytes; a ring larger than half of the node's memory per rank is a
-    /// ConfigError.
+    /// ConfigError. Also how far a rank may run ahead of a peer that is descheduled (the
+    /// window agreement's lag is ⌊min over ranks / 2⌋ steps): raise it where cores are shared.
     std::size_t prefetch = 2;
     /// Background I/O threads filling the ring (at most kMaxIoThreads; no more are started than
     /// an epoch has batches). 0 reads on the consumer thread inside `next()`.
@@ -240,9 +241,11 @@ public:
     const EpochTotals& totals() const noexcept;
     /// Collective: the next batch, or false after the last one. An error on any rank (I/O,
     /// format, all ring slots held by the caller) is thrown on every rank at the same step.
-    /// One allreduce covers a window of batches every rank holds ready (at most `prefetch`;
-    /// docs/architecture.md, "Batch agreement in windows"), so most calls make no MPI call,
-    /// but every rank must call it the same number of times.
+    /// Window requests (non-blocking allreduces, one per ⌈prefetch/2⌉ steps, completed
+    /// ⌊prefetch/2⌋ steps after they start; docs/architecture.md, "Agreement that does not
+    /// wait on scheduling") say which batches every rank holds ready, so a call waits for a peer
+    /// only when that peer is ⌊prefetch/2⌋ steps behind; every rank must call it the same
+    /// number of times.
     /// @throws Error subclasses, identical on every rank.
     bool next(HostBatch& out);
 

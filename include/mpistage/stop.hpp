@@ -9,10 +9,10 @@
 namespace mpistage {
 
 /// Not collective, async-signal-safe (one lock-free atomic store), any thread: asks every
-/// loader of this process to end its epoch. Each `EpochRange::next()` agreement carries the
-/// request, so the stop is agreed: at the next agreement window (at most `prefetch` batches
-/// later, docs/architecture.md "Batch agreement in windows") the range ends on every rank at
-/// the same step, also on ranks that got no request, and `EpochRange::stopped()` is true
+/// loader of this process to end its epoch. Each `EpochRange::next()` window request carries
+/// the request, so the stop is agreed: at most `prefetch` − 1 batches later (docs/
+/// architecture.md, "Agreement that does not wait on scheduling") the range ends on every rank
+/// at the same step, also on ranks that got no request, and `EpochRange::stopped()` is true
 /// there. The request stays set (later epochs stop at their first window) until
 /// `clear_stop_request()`.
 void request_stop() noexcept;

@@ -62,6 +62,13 @@ struct TaggedAgreement {
 TaggedAgreement agree_tagged_or_throw(const Communicator& comm, std::uint64_t tag,
                                       const LocalStatus& status, std::uint64_t value, bool flag);
 
+/// Collective: every rank's part once an agreement found that rank `first_rank` is the lowest
+/// failing one (`status`: this rank's own outcome): counts the failing ranks, broadcasts that
+/// rank's error and throws it on every rank, as `agree_or_throw` does.
+/// @throws the agreed `Error` subclass, always.
+[[noreturn]] void throw_agreed_error(const Communicator& comm, const LocalStatus& status,
+                                     std::uint64_t first_rank);
+
 /// Collective: runs `fn` on every rank, then agrees on the outcome (see `agree_or_throw`).
 /// `fn` must not itself make collective calls that other ranks might skip.
 void run_agreed(const Communicator& comm, const std::function<void()>& fn);

@@ -278,6 +278,11 @@ namespace {
 
 }  // namespace
 
+void throw_agreed_error(const Communicator& comm, const LocalStatus& status,
+                        std::uint64_t first_rank) {
+    throw_agreed(comm, status, first_rank);
+}
+
 void agree_or_throw(const Communicator& comm, const LocalStatus& status) {
     // One allreduce decides whether anyone failed and who is first; only then a broadcast.
     const std::uint64_t size = static_cast<std::uint64_t>(comm.size());

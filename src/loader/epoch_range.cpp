@@ -1,4 +1,5 @@
-// One epoch seen by the consumer: ordered batches from the prefetcher, one agreement per step.
+// One epoch seen by the consumer: ordered batches from the prefetcher, agreed in windows whose
+// requests complete steps later (loader/window_agreement.hpp).
 #include "comm/agree.hpp"
 #include "loader/batch_builder.hpp"
 #include "loader/device_delivery.hpp"
@@ -46,29 +47,15 @@ detail::SyncTag EpochRange::Impl::window_tag(detail::SyncKind kind) const {
     return t;
 }
 
-void EpochRange::Impl::agree_window() {
+std::uint64_t EpochRange::Impl::fill_window() {
     Loader::Impl& l = *loader;
-    const auto stop_asked = [&] {
-        return stop_request.load(std::memory_order_relaxed) || mpistage::stop_requested();
-    };
-    if (taken.empty() && prefetch->collective_steps()) {
-        // The step's exchange is a collective of its own: the ranks first agree that they all
-        // are at this step (and whether to stop), so a rank in another call is never matched
-        // with the exchange.
-        l.comm.set_context({"loader: agree before exchange", static_cast<std::int64_t>(epoch),
-                            static_cast<std::int64_t>(plan.first_step + next_consume), "", -1});
-        if (l.sync(window_tag(detail::SyncKind::exchange), {}, 0, stop_asked()).any_flag) {
-            stopped = true;
-            return;
-        }
-    }
     if (taken.empty()) {
         LocalStatus status;
         detail::Slot* slot = prefetch->take(next_consume, status);
         taken.emplace_back(slot, std::move(status));
     }
-    // Later steps already read join the window without waiting; a failed read ends it.
-    // On a device, slots return as soon as their copy completed: the window then stops at
+    // Later steps already read join without waiting; a failed read ends the run of good ones.
+    // On a device, slots return as soon as their copy completed: the run then stops at
     // `prefetch` batches ahead, which bounds the device memory held by copies in flight.
     const std::size_t ahead = l.stager ? prefetch->ring()->slots.size() : limit;
     while (!taken.back().second.failed && next_consume + taken.size() < limit &&
@@ -81,26 +68,64 @@ void EpochRange::Impl::agree_window() {
     std::size_t good = 0;
     while (good < taken.size() && !taken[good].second.failed) ++good;
     if (l.stager) good = stage_window(good);
-    // Errors are agreed at their own step: a window ends before the first failed read, and
-    // the failure is agreed when its step opens the next window.
-    const LocalStatus& first = taken.front().second;
+    return next_consume + good;
+}
+
+void EpochRange::Impl::agree_step() {
+    Loader::Impl& l = *loader;
+    detail::WindowState& w = l.windows;
+    const std::uint64_t s = next_consume;
+    const detail::SyncTag tag = window_tag(detail::SyncKind::window);
+    const auto stop_asked = [&] {
+        return stop_request.load(std::memory_order_relaxed) || mpistage::stop_requested();
+    };
+    if (taken.empty() && prefetch->collective_steps()) {
+        // The step's exchange is a collective of its own: the ranks first agree that they all
+        // are at this step (and whether to stop), so a rank in another call is never matched
+        // with the exchange. (Steps read collectively run with lag 0: nothing is in flight.)
+        l.comm.set_context({"loader: agree before exchange", static_cast<std::int64_t>(epoch),
+                            static_cast<std::int64_t>(plan.first_step + s), "", -1});
+        if (l.sync(window_tag(detail::SyncKind::exchange), {}, 0, stop_asked()).any_flag) {
+            stopped = true;
+            return;
+        }
+    }
+    const std::uint64_t ready_until = fill_window();
+    const auto report = [&] {
+        return detail::WindowReport{ready_until, ready_until < next_consume + taken.size(),
+                                    stop_asked()};
+    };
     l.comm.set_context({"loader: agree on batch", static_cast<std::int64_t>(epoch),
-                        static_cast<std::int64_t>(next_consume), "", -1});
-    const TaggedAgreement a = l.sync(window_tag(detail::SyncKind::window), first, good,
-                                     stop_asked());
-    if (a.any_flag) {  // the agreed stop: no batch of this window is returned on any rank
+                        static_cast<std::int64_t>(plan.first_step + s), "", -1});
+    // Every decision below depends on the step and on completed requests only, so every rank
+    // starts the same requests at the same steps and ends, throws or stops at the same step.
+    if (s % w.group == 0) l.start_window(tag, s, report());
+    l.poll_windows(tag);
+    // A request started `lag` steps ago must be complete now: a rank is never more than
+    // `lag` steps ahead of the slowest one, and a stop it carries takes effect here.
+    while (!w.pending.empty() && w.pending.front().step + w.lag <= s) l.wait_window(tag);
+    const auto decided = [&] { return w.credit > s || w.error_step == s; };
+    while (!decided() && !w.pending.empty()) l.wait_window(tag);
+    if (!decided()) {  // no request reached this step: one more, started here by every rank
+        l.start_window(tag, s, report());
+        while (!w.pending.empty()) l.wait_window(tag);
+    }
+    if (w.error_step == s) {  // every rank is at this step: nothing else in flight
+        l.finish_windows(tag);
+        throw_agreed_error(l.comm, taken.front().second, w.error_rank);
+    }
+    if (w.stop_at <= s) {  // the agreed stop: no batch from here on any rank
+        l.finish_windows(tag);
         stopped = true;
         return;
     }
-    if (a.min_value == 0) {  // every rank holds at least one error-free batch here
-        throw Error("loader: internal error: the window agreement at step " +
-                    std::to_string(plan.first_step + next_consume) + " of epoch " +
-                    std::to_string(epoch) + " found no batch ready");
+    if (!l.digest_covers(s + 1)) {
+        // The consumed-id digest's blocking allreduce only once every rank is known to be
+        // here: a request started at this step, completed with matching tags.
+        if (w.last_start != s) l.start_window(tag, s, report());
+        l.finish_windows(tag);
+        l.cover_digest(plan, s + 1);
     }
-    agreed = static_cast<std::size_t>(a.min_value);
-    // The consumed-id digest of every step this window can return (LoaderState): the same
-    // decision on every rank (the same step and window), so its allreduce matches.
-    l.cover_digest(plan, next_consume + agreed);
 }
 
 std::size_t EpochRange::Impl::stage_window(std::size_t good) {
@@ -158,26 +183,29 @@ bool EpochRange::next(HostBatch& out) {
         }
         return false;
     };
-    if (d.next_consume >= d.limit || d.stopped) return end_range();
+    if (d.stopped) return end_range();
     const auto t0 = Clock::now();
-    if (d.next_consume == 0) d.started = t0;
-    // One agreement per window of batches every rank holds ready (at least one batch): the
-    // per-step allreduce of a small, fast batch costs more than its read.
-    if (d.agreed == 0) {
-        const auto peers_before = l.comm.collective_wait();
-        try {
-            d.agree_window();
-        } catch (...) {
-            d.shutdown();
-            d.next_consume = d.plan.steps;
-            d.finished = true;
-            throw;
+    const auto peers_before = l.comm.collective_wait();
+    try {
+        if (d.next_consume >= d.limit) {
+            // The requests still in flight were started by every rank: complete them here, so
+            // the epoch leaves nothing behind (and a rank that left early is found). Only once:
+            // after the end the loader's windows may belong to a later epoch.
+            if (!d.finished) l.finish_windows(d.window_tag(detail::SyncKind::window));
+        } else {
+            if (d.next_consume == 0) d.started = t0;
+            d.agree_step();
         }
-        const auto peers = l.comm.collective_wait() - peers_before;
-        l.stats.wait_peers_time += peers;
-        l.stats.wait_io_time += (Clock::now() - t0) - peers;
-        if (d.stopped) return end_range();
+    } catch (...) {
+        d.shutdown();
+        d.next_consume = d.plan.steps;
+        d.finished = true;
+        throw;
     }
+    const auto peers = l.comm.collective_wait() - peers_before;
+    l.stats.wait_peers_time += peers;
+    if (d.next_consume >= d.limit || d.stopped) return end_range();
+    l.stats.wait_io_time += (Clock::now() - t0) - peers;
     const auto account = [&](std::size_t num_valid, std::size_t size, std::uint64_t step,
                              std::uint64_t bytes) {
         l.stats.wait_time += Clock::now() - t0;
@@ -191,7 +219,6 @@ bool EpochRange::next(HostBatch& out) {
     };
     detail::Slot* slot = d.taken.front().first;
     d.taken.pop_front();
-    --d.agreed;
     if (l.stager) {  // on the device: the copy was submitted when the batch joined the window
         Impl::Staged st = std::move(d.staged.front());
         d.staged.pop_front();

@@ -199,6 +199,8 @@ Loader::Loader(const Communicator& comm, const Source& source, LoaderOptions opt
     // The device kind is agreed (all CUDA, or all CPU with one line for the job).
     d.comm.set_context({"loader: device", -1, -1, "", -1});
     d.device = detail::agree_device(d.comm, d.options);
+    // The window agreement's shape must be the same on every rank; prefetch may differ.
+    d.min_prefetch = d.comm.allreduce_min(static_cast<std::uint64_t>(d.options.prefetch));
     run_agreed(d.comm, [&] {
         d.allocate_ring(capacity, std::max<std::uint64_t>(
                                       1, std::min<std::uint64_t>(d.options.prefetch, d.totals.steps)));
@@ -236,23 +238,6 @@ detail::SyncTag Loader::Impl::left_tag(detail::SyncKind kind) const {
         t.left_steps = progress.start.step + progress.steps;
     }
     return t;
-}
-
-TaggedAgreement Loader::Impl::sync(const detail::SyncTag& tag, const LocalStatus& status,
-                                   std::uint64_t value, bool stop) {
-    const TaggedAgreement a = agree_tagged_or_throw(comm, tag.hash(), status, value, stop);
-    if (a.same_tag) return a;
-    // Every rank saw the mismatch in the same allreduce, so every rank makes this gather.
-    const std::vector<std::uint64_t> all = comm.allgather(tag.words());
-    std::vector<detail::SyncTag> tags;
-    for (std::size_t at = 0; at + detail::SyncTag::kWords <= all.size();
-         at += detail::SyncTag::kWords) {
-        tags.push_back(detail::SyncTag::from_words(&all[at]));
-        peer_closed = peer_closed || tags.back().kind == detail::SyncKind::close;
-    }
-    diverged = true;
-    divergence = detail::describe_mismatch(tags);
-    throw ConfigError(divergence);
 }
 
 void Loader::Impl::close() {
@@ -380,6 +365,10 @@ EpochRange Loader::epoch(std::uint64_t e, EpochOptions eo) {
     }
     impl->prefetch = std::make_unique<detail::Prefetcher>(d.ring, d.reader(), impl->plan, e,
                                                           std::move(step_reader));
+    std::uint64_t lag = 0;
+    std::uint64_t group = 1;
+    detail::window_shape(d.min_prefetch, impl->limit, d.options.two_phase, lag, group);
+    d.windows.reset(lag, group);
     d.epoch_active = true;
     d.active = impl.get();
     EpochRange range(std::move(impl));

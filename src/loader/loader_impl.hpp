@@ -12,6 +12,7 @@
 
 #include "comm/agree.hpp"
 #include "loader/sync.hpp"
+#include "loader/window_agreement.hpp"
 #include "mpistage/loader.hpp"
 #include "pipeline/prefetch.hpp"
 #include "pipeline/ring.hpp"
@@ -67,6 +68,12 @@ struct Loader::Impl {
     bool peer_closed = false;
     /// This rank closed the loader.
     bool closed = false;
+    /// The window agreement of the epoch in flight, with its requests still pending (a range
+    /// left early leaves them here; the next loader collective completes them first).
+    detail::WindowState windows;
+    /// `options.prefetch`, its minimum over the ranks (agreed at construction): the shape of
+    /// the window agreement must be the same everywhere (`detail::window_shape`).
+    std::uint64_t min_prefetch = 1;
     /// The memory tier when `options.stage` staged the data (destroyed, collectively, first).
     std::unique_ptr<detail::MemoryTier> tier;
     /// The device agreed at construction (detail::agree_device) and whether the ring is pinned.
@@ -127,6 +134,26 @@ struct Loader::Impl {
     /// divergence and throws the same ConfigError naming each rank's call and step.
     TaggedAgreement sync(const detail::SyncTag& tag, const LocalStatus& status,
                          std::uint64_t value, bool stop);
+    /// Collective (one started allreduce): starts the window request of plan step `step`.
+    void start_window(const detail::SyncTag& tag, std::uint64_t step,
+                      const detail::WindowReport& report);
+    /// Not collective: folds the window requests already complete, in order, into `windows`.
+    /// @throws ConfigError as `sync` when one found ranks in different calls.
+    void poll_windows(const detail::SyncTag& tag);
+    /// Collective: waits for the oldest window request (watched) and folds it in.
+    /// @throws ConfigError as `sync`.
+    void wait_window(const detail::SyncTag& tag);
+    /// Collective: waits for every window request in flight. @throws ConfigError as `sync`.
+    void finish_windows(const detail::SyncTag& tag);
+    /// Collective: ranks were found in different calls (`tag`: this rank's call). Completes
+    /// this rank's requests in flight, then agrees in rounds until every rank reached here (a
+    /// rank may have started more requests than another), gathers the tags and throws the
+    /// same ConfigError on every rank (`detail::describe_mismatch`).
+    [[noreturn]] void resolve_mismatch(const detail::SyncTag& tag);
+    /// Not collective: the consumed-id digest is known up to plan step `until`.
+    bool digest_covers(std::uint64_t until) const noexcept {
+        return progress.digest_first + progress.digest_before.size() - 1 >= until;
+    }
     /// Collective unless closed already or a peer closed: detaches the range in flight and
     /// checks, with a close tag, that every rank left its last epoch at the same step.
     /// @throws ConfigError as `sync`.
@@ -145,10 +172,8 @@ struct EpochRange::Impl {
     // Consumer only:
     std::uint64_t next_consume = 0;
     /// Slots taken from the prefetcher for steps next_consume, next_consume + 1, ... in order,
-    /// each with its read's outcome; the first `agreed` of them every rank holds ready and
-    /// error-free (one agreement covers them all: see `next`).
+    /// each with its read's outcome (the window agreement says which every rank holds).
     std::deque<std::pair<detail::Slot*, LocalStatus>> taken;
-    std::size_t agreed = 0;
     /// With a CUDA device: the first `staged.size()` entries of `taken` were submitted to the
     /// loader's stager when they joined a window (their slot moved to the stager, which
     /// releases it once the copy completed); per entry the batch's host-side shape and stats.
@@ -179,7 +204,6 @@ struct EpochRange::Impl {
                 if (t.first) prefetch->ring()->release(t.first);
             }
             taken.clear();
-            agreed = 0;
         }
         staged.clear();
         if (loader && loader->stager) loader->stager->discard_pending();
@@ -191,11 +215,15 @@ struct EpochRange::Impl {
             if (loader->active == this) loader->active = nullptr;
         }
     }
-    /// Collective: takes the slot of step `next_consume` (waiting for it) and every later one
-    /// already read, then agrees once on how many of them every rank holds error-free.
-    /// Sets `stopped` instead when a stop was requested on some rank.
-    /// @throws the agreed error of the earliest failed step, on every rank.
-    void agree_window();
+    /// Not collective: takes the slot of step `next_consume` (waiting for it) and every later
+    /// one already read; returns the first step this rank does not hold error-free.
+    std::uint64_t fill_window();
+    /// Collective: decides, the same way on every rank, whether batch `next_consume` may be
+    /// returned: starts this step's window request when one is due, completes the requests
+    /// that are `lag` steps old (and more only when no completed one covers the step).
+    /// Sets `stopped` instead when an agreed stop takes effect at this step.
+    /// @throws the agreed error of the earliest failed step, on every rank at that step.
+    void agree_step();
     /// With a CUDA device: submits the copies of the window's error-free batches not yet
     /// submitted; a failure becomes the status of its step (agreed like a failed read).
     /// Returns the count of error-free entries of `taken` after it.

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "../hdf5_test_util.hpp"
+#include "comm/pending.hpp"
 #include "mpistage/comm.hpp"
 #include "mpistage/hdf5_source.hpp"
 #include "mpistage/loader.hpp"
@@ -181,5 +182,42 @@ TEST(Watchdog, WaitForPeersIsSeparateFromWaitForIo) {
     }
     EXPECT_GE(s.wait_time.count() + 1e-9, io + peers);
     inner.close();
+    comm.free();
+}
+
+// A window request of the loader (detail::PendingAllreduce: started now, completed later) is
+// watched like every other collective: the last rank starts it 2.5 s late with a 1 s deadline,
+// so the others' wait expires with a report naming the request's call and number (the late
+// rank answers within the 2 s grace, so it is not listed as absent); the result
+// is still the element-wise minimum, and later collectives keep their sequence.
+TEST(Watchdog, PendingAllreduceIsWatchedUnderItsStartNumber) {
+    const int w = h5t::size();
+    const int r = h5t::rank();
+    Communicator comm(MPI_COMM_WORLD);
+    comm.set_timeout(std::chrono::seconds(1));
+    std::vector<std::string> reports;
+    comm.set_expiry_handler([&](const std::string& report) { reports.push_back(report); });
+    comm.set_context({"test: window agreement", 0, 5, "", -1});
+    const bool late = w > 1 && r == w - 1;
+    if (late) std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+    detail::PendingAllreduce p(
+        comm, {static_cast<std::uint64_t>(10 + r), static_cast<std::uint64_t>(100 - r)},
+        "MPI_Iallreduce(window agreement)");
+    (void)p.test();  // never blocks
+    const std::vector<std::uint64_t> got = p.wait();
+    EXPECT_EQ(got, (std::vector<std::uint64_t>{10, static_cast<std::uint64_t>(101 - w)}));
+    EXPECT_TRUE(p.done());
+    if (w > 1 && !late) {
+        ASSERT_EQ(reports.size(), 1u) << "rank " << r;
+        EXPECT_NE(reports[0].find("(MPI_Iallreduce(window agreement))"), std::string::npos)
+            << reports[0];
+        EXPECT_NE(reports[0].find("rank 0: waiting at collective #0 "), std::string::npos)
+            << reports[0];
+        EXPECT_NE(reports[0].find("test: window agreement"), std::string::npos) << reports[0];
+    } else {
+        EXPECT_TRUE(reports.empty()) << "rank " << r;
+    }
+    comm.set_expiry_handler({});
+    EXPECT_EQ(comm.allreduce_sum(1), static_cast<std::uint64_t>(w));
     comm.free();
 }

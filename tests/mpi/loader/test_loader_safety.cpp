@@ -5,7 +5,9 @@
 #include <mpi.h>
 
 #include <atomic>
+#include <chrono>
 #include <set>
+#include <thread>
 
 #include "../hdf5_test_util.hpp"
 #include "mpistage/comm.hpp"
@@ -85,12 +87,17 @@ TEST(LoaderSafety, ReadErrorOnOneRankBecomesSameIoErrorEverywhere) {
         std::size_t prefetch;
         std::size_t threads;
         bool chunked;
+        /// Microseconds every rank but the failing one sleeps after each batch (a peer that
+        /// is descheduled or busy: the window requests then complete steps later).
+        int delay_us = 0;
     };
     const std::vector<Case> cases = {
         {w - 1, 2, 1, 0, false}, {w - 1, 2, 3, 1, false}, {w - 1, 2, 2, 2, false},
         {0, 0, 2, 1, false},     {w - 1, 2, 3, 2, true},  {w / 2, 1, 1, 1, true},
         // Windows of up to 4 ready batches per agreement: the error still surfaces at its step.
         {w - 1, 3, 4, 1, false}, {0, 3, 4, 0, true},      {w / 2, 2, 4, 2, false},
+        // Deep rings: window requests in flight for up to prefetch / 2 steps, peers delayed.
+        {w - 1, 2, 8, 0, false, 300}, {0, 6, 16, 0, false, 200}, {w - 1, 5, 12, 1, true, 300},
     };
     for (const auto& cs : cases) {
         const Source& base = cs.chunked ? static_cast<const Source&>(inner_chunked) : inner;
@@ -103,7 +110,8 @@ TEST(LoaderSafety, ReadErrorOnOneRankBecomesSameIoErrorEverywhere) {
         const std::string what = "fail rank " + std::to_string(cs.fail_rank) + " step " +
                                  std::to_string(cs.fail_step) + " prefetch " +
                                  std::to_string(cs.prefetch) + " io_threads " +
-                                 std::to_string(cs.threads) + (cs.chunked ? " chunked" : "");
+                                 std::to_string(cs.threads) + (cs.chunked ? " chunked" : "") +
+                                 " delay " + std::to_string(cs.delay_us) + " us";
         Loader loader(comm, src, o);
         // Armed after construction (which reads samples 0, N/2, N-1 once for the content
         // fingerprint) and before epoch() starts any I/O thread.
@@ -113,7 +121,12 @@ TEST(LoaderSafety, ReadErrorOnOneRankBecomesSameIoErrorEverywhere) {
         const auto out = h5t::catch_error<IoError>([&] {
             auto range = loader.epoch(0);
             HostBatch b;
-            while (range.next(b)) ++good;
+            while (range.next(b)) {
+                ++good;
+                if (cs.delay_us > 0 && h5t::rank() != cs.fail_rank) {
+                    std::this_thread::sleep_for(std::chrono::microseconds(cs.delay_us));
+                }
+            }
             // Reaching here means no error surfaced on this rank.
         });
         error_step = good;

@@ -1,0 +1,146 @@
+// The window agreement that does not wait on scheduling (docs/architecture.md, "Agreement that
+// does not wait on scheduling"): window requests complete up to prefetch / 2 steps after they
+// start, so a rank that is delayed (descheduled, busy with its own work) holds the others back
+// only when it is truly behind. Whatever the delays, every rank yields the same batches at the
+// same steps as without them, every sample exactly once, and an agreed stop ends every rank
+// at the same step, within the lag. The test finishing is the time bound.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "../hdf5_test_util.hpp"
+#include "mpistage/comm.hpp"
+#include "mpistage/hdf5_source.hpp"
+#include "mpistage/loader.hpp"
+#include "mpistage/stop.hpp"
+
+using namespace mpistage;
+
+namespace {
+
+LoaderOptions opts(std::size_t prefetch, std::size_t threads, Stage stage) {
+    LoaderOptions o;
+    o.plan.batch_size = 2;
+    o.plan.remainder = Remainder::mask;
+    o.plan.shuffle = Shuffle::global;
+    o.plan.sharding = Sharding::global;
+    o.plan.seed = 7;
+    o.prefetch = prefetch;
+    o.io_threads = threads;
+    o.pin_memory = false;
+    o.stage = stage;
+    return o;
+}
+
+/// How long rank `rank` sleeps after batch `step`: the last rank often, rank 0 now and then
+/// for longer, so each side is behind in turn (none on one rank: a sleep of its own).
+std::chrono::microseconds delay_of(int rank, std::uint64_t step) {
+    const int w = h5t::size();
+    if (rank == w - 1 && step % 3 == 0) return std::chrono::microseconds(400);
+    if (rank == 0 && step % 7 == 5) return std::chrono::microseconds(2000);
+    return std::chrono::microseconds(0);
+}
+
+/// Collective: the valid ids of each batch this rank yields in epoch `e` (slot order).
+std::vector<std::vector<std::int64_t>> consume(Loader& loader, std::uint64_t e, bool delayed) {
+    std::vector<std::vector<std::int64_t>> steps;
+    for (const HostBatch& b : loader.epoch(e)) {
+        EXPECT_EQ(b.step(), steps.size());
+        std::vector<std::int64_t> ids;
+        for (std::size_t j = 0; j < b.size(); ++j) ids.push_back(b.valid()[j] ? b.index()[j] : -1);
+        steps.push_back(std::move(ids));
+        if (delayed) std::this_thread::sleep_for(delay_of(h5t::rank(), b.step()));
+    }
+    return steps;
+}
+
+/// Collective: every valid id yielded by every rank, sorted.
+std::vector<std::int64_t> all_ids(const std::vector<std::vector<std::int64_t>>& steps) {
+    std::vector<std::int64_t> mine;
+    for (const auto& s : steps) {
+        for (const std::int64_t id : s) {
+            if (id >= 0) mine.push_back(id);
+        }
+    }
+    const int w = h5t::size();
+    int n = static_cast<int>(mine.size());
+    std::vector<int> counts(static_cast<std::size_t>(w));
+    MPI_Allgather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, MPI_COMM_WORLD);
+    std::vector<int> displs(static_cast<std::size_t>(w), 0);
+    for (int r = 1; r < w; ++r) displs[r] = displs[r - 1] + counts[r - 1];
+    std::vector<std::int64_t> all(static_cast<std::size_t>(displs[w - 1] + counts[w - 1]));
+    MPI_Allgatherv(mine.data(), n, MPI_INT64_T, all.data(), counts.data(), displs.data(),
+                   MPI_INT64_T, MPI_COMM_WORLD);
+    std::sort(all.begin(), all.end());
+    return all;
+}
+
+}  // namespace
+
+// Delays on both sides change nothing: the same ids at the same steps on every rank (compared
+// with an undelayed run of the same epoch), every sample exactly once, from the file and from
+// the memory tier, with lags 0 (prefetch 1) to 8 (prefetch 16).
+TEST(LoaderLag, DelayedRanksYieldIdenticalBatchesAndSteps) {
+    auto& files = h5t::shared_files();
+    ASSERT_TRUE(files.ok);
+    Communicator comm(MPI_COMM_WORLD);
+    Hdf5Source src(comm, files.generated_contiguous);
+    for (const Stage stage : {Stage::none, Stage::memory}) {
+        for (const std::size_t prefetch : {1, 4, 16}) {
+            for (const std::size_t threads : {0, 1}) {
+                const std::string what = "stage " + to_string(stage) + " prefetch " +
+                                         std::to_string(prefetch) + " threads " +
+                                         std::to_string(threads);
+                Loader loader(comm, src, opts(prefetch, threads, stage));
+                const auto plain = consume(loader, 0, false);
+                const auto delayed = consume(loader, 0, true);
+                EXPECT_EQ(plain, delayed) << what << ": rank " << h5t::rank();
+                EXPECT_EQ(delayed.size(), loader.totals().steps) << what;
+                EXPECT_TRUE(h5t::same_on_all_ranks(delayed.size())) << what;
+                std::vector<std::int64_t> expected(loader.num_samples());
+                for (std::size_t i = 0; i < expected.size(); ++i) {
+                    expected[i] = static_cast<std::int64_t>(i);
+                }
+                EXPECT_EQ(all_ids(delayed), expected) << what << ": not exactly once";
+            }
+        }
+    }
+    src.close();
+    comm.free();
+}
+
+// A stop asked on the last rank after its second batch, while rank 0 is delayed: every rank
+// yields the same number of batches, at most 2 + prefetch (the request carrying the stop
+// starts within prefetch - lag steps and takes effect lag steps later), and the next epoch is
+// whole.
+TEST(LoaderLag, StopWithRequestsInFlightEndsEveryRankAtTheSameStep) {
+    auto& files = h5t::shared_files();
+    ASSERT_TRUE(files.ok);
+    Communicator comm(MPI_COMM_WORLD);
+    Hdf5Source src(comm, files.generated_contiguous);
+    const int asking = h5t::size() - 1;
+    for (const std::size_t prefetch : {2, 8, 16}) {
+        const std::string what = "prefetch " + std::to_string(prefetch);
+        Loader loader(comm, src, opts(prefetch, 0, Stage::none));
+        std::uint64_t batches = 0;
+        auto range = loader.epoch(0);
+        for (const HostBatch& b : range) {
+            ++batches;
+            if (h5t::rank() == asking && batches == 2) range.request_stop();
+            if (h5t::rank() == 0) std::this_thread::sleep_for(delay_of(0, b.step() + 5));
+        }
+        EXPECT_TRUE(range.stopped()) << what;
+        EXPECT_GE(batches, 2u) << what;
+        EXPECT_LE(batches, 2u + prefetch) << what;
+        EXPECT_TRUE(h5t::same_on_all_ranks(batches)) << what << ": rank " << h5t::rank();
+        EXPECT_EQ(loader.state().steps_consumed, batches) << what;
+        const auto next = consume(loader, 1, true);
+        EXPECT_EQ(next.size(), loader.totals().steps) << what;
+    }
+    src.close();
+    comm.free();
+}
