@@ -16,7 +16,7 @@
 //   file written to WORK_DIR by rank 0, or one stream of N items).
 // Prints from rank 0 one JSON object per mode: the mode, W, B, P, N, the epoch's steps, and per
 // call (Iallreduce split by element count) the calls of rank 0 and their bytes, summed over ranks
-// for one-sided calls (MPI_Get, MPI_Win_flush_local), during epoch 1 (epoch 0 is the warm-up): from
+// for one-sided calls (MPI_Get, MPI_Win_flush_local[_all]), during epoch 1 (epoch 0 is the warm-up): from
 // the `epoch(1)` call to the end of its range.
 #include <mpi.h>
 
@@ -121,6 +121,10 @@ int MPI_Get(void* o, int oc, MPI_Datatype ot, int target, MPI_Aint td, int tc, M
 int MPI_Win_flush_local(int rank, MPI_Win w) {
     note("MPI_Win_flush_local", 0);
     return PMPI_Win_flush_local(rank, w);
+}
+int MPI_Win_flush_local_all(MPI_Win w) {
+    note("MPI_Win_flush_local", 0);  // one flush, whichever form: counted together
+    return PMPI_Win_flush_local_all(w);
 }
 }
 

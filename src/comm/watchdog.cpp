@@ -74,6 +74,7 @@ void send_text(MPI_Comm comm, WatchState& state, const std::string& text, int to
     if (MPI_Isend(kept.data(), static_cast<int>(kept.size()), MPI_CHAR, to, tag, comm, &r) ==
         MPI_SUCCESS) {
         state.outgoing_requests.push_back(r);
+        state.sent_any = true;
     }
 }
 
@@ -189,21 +190,21 @@ void forget_sent(WatchState& state) {
 
 }  // namespace
 
-void drain_watch_messages(MPI_Comm comm, WatchState& state) noexcept {
+bool drain_watch_messages(MPI_Comm comm, WatchState& state) noexcept {
     std::string text;
     while (receive_text(comm, kTagAnnounce, text) >= 0 || receive_text(comm, kTagReply, text) >= 0) {
     }
+    if (!state.sent_any) return true;
+    // Kept until MPI_Finalize: a send still in flight reads its text, and the communicator
+    // stays allocated (see the declaration). At most one set per watchdog expiry.
+    static auto* retired = new std::deque<std::string>();
     for (auto& r : state.outgoing_requests) {
-        // Sends nobody will receive (the peer already left): cancel, then complete.
-        int done = 0;
-        MPI_Test(&r, &done, MPI_STATUS_IGNORE);
-        if (!done) {
-            MPI_Cancel(&r);
-            MPI_Wait(&r, MPI_STATUS_IGNORE);
-        }
+        if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
     }
     state.outgoing_requests.clear();
+    for (auto& t : state.outgoing) retired->push_back(std::move(t));
     state.outgoing.clear();
+    return false;
 }
 
 void wait_watched(MPI_Comm comm, int rank, int size, WatchState& state, MPI_Request& request,

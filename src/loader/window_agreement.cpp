@@ -29,7 +29,8 @@ void WindowState::reset(std::uint64_t lag_steps, std::uint64_t group_steps) {
 }
 
 bool WindowState::absorb_front(int size) {
-    const std::vector<std::uint64_t>& r = pending.front().request.result();
+    // A copy: pop_front below destroys the request that owns the result.
+    const std::vector<std::uint64_t> r = pending.front().request.result();
     const std::uint64_t step = pending.front().step;
     if (r[0] != ~r[1]) {  // some rank was in another call: the request is not a window's
         mismatch = true;
