@@ -185,6 +185,10 @@ void Checkpointer::write_log(const std::vector<std::int64_t>& gathered, std::uin
 void Checkpointer::save(const Communicator& comm, const SavedState& state, std::uint64_t epoch,
                         const std::vector<std::int64_t>& epoch_ids) {
     if (!enabled()) return;
+    // The same position as the last write (a stop at a periodic save's step): nothing new to
+    // write. Epoch and steps are equal on every rank, so every rank skips together.
+    const std::pair<std::uint64_t, std::uint64_t> at{state.epoch(), state.steps()};
+    if (last_written_ == at) return;
     const bool reset = !log_started_ || epoch != log_epoch_;
     if (epoch != log_epoch_) sent_ = 0;
     std::vector<std::int64_t> gathered;
@@ -209,6 +213,7 @@ void Checkpointer::save(const Communicator& comm, const SavedState& state, std::
     });
     log_started_ = true;
     log_epoch_ = epoch;
+    last_written_ = at;
     ++saves_;
 }
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mpistage/comm.hpp"
@@ -56,6 +57,8 @@ public:
     /// Collective when enabled (a gather of the new ids with the id log, and one agreement):
     /// writes `state` atomically on rank 0, after appending to the id log the ids of
     /// `epoch_ids` (this rank's valid ids of epoch `epoch` in this run) not yet logged.
+    /// A state at the same (epoch, steps) as the last one written is not written again (a stop
+    /// at the step of a periodic save), and does not count in `saves()`.
     /// @throws IoError (identical on every rank) when rank 0 cannot write.
     void save(const Communicator& comm, const SavedState& state, std::uint64_t epoch,
               const std::vector<std::int64_t>& epoch_ids);
@@ -74,6 +77,8 @@ private:
     std::uint64_t sent_ = 0;
     bool log_started_ = false;
     std::uint64_t saves_ = 0;
+    /// (epoch, steps) of the last state written.
+    std::optional<std::pair<std::uint64_t, std::uint64_t>> last_written_;
 };
 
 }  // namespace mpistage::cli
