@@ -63,10 +63,11 @@ def mpirun(np_, args):
 NAIVE_RUNS = 3
 
 
-def run_mpistage(build, np_, work, w, shuffle, stage, epochs, two_phase=False, cli=None,
+def run_mpistage(build, np_, work, w, shuffle, stage, epochs, two_phase="off", cli=None,
                  threads=1):
     """One mpistage run. `cli` replaces the built CLI by an older binary (BASELINE_MPISTAGE:
-    the rate before the memory tier, which has no --stage flag and no tier in its JSON)."""
+    the rate before the memory tier, which has no --stage flag and no tier in its JSON).
+    `two_phase`: --two-phase off|on|auto (the result says whether it was chosen)."""
     sharding = "global" if shuffle == "global" else "byte_range"
     out = os.path.join(work, "m.json")
     cmd = [cli or os.path.join(build, "mpistage"), "stage", *w["files"], *w["flags"],
@@ -75,8 +76,8 @@ def run_mpistage(build, np_, work, w, shuffle, stage, epochs, two_phase=False, c
            "--prefetch", "4", "--quiet", "--json", out]
     if not cli:
         cmd += ["--stage", stage]
-    if two_phase:
-        cmd += ["--two-phase"]
+    if two_phase != "off":
+        cmd += ["--two-phase", two_phase]
     if cli:
         return run_old_cli(np_, cmd, epochs, w)
     if w.get("compute_us"):
@@ -94,6 +95,8 @@ def run_mpistage(build, np_, work, w, shuffle, stage, epochs, two_phase=False, c
             "stage_populate_seconds": st.get("populate_seconds", 0.0),
             "stage_map_node_seconds": st.get("map_node_seconds", 0.0),
             "stage_read_method": st.get("read_method", ""),
+            "two_phase_chosen": st["two_phase"]["chosen"],
+            "two_phase_note": st["two_phase"]["note"],
             "steps": max(j["epochs"][0]["batches_per_rank"])}
 
 
@@ -190,7 +193,10 @@ def methods(w):
                       lambda b, n, wk, s=stage, x=sh: run_mpistage(b, n, wk, w, x, s, e)))
     if "global" in shuffles:
         m.append(("mpistage stage=none shuffle=global two-phase",
-                  lambda b, n, wk: run_mpistage(b, n, wk, w, "global", "none", e, two_phase=True)))
+                  lambda b, n, wk: run_mpistage(b, n, wk, w, "global", "none", e, two_phase="on")))
+        m.append(("mpistage stage=none shuffle=global two-phase auto",
+                  lambda b, n, wk: run_mpistage(b, n, wk, w, "global", "none", e,
+                                                two_phase="auto")))
     if PFS_MODEL:  # reads in flight overlap their latency
         for stage in ("none", "memory"):
             m.append((f"mpistage stage={stage} shuffle=global threads=8",
