@@ -334,6 +334,7 @@ def report(results, wls, out):
             lines.append(f"- tfrecord staged / the rate before the tier (BASELINE_MPISTAGE), "
                          f"shuffle {sh}: {med[a] / med[old]:.2f}x (target >= 3)")
     lines += staging_lines(results, med)
+    lines += two_phase_lines(results, med, wls)
     lines += pfs_ratios(results, med)
     lines += compute_table(results, wls)
     with open(out + ".md", "w") as fh:
@@ -348,6 +349,25 @@ def whole_run_rate(runs):
     read) included; the median over runs."""
     return statistics.median(r["samples"] * len(r["epoch_seconds"]) /
                              (r["load_seconds"] + sum(r["epoch_seconds"])) for r in runs)
+
+
+def two_phase_lines(results, med, wls):
+    """Issue 21: per workload, two-phase on and auto against the plain global shuffle, with
+    what auto chose in each run (auto must reach >= 0.8 x plain, or not choose two-phase)."""
+    lines = []
+    for w in wls:
+        plain = w["name"] + " | mpistage stage=none shuffle=global"
+        on, auto = plain + " two-phase", plain + " two-phase auto"
+        if plain not in med or (on not in med and auto not in med):
+            continue
+        parts = []
+        if on in med:
+            parts.append(f"on / plain {med[on] / med[plain]:.2f}x")
+        if auto in med:
+            chose = ", ".join("on" if r["two_phase_chosen"] else "off" for r in results[auto])
+            parts.append(f"auto / plain {med[auto] / med[plain]:.2f}x (auto chose: {chose})")
+        lines.append(f"- {w['name']} two-phase: " + "; ".join(parts))
+    return lines
 
 
 def pfs_ratios(results, med):
