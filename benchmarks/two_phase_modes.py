@@ -41,7 +41,7 @@ def run(cli, path, np_, mode, epochs, stop, pfs, extra, work):
     with open(out) as f:
         j = json.load(f)
     eps = j["epochs"] if stop else j["epochs"][1:]
-    samples = sum(sum(e["valid_samples_per_rank"]) for e in eps)
+    samples = sum(e["valid_samples"] for e in eps)
     seconds = sum(e["seconds"] for e in eps)
     return {"rate": samples / seconds, "chosen": j["stage"]["two_phase"]["chosen"],
             "note": j["stage"]["two_phase"]["note"]}

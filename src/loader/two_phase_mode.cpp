@@ -53,6 +53,13 @@ void Loader::Impl::resolve_two_phase() {
     const detail::TwoPhasePrediction pred = detail::predict_two_phase(costs);
     stats.two_phase = pred.chosen;
     stats.two_phase_note = detail::describe_two_phase(costs, pred);
+    if (pred.chosen) {  // confirmed by real steps, which cost what the model does not see
+        const EpochPlan plan = plan_of(0, {});
+        const detail::TwoPhaseTrial trial = detail::trial_two_phase(
+            comm, source, p, num_samples, plan, *ring->slots.front(), readers);
+        stats.two_phase = detail::trial_confirms(trial);
+        stats.two_phase_note = detail::describe_two_phase(costs, pred, &trial);
+    }
     stats.two_phase_plain_step_seconds = pred.plain_step_s;
     stats.two_phase_step_seconds = pred.two_phase_step_s;
     comm.set_context({"loader: construction", -1, -1, "", -1});

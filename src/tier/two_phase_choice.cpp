@@ -12,6 +12,7 @@
 
 #include "comm/agree.hpp"
 #include "mpistage/hash.hpp"
+#include "pipeline/fill.hpp"
 #include "tier/two_phase.hpp"
 
 namespace mpistage::detail {
@@ -20,11 +21,13 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr int kSmallReads = 16;                          ///< single-sample reads at random ids
-constexpr std::uint64_t kLargeReadBytes = 4u << 20;      ///< the contiguous read, about
-constexpr std::uint64_t kMaxLargeReadSamples = 65536;    ///< ... and at most this many samples
-constexpr std::uint64_t kPlanSteps = 4;                  ///< steps of the plan whose runs count
-constexpr int kExchanges = 3;                            ///< alltoallv timed, the minimum kept
+constexpr int kSmallReads = 16;                        ///< single-sample reads at random ids
+constexpr std::uint64_t kLargeReadBytes = 4u << 20;    ///< the contiguous read, about
+constexpr std::uint64_t kMaxLargeReadSamples = 65536;  ///< ... and at most this many samples
+constexpr std::uint64_t kPlanSteps = 4;                ///< steps of the plan whose runs count
+constexpr int kExchanges = 3;                          ///< alltoallv timed, the minimum kept
+constexpr int kLargeReads = 3;                         ///< contiguous reads timed, the fastest kept
+constexpr std::uint64_t kTrialSteps = 2;               ///< real steps timed each way by the trial
 constexpr std::uint64_t kMaxExchangeBytes = 256u << 20;  ///< larger steps: time scaled up
 constexpr double kMaxBytesPerSecond = 1e15;  ///< a bandwidth above is noise (t_M ≈ t_1)
 
@@ -85,15 +88,16 @@ ReadProbe probe_reads(const Source& source, std::uint64_t n, std::uint64_t seed)
         return state % n;
     };
     (void)timed_read(source, {random_id()});  // warm-up: first-touch caches and handles
-    double small_s = 0;
+    std::vector<double> small_s;
     std::uint64_t small_bytes = 0;
     for (int i = 0; i < kSmallReads; ++i) {
         const auto [t, b] = timed_read(source, {random_id()});
-        small_s += t;
+        small_s.push_back(t);
         small_bytes += b;
     }
     ReadProbe p;
-    const double t1 = small_s / kSmallReads;
+    std::nth_element(small_s.begin(), small_s.begin() + kSmallReads / 2, small_s.end());
+    const double t1 = small_s[kSmallReads / 2];  // the median: one descheduling is not latency
     p.sample_bytes = std::max(1.0, static_cast<double>(small_bytes) / kSmallReads);
     const auto wanted = static_cast<std::uint64_t>(
         std::ceil(static_cast<double>(kLargeReadBytes) / p.sample_bytes));
@@ -102,7 +106,13 @@ ReadProbe probe_reads(const Source& source, std::uint64_t n, std::uint64_t seed)
     const std::uint64_t first = n > m ? random_id() % (n - m + 1) : 0;
     std::vector<std::uint64_t> ids(m);
     for (std::uint64_t k = 0; k < m; ++k) ids[k] = first + k;
-    const auto [tm, bm] = timed_read(source, ids);
+    double tm = std::numeric_limits<double>::infinity();
+    std::uint64_t bm = 0;
+    for (int i = 0; i < kLargeReads; ++i) {
+        const auto [t, b] = timed_read(source, ids);
+        tm = std::min(tm, t);
+        bm = b;
+    }
     const auto large = static_cast<double>(bm);
     if (large > p.sample_bytes && tm > t1) {
         p.bytes_per_second = (large - p.sample_bytes) / (tm - t1);
@@ -195,19 +205,34 @@ TwoPhasePrediction predict_two_phase(const TwoPhaseCosts& c) {
     return p;
 }
 
-std::string describe_two_phase(const TwoPhaseCosts& c, const TwoPhasePrediction& p) {
-    char line[640];
-    const int n = std::snprintf(
+bool trial_confirms(const TwoPhaseTrial& t) {
+    return t.plain_step_s > 0 && t.two_phase_step_s <= kTwoPhaseMargin * t.plain_step_s;
+}
+
+std::string describe_two_phase(const TwoPhaseCosts& c, const TwoPhasePrediction& p,
+                               const TwoPhaseTrial* trial) {
+    const bool on = p.chosen && (trial == nullptr || trial_confirms(*trial));
+    char line[800];
+    int n = std::snprintf(
         line, sizeof line,
         "two-phase auto: %s: predicted step %.3f ms two-phase vs %.3f ms plain (%.2fx; "
         "chosen at <= %.2fx); measured %.1f us/request, %.1f MB/s, %.0f B/sample, "
         "runs per step %.1f plain (%llu read%s in flight) vs %.1f in the slab (%.1f "
         "samples), exchange %.3f ms, step ids %.3f ms",
-        p.chosen ? "on" : "off", p.two_phase_step_s * 1e3, p.plain_step_s * 1e3,
+        on ? "on" : "off", p.two_phase_step_s * 1e3, p.plain_step_s * 1e3,
         p.plain_step_s > 0 ? p.two_phase_step_s / p.plain_step_s : 0.0, kTwoPhaseMargin,
         c.latency_s * 1e6, c.bytes_per_second / 1e6, c.sample_bytes, c.plain_runs,
         static_cast<unsigned long long>(c.io_threads), c.io_threads == 1 ? "" : "s", c.slab_runs,
         c.slab_samples, c.exchange_s * 1e3, c.step_ids_s * 1e3);
+    if (trial != nullptr && n > 0 && static_cast<std::size_t>(n) < sizeof line) {
+        n += std::snprintf(
+            line + n, sizeof line - static_cast<std::size_t>(n),
+            "; trial of %llu real steps: %.3f ms two-phase vs %.3f ms plain "
+            "(%.2fx)",
+            static_cast<unsigned long long>(trial->steps), trial->two_phase_step_s * 1e3,
+            trial->plain_step_s * 1e3,
+            trial->plain_step_s > 0 ? trial->two_phase_step_s / trial->plain_step_s : 0.0);
+    }
     return std::string(
         line, std::min<std::size_t>(n > 0 ? static_cast<std::size_t>(n) : 0, sizeof line - 1));
 }
@@ -254,6 +279,39 @@ TwoPhaseCosts measure_two_phase_costs(const Communicator& comm, const Source& so
         c.slab_samples += static_cast<double>(~m[8 + 3 * s]) / static_cast<double>(k);
     }
     return c;
+}
+
+TwoPhaseTrial trial_two_phase(const Communicator& comm, const Source& source,
+                              const PlanOptions& options, std::uint64_t num_samples,
+                              const EpochPlan& plan, Slot& slot, std::uint64_t io_threads) {
+    TwoPhaseTrial t;
+    t.steps = std::min<std::uint64_t>(plan.steps, kTrialSteps);
+    double plain = 0;
+    run_agreed(comm, [&] {
+        for (std::uint64_t s = 0; s < t.steps; ++s) {
+            const auto t0 = Clock::now();
+            fill_slot(slot, source, plan, s);
+            plain += seconds_since(t0);
+        }
+    });
+    TwoPhaseReader reader(comm, source, two_phase_slabs(comm, source, num_samples), options, 0, {},
+                          plan);
+    comm.barrier();  // the steps start together, as after an epoch's start
+    double two = 0;
+    for (std::uint64_t s = 0; s < t.steps; ++s) {
+        const auto t0 = Clock::now();
+        agree_or_throw(comm, reader.read_step(&slot, s, {}));
+        two += seconds_since(t0);
+    }
+    const auto per_step = [&](double x) {
+        return t.steps > 0 ? x / static_cast<double>(t.steps) : 0.0;
+    };
+    const auto m = comm.allreduce_min(std::vector<std::uint64_t>{
+        ~nanos(per_step(plain) / static_cast<double>(std::max<std::uint64_t>(1, io_threads))),
+        ~nanos(per_step(two))});
+    t.plain_step_s = static_cast<double>(~m[0]) / 1e9;
+    t.two_phase_step_s = static_cast<double>(~m[1]) / 1e9;
+    return t;
 }
 
 }  // namespace mpistage::detail

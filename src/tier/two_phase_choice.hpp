@@ -10,6 +10,7 @@
 #include "mpistage/comm.hpp"
 #include "mpistage/plan.hpp"
 #include "mpistage/source.hpp"
+#include "pipeline/ring.hpp"
 
 namespace mpistage::detail {
 
@@ -49,8 +50,21 @@ struct TwoPhasePrediction {
 /// (plain = 0) chooses the plain path.
 TwoPhasePrediction predict_two_phase(const TwoPhaseCosts& c);
 
-/// Pure: one line with the measured costs and both predictions, for LoaderStats::two_phase_note.
-std::string describe_two_phase(const TwoPhaseCosts& c, const TwoPhasePrediction& p);
+/// What a trial of real steps read both ways measured (seconds per step, slowest rank).
+struct TwoPhaseTrial {
+    std::uint64_t steps = 0;      ///< steps timed each way
+    double plain_step_s = 0;      ///< `fill_slot` of this rank's batch, divided by io_threads
+    double two_phase_step_s = 0;  ///< `TwoPhaseReader::read_step` and its agreement
+};
+
+/// Pure: the trial confirms two-phase reads: two-phase ≤ kTwoPhaseMargin × plain (and > 0).
+bool trial_confirms(const TwoPhaseTrial& t);
+
+/// Pure: the line of LoaderStats::two_phase_note: the decision ("two-phase auto: on: " or
+/// "off: "; on only when `p.chosen` and, with a `trial`, `trial_confirms`), the measured costs
+/// and both predictions, and the trial's times when given.
+std::string describe_two_phase(const TwoPhaseCosts& c, const TwoPhasePrediction& p,
+                               const TwoPhaseTrial* trial = nullptr);
 
 /// Pure: the coalesced runs (maximal sequences of consecutive ids) among `ids`, in any order
 /// (a repeated id counts once): the read requests a source makes for them.
@@ -60,8 +74,8 @@ std::uint64_t coalesced_runs(std::vector<std::uint64_t> ids);
 /// measures the costs of `source` for fixed global batches of `plan` as this job sees them,
 /// the same result on every rank:
 /// - latency and bandwidth: 16 single-sample reads at random ids (after one warm-up read)
-///   and one contiguous read of about 4 MiB, through `Source::read`: with t1 the mean time
-///   of one sample of s bytes and tM that of M bytes in one request,
+///   and three contiguous reads of about 4 MiB, through `Source::read`: with t1 the median
+///   time of one sample of s bytes and tM the fastest of M bytes in one request,
 ///   bandwidth = (M − s) / (tM − t1) and latency = t1 − s / bandwidth (≥ 0);
 /// - runs and slab samples: from the first (up to 4) steps of epoch 0 of the real plan
 ///   (`global_step_ids` and `two_phase_slabs`), per step the slowest rank, then the mean;
@@ -74,5 +88,17 @@ std::uint64_t coalesced_runs(std::vector<std::uint64_t> ids);
 TwoPhaseCosts measure_two_phase_costs(const Communicator& comm, const Source& source,
                                       const PlanOptions& plan, std::uint64_t num_samples,
                                       std::uint64_t steps, std::uint64_t io_threads);
+
+/// Collective (slabs, one agreement and one exchange per two-phase step, one allreduce; errors
+/// agreed): the confirmation of a model that chose two-phase reads, which misses costs it does
+/// not model (packing and unpacking the messages, peers' skew at each exchange, the per-step
+/// agreement): the first (up to 2) steps of `plan` (this rank's plan of epoch 0 from its
+/// start, `options` with global sharding) read into `slot`, first as the plain path does
+/// (`fill_slot`, the time divided by `io_threads` as in the model), then as two-phase reads
+/// (`TwoPhaseReader::read_step` and the agreement on its status); per step the slowest
+/// rank's mean. `slot` is scratch (a free ring slot of the plan's batch size).
+TwoPhaseTrial trial_two_phase(const Communicator& comm, const Source& source,
+                              const PlanOptions& options, std::uint64_t num_samples,
+                              const EpochPlan& plan, Slot& slot, std::uint64_t io_threads);
 
 }  // namespace mpistage::detail

@@ -136,3 +136,28 @@ TEST(TwoPhaseChoice, ModeNamesRoundTripAndOthersAreRefusedByName) {
         EXPECT_NE(msg.find("off, on or auto"), std::string::npos) << msg;
     }
 }
+
+TEST(TwoPhaseChoice, TrialOfRealStepsConfirmsOrOverrulesTheModel) {
+    const TwoPhaseCosts c = [] {
+        TwoPhaseCosts x = pfs_random_shuffle();
+        x.slab_runs = 4;
+        return x;
+    }();
+    const auto p = detail::predict_two_phase(c);
+    ASSERT_TRUE(p.chosen);
+    detail::TwoPhaseTrial t;
+    t.steps = 2;
+    t.plain_step_s = 0.010;
+    t.two_phase_step_s = 0.0079;  // ≤ 0.8 × 10 ms: confirmed
+    EXPECT_TRUE(detail::trial_confirms(t));
+    std::string note = detail::describe_two_phase(c, p, &t);
+    EXPECT_EQ(note.rfind("two-phase auto: on:", 0), 0u) << note;
+    EXPECT_NE(note.find("trial of 2 real steps: 7.900 ms two-phase vs 10.000 ms plain"),
+              std::string::npos)
+        << note;
+    t.two_phase_step_s = 0.0081;  // the real steps cost more than the model saw: off
+    EXPECT_FALSE(detail::trial_confirms(t));
+    note = detail::describe_two_phase(c, p, &t);
+    EXPECT_EQ(note.rfind("two-phase auto: off:", 0), 0u) << note;
+    EXPECT_FALSE(detail::trial_confirms(detail::TwoPhaseTrial{}));
+}
