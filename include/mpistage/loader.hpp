@@ -50,9 +50,9 @@ enum class TwoPhase : std::uint8_t {
     /// Two-phase reads (slab reads + one exchange per step); needs global sharding, stage
     /// none and fixed batches (otherwise a ConfigError).
     on,
-    /// `on` only where a cost model measured at construction predicts a two-phase step of at
-    /// most 0.8 × the plain step (`LoaderStats::two_phase_note` says why), else `off`; `off`
-    /// without measuring outside global sharding, with staging, a budget or no steps.
+    /// `on` only where a cost model measured at construction, then 2 real steps read both
+    /// ways, give a two-phase step of at most 0.8 × the plain step (`two_phase_note` says
+    /// why), else `off`; `off` unmeasured outside global sharding, staged, budget, no steps.
     automatic,
 };
 /// "off", "on" or "auto".
