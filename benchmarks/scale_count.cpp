@@ -186,7 +186,7 @@ mpistage::LoaderOptions options_of(const std::string& mode, std::uint64_t b, std
     }
     if (mode == "memory-global-nodes") o.stage_ranks_per_node = 1;
     if (mode == "file-global-threads") o.io_threads = 1;
-    if (mode == "two-phase") o.two_phase = true;
+    if (mode == "two-phase") o.two_phase = mpistage::TwoPhase::on;
     if (mode == "budget-global") o.plan.budget.batch_bytes = b * 64;
     return o;
 }

@@ -63,10 +63,11 @@ def mpirun(np_, args):
 NAIVE_RUNS = 3
 
 
-def run_mpistage(build, np_, work, w, shuffle, stage, epochs, two_phase=False, cli=None,
+def run_mpistage(build, np_, work, w, shuffle, stage, epochs, two_phase="off", cli=None,
                  threads=1):
     """One mpistage run. `cli` replaces the built CLI by an older binary (BASELINE_MPISTAGE:
-    the rate before the memory tier, which has no --stage flag and no tier in its JSON)."""
+    the rate before the memory tier, which has no --stage flag and no tier in its JSON).
+    `two_phase`: --two-phase off|on|auto (the result says whether it was chosen)."""
     sharding = "global" if shuffle == "global" else "byte_range"
     out = os.path.join(work, "m.json")
     cmd = [cli or os.path.join(build, "mpistage"), "stage", *w["files"], *w["flags"],
@@ -75,8 +76,8 @@ def run_mpistage(build, np_, work, w, shuffle, stage, epochs, two_phase=False, c
            "--prefetch", "4", "--quiet", "--json", out]
     if not cli:
         cmd += ["--stage", stage]
-    if two_phase:
-        cmd += ["--two-phase"]
+    if two_phase != "off":
+        cmd += ["--two-phase", two_phase]
     if cli:
         return run_old_cli(np_, cmd, epochs, w)
     if w.get("compute_us"):
@@ -94,6 +95,8 @@ def run_mpistage(build, np_, work, w, shuffle, stage, epochs, two_phase=False, c
             "stage_populate_seconds": st.get("populate_seconds", 0.0),
             "stage_map_node_seconds": st.get("map_node_seconds", 0.0),
             "stage_read_method": st.get("read_method", ""),
+            "two_phase_chosen": st["two_phase"]["chosen"],
+            "two_phase_note": st["two_phase"]["note"],
             "steps": max(j["epochs"][0]["batches_per_rank"])}
 
 
@@ -190,7 +193,10 @@ def methods(w):
                       lambda b, n, wk, s=stage, x=sh: run_mpistage(b, n, wk, w, x, s, e)))
     if "global" in shuffles:
         m.append(("mpistage stage=none shuffle=global two-phase",
-                  lambda b, n, wk: run_mpistage(b, n, wk, w, "global", "none", e, two_phase=True)))
+                  lambda b, n, wk: run_mpistage(b, n, wk, w, "global", "none", e, two_phase="on")))
+        m.append(("mpistage stage=none shuffle=global two-phase auto",
+                  lambda b, n, wk: run_mpistage(b, n, wk, w, "global", "none", e,
+                                                two_phase="auto")))
     if PFS_MODEL:  # reads in flight overlap their latency
         for stage in ("none", "memory"):
             m.append((f"mpistage stage={stage} shuffle=global threads=8",
@@ -328,6 +334,7 @@ def report(results, wls, out):
             lines.append(f"- tfrecord staged / the rate before the tier (BASELINE_MPISTAGE), "
                          f"shuffle {sh}: {med[a] / med[old]:.2f}x (target >= 3)")
     lines += staging_lines(results, med)
+    lines += two_phase_lines(results, med, wls)
     lines += pfs_ratios(results, med)
     lines += compute_table(results, wls)
     with open(out + ".md", "w") as fh:
@@ -342,6 +349,25 @@ def whole_run_rate(runs):
     read) included; the median over runs."""
     return statistics.median(r["samples"] * len(r["epoch_seconds"]) /
                              (r["load_seconds"] + sum(r["epoch_seconds"])) for r in runs)
+
+
+def two_phase_lines(results, med, wls):
+    """Issue 21: per workload, two-phase on and auto against the plain global shuffle, with
+    what auto chose in each run (auto must reach >= 0.8 x plain, or not choose two-phase)."""
+    lines = []
+    for w in wls:
+        plain = w["name"] + " | mpistage stage=none shuffle=global"
+        on, auto = plain + " two-phase", plain + " two-phase auto"
+        if plain not in med or (on not in med and auto not in med):
+            continue
+        parts = []
+        if on in med:
+            parts.append(f"on / plain {med[on] / med[plain]:.2f}x")
+        if auto in med:
+            chose = ", ".join("on" if r["two_phase_chosen"] else "off" for r in results[auto])
+            parts.append(f"auto / plain {med[auto] / med[plain]:.2f}x (auto chose: {chose})")
+        lines.append(f"- {w['name']} two-phase: " + "; ".join(parts))
+    return lines
 
 
 def pfs_ratios(results, med):

@@ -42,6 +42,24 @@ std::string to_string(Stage s);
 /// Parses "none", "memory" or "auto". @throws ConfigError naming the accepted words.
 Stage parse_stage(const std::string& s);
 
+/// Whether a loader reads global shuffles in two phases (option `LoaderOptions::two_phase`, CLI
+/// `--two-phase`; docs/architecture.md, "Two-phase reads").
+enum class TwoPhase : std::uint8_t {
+    /// Every rank reads its own batches (the plain path, on the I/O threads).
+    off,
+    /// Two-phase reads (slab reads + one exchange per step); needs global sharding, stage
+    /// none and fixed batches (otherwise a ConfigError).
+    on,
+    /// `on` only where a cost model measured at construction, then 2 real steps read both
+    /// ways, give a two-phase step of at most 0.8 × the plain step (`two_phase_note` says
+    /// why), else `off`; `off` unmeasured outside global sharding, staged, budget, no steps.
+    automatic,
+};
+/// "off", "on" or "auto".
+std::string to_string(TwoPhase t);
+/// Parses "off", "on" or "auto". @throws ConfigError naming the accepted words.
+TwoPhase parse_two_phase(const std::string& s);
+
 /// Options of a loader. Fields of `plan` must be equal on every rank (checked collectively);
 /// `prefetch` and `io_threads` may differ between ranks.
 struct LoaderOptions {
@@ -130,14 +148,16 @@ struct LoaderOptions {
     /// contiguous, byte-balanced slab of the dataset (sorted by id, so the reads are
     /// coalesced), and one `MPI_Alltoallv` per step delivers every sample to the rank whose
     /// batch holds it. The reads and the exchange run on the consumer thread inside `next()`
-    /// (`io_threads` is not used), as the exchange is collective. Needs `global` sharding and
-    /// `stage == none` (otherwise a ConfigError). Must be equal on every rank.
-    bool two_phase = false;
+    /// (`io_threads` is not used), as the exchange is collective. `on` needs `global` sharding,
+    /// `stage == none` and fixed batches (otherwise a ConfigError); `automatic` decides once,
+    /// collectively, at construction from measured costs (see `TwoPhase`; the decision is
+    /// the same on every rank and is in `LoaderStats::two_phase`). Must be equal on every rank.
+    TwoPhase two_phase = TwoPhase::off;
 
     /// @throws ConfigError for a prefetch depth or thread count out of range, a negative
     ///         timeout, a device that is not auto/cpu/cuda[:N], invalid plan options, the
     ///         fingerprint level `ends`, or
-    ///         `two_phase` without global sharding, with staging or with a batch budget.
+    ///         `two_phase == on` without global sharding, with staging or with a batch budget.
     void validate() const;
 };
 
@@ -195,6 +215,14 @@ struct LoaderStats {
     /// How the shard was read: "independent" (large preads of the rank's contiguous byte
     /// range) or "collective" (MPI-IO collective reads); empty when not staged.
     std::string stage_read_method;
+    /// Whether the epochs read in two phases (`two_phase` `on`, or `automatic` where chosen),
+    /// and with `automatic` why (measured costs and both predictions, or why nothing was
+    /// measured) and the predicted step seconds of the plain path and of two-phase reads (0
+    /// when not measured). The same on every rank.
+    bool two_phase = false;
+    std::string two_phase_note;
+    double two_phase_plain_step_seconds = 0;
+    double two_phase_step_seconds = 0;
 };
 
 class Loader;

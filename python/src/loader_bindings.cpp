@@ -51,6 +51,8 @@ py::dict stats_to_python(const LoaderStats& s) {
     d["device"] = s.device.name();
     d["tier"] = s.tier;
     d["tier_note"] = s.tier_note;
+    d["two_phase"] = s.two_phase;
+    d["two_phase_note"] = s.two_phase_note;
     d["staged_bytes"] = s.staged_bytes;
     d["stage_s"] = s.stage_time.count();
     return d;

@@ -52,7 +52,13 @@ const Setters<LoaderOptions>& loader_setters() {
         {"stage", [](O& o, V v) { o.stage = parse_stage(v.cast<std::string>()); }},
         {"stage_budget_bytes", [](O& o, V v) { o.stage_budget_bytes = count(v); }},
         {"stage_ranks_per_node", [](O& o, V v) { o.stage_ranks_per_node = v.cast<int>(); }},
-        {"two_phase", [](O& o, V v) { o.two_phase = v.cast<bool>(); }},
+        {"two_phase",
+         [](O& o, V v) {
+             if (!py::isinstance<py::str>(v)) {
+                 throw ConfigError("python: two_phase takes 'off', 'on' or 'auto' (a string)");
+             }
+             o.two_phase = parse_two_phase(v.cast<std::string>());
+         }},
     };
     return s;
 }

@@ -64,8 +64,8 @@ struct StageArgs {
     std::uint64_t stage_budget = 0;
     /// --stage-ranks-per-node (testing; LoaderOptions::stage_ranks_per_node).
     std::uint64_t stage_ranks_per_node = 0;
-    /// --two-phase (LoaderOptions::two_phase).
-    bool two_phase = false;
+    /// --two-phase off|on|auto (LoaderOptions::two_phase).
+    std::string two_phase = "off";
 
     /// Budget batches (files or --sqlite): --batch-bytes / --batch-tokens (0 = off), the most
     /// samples of one batch, the ragged field counted as tokens ("" = the only ragged one) and

@@ -312,7 +312,7 @@ int stage_input(const Communicator& comm, const StageArgs& a, const LocalChecks&
     o.ranks = run.gather_totals();
     o.hosts = gather_host_names(comm);
     o.tier = gather_tier(comm, a.stage, input.tier_stats());
-    o.tier.two_phase = a.two_phase;
+    o.tier.two_phase_option = a.two_phase;
     if (comm.rank() == 0 && !a.quiet) print_summary(a, o);
     run_agreed(comm, [&] {
         if (comm.rank() != 0) return;

@@ -167,10 +167,13 @@ void add_stage_tier_options(CLI::App& cmd, StageArgs& a) {
               "Testing: treat groups of this many ranks as nodes, so the memory tier's "
               "cross-node MPI_Get path runs on one machine (0 = real nodes)")
         ->group("");
-    cmd.add_flag("--two-phase", a.two_phase,
-                 "Global sharding without staging: each rank reads only its contiguous slab's "
-                 "samples of a step (sorted, coalesced) and one exchange per step routes them "
-                 "to the ranks that consume them");
+    cmd.add_option("--two-phase", a.two_phase,
+                   "off, on (global sharding without staging: each rank reads only its "
+                   "contiguous slab's samples of a step, sorted and coalesced, and one exchange "
+                   "per step routes them to the ranks that consume them) or auto (on only where "
+                   "a cost model measured at start predicts a step <= 0.8x the plain one; off "
+                   "outside global sharding without staging)")
+        ->capture_default_str();
 }
 
 void add_stage_budget_options(CLI::App& cmd, StageArgs& a) {

@@ -179,6 +179,7 @@ void add_choice_checks(CLI::App& app) {
     add_choices(stage, "--on-corrupt", {"error", "skip"});
     add_choices(stage, "--on-dry", {"rebalance", "mask"});
     add_choices(stage, "--progress", {"auto", "bar", "lines", "none"});
+    add_choices(stage, "--two-phase", {"off", "on", "auto"});
     add_choices(sub(sub(&app, "convert"), "idx"), "--format", {"hdf5", "tfrecord"});
 }
 

@@ -22,8 +22,8 @@ std::string closest_match(const std::string& word, const std::vector<std::string
 void check_command_words(const CLI::App& app, int argc, const char* const* argv);
 
 /// Adds to every choice option of `app` (stage --format, --shuffle, --sharding, --remainder,
-/// --on-corrupt; convert --format) a check that lists its choices in --help ("{none,local,
-/// global}") and refuses any other value naming the closest choice.
+/// --on-corrupt, --two-phase, ...; convert --format) a check that lists its choices in --help
+/// ("{none,local,global}") and refuses any other value naming the closest choice.
 void add_choice_checks(CLI::App& app);
 
 }  // namespace mpistage::cli

@@ -34,6 +34,10 @@ TierSummary gather_tier(const Communicator& comm, const std::string& stage,
     t.map_node_seconds =
         static_cast<double>(comm.allreduce_max(micros(stats.stage_map_node_time))) / 1e6;
     t.read_method = stats.stage_read_method;  // agreed: the same on every rank
+    t.two_phase = stats.two_phase;            // agreed at construction
+    t.two_phase_note = comm.broadcast(stats.two_phase_note, 0);
+    t.two_phase_plain_step_seconds = stats.two_phase_plain_step_seconds;
+    t.two_phase_step_seconds = stats.two_phase_step_seconds;
     return t;
 }
 
@@ -60,6 +64,7 @@ void print_tier(const TierSummary& t, const std::vector<EpochReport>& epochs) {
     if (t.two_phase) std::printf(" (two-phase reads: slab reads + one exchange per step)");
     std::printf("\n");
     if (!t.note.empty()) std::printf("  %s\n", t.note.c_str());
+    if (!t.two_phase_note.empty()) std::printf("  %s\n", t.two_phase_note.c_str());
     for (const auto& r : epochs) {
         std::printf("  epoch %llu: tier %s, %.6f s (slowest rank)\n",
                     static_cast<unsigned long long>(r.epoch), r.tier.c_str(), r.seconds);
@@ -79,7 +84,12 @@ nlohmann::json tier_json(const TierSummary& t) {
             {"read_bytes_per_second", rate(t.staged_bytes, t.read_seconds)},
             {"populate_seconds", t.populate_seconds},
             {"map_node_seconds", t.map_node_seconds},
-            {"two_phase", t.two_phase}};
+            {"two_phase",
+             {{"option", t.two_phase_option},
+              {"chosen", t.two_phase},
+              {"note", t.two_phase_note},
+              {"plain_step_seconds", t.two_phase_plain_step_seconds},
+              {"two_phase_step_seconds", t.two_phase_step_seconds}}}};
 }
 
 }  // namespace mpistage::cli

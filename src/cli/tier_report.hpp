@@ -25,10 +25,18 @@ struct TierSummary {
     double read_seconds = 0;             ///< slowest rank's read of the files into the tier
     double map_node_seconds = 0;         ///< slowest rank's mapping of the node's segments
     std::string read_method;             ///< "independent" or "collective"
-    bool two_phase = false;              ///< --two-phase (file reads routed by one exchange)
+    /// --two-phase as given (off, on or auto), whether the epochs read in two phases
+    /// (LoaderStats::two_phase), rank 0's note and, with auto, the predicted step seconds
+    /// of the plain path and of two-phase reads (0: not measured).
+    std::string two_phase_option = "off";
+    bool two_phase = false;
+    std::string two_phase_note;
+    double two_phase_plain_step_seconds = 0;
+    double two_phase_step_seconds = 0;
 };
 
-/// Collective (allreduces and a broadcast): the tier summary of `stats` on every rank.
+/// Collective (allreduces and broadcasts): the tier summary of `stats` on every rank (the
+/// two-phase fields but `two_phase_option`, which the caller sets).
 TierSummary gather_tier(const Communicator& comm, const std::string& stage,
                         const LoaderStats& stats);
 

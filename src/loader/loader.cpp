@@ -35,12 +35,13 @@ void LoaderOptions::validate() const {
                           "read from old saved states; use sampled or full");
     }
     check_timeout(timeout, "loader");
-    if (two_phase && plan.budget.active()) {
+    if (two_phase == TwoPhase::on && plan.budget.active()) {
         throw ConfigError(
             "loader: two-phase reads exchange fixed batches; they do not combine "
             "with a batch budget (batch_bytes/batch_tokens)");
     }
-    if (two_phase && (plan.sharding != Sharding::global || stage != Stage::none)) {
+    const bool global_unstaged = plan.sharding == Sharding::global && stage == Stage::none;
+    if (two_phase == TwoPhase::on && !global_unstaged) {
         throw ConfigError("loader: two-phase reads need global sharding and stage none; got "
                           "sharding " + to_string(plan.sharding) + " and stage " +
                           to_string(stage));
@@ -68,7 +69,7 @@ void Loader::Impl::require_same_options() const {
                   {"timeout", std::to_string(options.timeout.count()) + " s"},
                   {"verify_files", options.verify_files ? "true" : "false"},
                   {"fingerprint", to_string(options.fingerprint)},
-                  {"two_phase", options.two_phase ? "true" : "false"},
+                  {"two_phase", to_string(options.two_phase)},
                   {"plan fingerprint", plan_fingerprint(num_samples, comm.size(), p)}},
                  "loader: options differ across ranks",
                  "every rank must pass the same plan options and the same files");
@@ -225,6 +226,7 @@ Loader::Loader(const Communicator& comm, const Source& source, LoaderOptions opt
     const bool plain_loads = d.tier && d.tier->num_nodes() == 1 && batch_bytes <= kInlineBatchBytes;
     d.use_threads = d.options.io_threads > 0 && !plain_loads &&
                     (!d.reader().reads_use_mpi() || level == MPI_THREAD_MULTIPLE);
+    d.resolve_two_phase();  // `automatic`: measured and agreed here, once
 }
 
 detail::SyncTag Loader::Impl::left_tag(detail::SyncKind kind) const {
@@ -359,7 +361,7 @@ EpochRange Loader::epoch(std::uint64_t e, EpochOptions eo) {
     d.progress.job_samples_before = impl->plan.job_samples_before;
     d.progress.digest_before = {digest_base};
     detail::StepReader step_reader;
-    if (d.options.two_phase) {  // collective: every rank has the same options
+    if (d.stats.two_phase) {  // collective: agreed at construction
         step_reader = detail::two_phase_step_reader(d.comm, d.source, d.num_samples,
                                                     d.options.plan, e, start, impl->plan);
     }
@@ -367,7 +369,7 @@ EpochRange Loader::epoch(std::uint64_t e, EpochOptions eo) {
                                                           std::move(step_reader));
     std::uint64_t lag = 0;
     std::uint64_t group = 1;
-    detail::window_shape(d.min_prefetch, impl->limit, d.options.two_phase, lag, group);
+    detail::window_shape(d.min_prefetch, impl->limit, d.stats.two_phase, lag, group);
     d.windows.reset(lag, group);
     d.epoch_active = true;
     d.active = impl.get();

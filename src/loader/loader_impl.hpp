@@ -99,6 +99,11 @@ struct Loader::Impl {
     /// Not collective: allocates the ring of `slots` slots of `batch_capacity` samples each
     /// (checked against the node's memory).
     void allocate_ring(std::uint64_t batch_capacity, std::uint64_t slots);
+    /// Collective when `options.two_phase` is `automatic` (the measurement of
+    /// `detail::measure_two_phase_costs`, errors agreed): sets `stats.two_phase` (whether the
+    /// epochs read in two phases; `on` always) and, for `automatic`, its note and predictions.
+    /// Called once, at the end of construction (`use_threads` known).
+    void resolve_two_phase();
     /// Not collective: the cost functions of a batch budget (`sample_bytes`, `sample_tokens`).
     /// @throws ConfigError for a token field that is not the source's only ragged field.
     void make_cost_functions();

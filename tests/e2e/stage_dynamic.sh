@@ -113,7 +113,7 @@ assert e["prior_run_samples"] + sum(e["valid_samples_per_rank"]) == int(sys.argv
 PY
 
 # Flags of fixed batches are refused, the same way on every rank.
-for extra in "--balance-steps --sharding global" "--two-phase --sharding global" \
+for extra in "--balance-steps --sharding global" "--two-phase on --sharding global" \
              "--batch-size 8" "--remainder mask"; do
     # shellcheck disable=SC2086
     if timeout 120 "$mpiexec" -np 2 --oversubscribe "$cli" stage "$tfr" --batch-bytes "$budget" \

@@ -132,6 +132,32 @@ def test_numpy_batches_and_stats(small_h5):
     assert COMM.allreduce(n) <= N and loader.totals["valid_samples"] == COMM.allreduce(n)
 
 
+@pytest.mark.parametrize("mode", ["off", "on", "auto"])
+def test_two_phase_modes(small_h5, mode):
+    """two_phase takes "off", "on" or "auto"; stats say whether the epochs read in two phases
+    (auto: the same decision on every rank, with its note); every sample exactly once."""
+    source = mpistage.open_source(small_h5, fields=["x", "y"])
+    loader = load(source, batch_size=5, sharding="global", shuffle="global", seed=3,
+                  remainder="pad", two_phase=mode)
+    stats = loader.stats
+    assert stats["two_phase"] == (mode == "on") or mode == "auto"
+    assert same_on_every_rank(int(stats["two_phase"]))
+    if mode == "auto":
+        assert stats["two_phase_note"].startswith(
+            "two-phase auto: " + ("on" if stats["two_phase"] else "off"))
+    else:
+        assert stats["two_phase_note"] == ""
+    ids = []
+    for batch in loader.epoch(0):
+        v = batch.valid
+        assert torch.equal(batch["y"][v], batch.index[v])
+        ids.extend(batch.index[v].tolist())
+    assert np.array_equal(np.unique(gather_ids(ids)), np.arange(N))
+    for bad in ("maybe", True):
+        with pytest.raises(mpistage.ConfigError):
+            load(source, batch_size=5, sharding="global", shuffle="global", two_phase=bad)
+
+
 def test_budget_batches(small_h5):
     source = mpistage.open_source(small_h5)
     loader = load(source, batch_bytes=7 * 20, remainder="mask")  # 20 bytes a sample

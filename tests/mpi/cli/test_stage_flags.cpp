@@ -468,9 +468,14 @@ const std::map<std::string, Spec>& spec() {
           }}},
         {"--two-phase",
          {[](const std::string&, const std::string&) {
-              return Args{"--two-phase", "--sharding", "global"};
+              return Args{"--two-phase", "on", "--sharding", "global"};
           },
-          [](const Context& c) { return c.r["options"]["two_phase"] == true; }}},
+          [](const Context& c) {
+              return c.r["options"]["two_phase"] == "on" &&
+                     c.r["stage"]["two_phase"]["option"] == "on" &&
+                     c.r["stage"]["two_phase"]["chosen"] == true &&
+                     c.base["stage"]["two_phase"]["chosen"] == false;
+          }}},
         {"--batch-bytes",
          {[](const std::string&, const std::string&) {
               return Args{"--batch-bytes", "30000"};

@@ -297,7 +297,7 @@ TEST(LoaderBudget, DifferentBudgetsOnRanksAreAConfigError) {
     LoaderOptions two_phase;
     two_phase.plan.budget.batch_bytes = 64;
     two_phase.plan.sharding = Sharding::global;
-    two_phase.two_phase = true;
+    two_phase.two_phase = TwoPhase::on;
     tfrecord_test::expect_agreed_error(comm, [&] { Loader loader(comm, src, two_phase); },
                                        ErrorKind::config, {"two-phase", "budget"});
     comm.free();

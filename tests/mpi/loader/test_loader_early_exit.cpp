@@ -28,7 +28,7 @@ LoaderOptions opts(std::size_t prefetch, std::size_t threads, bool two_phase = f
     o.prefetch = prefetch;
     o.io_threads = threads;
     o.pin_memory = false;
-    o.two_phase = two_phase;
+    o.two_phase = two_phase ? TwoPhase::on : TwoPhase::off;
     return o;
 }
 
@@ -86,8 +86,8 @@ TEST(LoaderEarlyExit, MaxStepsEndsTheEpochAtTheSameStepAndTheNextIsWhole) {
     Communicator comm(MPI_COMM_WORLD);
     Hdf5Source src(comm, files.generated_contiguous);
     for (const LoaderOptions& o : variants()) {
-        const std::string what = "prefetch " + std::to_string(o.prefetch) + " two_phase " +
-                                 std::to_string(o.two_phase);
+        const std::string what =
+            "prefetch " + std::to_string(o.prefetch) + " two_phase " + to_string(o.two_phase);
         Loader loader(comm, src, o);
         EpochOptions eo;
         eo.max_steps = 3;
@@ -123,7 +123,7 @@ TEST(LoaderEarlyExit, StopRequestedOnOneRankEndsEveryRankAtTheSameStep) {
     for (const LoaderOptions& o : variants()) {
         for (const bool process_wide : {false, true}) {
             const std::string what = "prefetch " + std::to_string(o.prefetch) + " two_phase " +
-                                     std::to_string(o.two_phase) + " process-wide " +
+                                     to_string(o.two_phase) + " process-wide " +
                                      std::to_string(process_wide);
             Loader loader(comm, src, o);
             std::uint64_t batches = 0;
@@ -167,8 +167,8 @@ TEST(LoaderEarlyExit, BreakAtDifferentStepsThenNextEpochIsTheSameConfigError) {
     Communicator comm(MPI_COMM_WORLD);
     Hdf5Source src(comm, files.generated_contiguous);
     for (const LoaderOptions& o : variants()) {
-        const std::string what = "prefetch " + std::to_string(o.prefetch) + " two_phase " +
-                                 std::to_string(o.two_phase);
+        const std::string what =
+            "prefetch " + std::to_string(o.prefetch) + " two_phase " + to_string(o.two_phase);
         Loader loader(comm, src, o);
         const auto mine = static_cast<std::uint64_t>(h5t::rank() + 1);
         const auto out = h5t::catch_error<ConfigError>([&] {
@@ -198,7 +198,7 @@ TEST(LoaderEarlyExit, BreakAtDifferentStepsThenCloseIsTheSameConfigError) {
     Hdf5Source src(comm, files.generated_contiguous);
     for (const LoaderOptions& o : variants()) {
         SCOPED_TRACE("prefetch " + std::to_string(o.prefetch) + " two_phase " +
-                     std::to_string(o.two_phase));
+                     to_string(o.two_phase));
         Loader loader(comm, src, o);
         const auto mine = static_cast<std::uint64_t>(h5t::rank() + 1);
         const auto out = h5t::catch_error<ConfigError>([&] {
@@ -228,7 +228,7 @@ TEST(LoaderEarlyExit, BreakThenDestroyTheLoaderWhileOthersIterate) {
     Hdf5Source src(comm, files.generated_contiguous);
     for (const LoaderOptions& o : variants()) {
         SCOPED_TRACE("prefetch " + std::to_string(o.prefetch) + " two_phase " +
-                     std::to_string(o.two_phase));
+                     to_string(o.two_phase));
         h5t::Outcome out;
         std::uint64_t batches = 0;
         {

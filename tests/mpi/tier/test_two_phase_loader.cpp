@@ -30,7 +30,7 @@ LoaderOptions options_of(std::uint64_t batch, Remainder rem, bool two_phase) {
     o.prefetch = 2;
     o.io_threads = 2;  // not used by two-phase reads
     o.pin_memory = false;
-    o.two_phase = two_phase;
+    o.two_phase = two_phase ? TwoPhase::on : TwoPhase::off;
     return o;
 }
 
