@@ -51,9 +51,7 @@ if [ "${MPISTAGE_STRESS:-0}" = "1" ]; then
     asan_select=(-L 'serial|sanitize|heavy')
 fi
 status=0
-# One more job than cores: the main suite's end-to-end scripts spend much of their time in
-# mpirun start-up, sleeps and timeouts (1.3 of 2 cores busy with -j2, measured).
-(cd "$build_dir" && ctest --output-on-failure -j"$(( $(nproc) + 1 ))" "${exclude[@]}" "$@") || status=1
+(cd "$build_dir" && ctest --output-on-failure -j"$(nproc)" "${exclude[@]}" "$@") || status=1
 
 if [ "${MPISTAGE_SANITIZE:-1}" = "1" ]; then
     # libtorch is off here: the Debian libtorch is not instrumented, its headers triple the
