@@ -16,8 +16,8 @@
 //   file written to WORK_DIR by rank 0, or one stream of N items).
 // Prints from rank 0 one JSON object per mode: the mode, W, B, P, N, the epoch's steps, and per
 // call (Iallreduce split by element count) the calls of rank 0 and their bytes, summed over ranks
-// for one-sided calls (MPI_Get, MPI_Win_flush_local[_all]), during epoch 1 (epoch 0 is the warm-up): from
-// the `epoch(1)` call to the end of its range.
+// for one-sided calls (MPI_Get, MPI_Win_flush_local[_all]), during epoch 1 (epoch 0 is the
+// warm-up): from the `epoch(1)` call to the end of its range.
 #include <mpi.h>
 
 #include <cstdint>
