@@ -204,7 +204,11 @@ bool EpochRange::next(HostBatch& out) {
     }
     const auto peers = l.comm.collective_wait() - peers_before;
     l.stats.wait_peers_time += peers;
-    if (d.next_consume >= d.limit || d.stopped) return end_range();
+    if (d.next_consume >= d.limit || d.stopped) {
+        // The end's agreement is waiting too: wait_time stays >= wait_io + wait_peers.
+        l.stats.wait_time += Clock::now() - t0;
+        return end_range();
+    }
     l.stats.wait_io_time += (Clock::now() - t0) - peers;
     const auto account = [&](std::size_t num_valid, std::size_t size, std::uint64_t step,
                              std::uint64_t bytes) {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End to end for streams (issue 10): a 100,000-row SQLite database with rows of random size,
+# End to end for streams (issue 10): a 40,000-row SQLite database with rows of random size,
 # staged by `mpistage stage --sqlite` at 3 ranks with chunk and hash sharding and a byte budget
 # (exactly once, equal batch counts), then stopped after K steps with --save-state and resumed
 # (same and different world size): the two runs together deliver every row exactly once, checked
@@ -10,8 +10,11 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../common/sqlite_e2e.sh"
 db="$work/rows.db"
 query='SELECT id, payload FROM t'
+# 40,000 rows (about 70 MB): enough for 137 steps of 3 ranks x 32 rows before the stop below
+# and for the heavy tail to give oversize batches; staged 14 times here.
+rows=40000
 
-python3 - "$db" <<'PY'
+python3 - "$db" "$rows" <<'PY'
 import os, random, sqlite3, sys
 path = sys.argv[1]
 if os.path.exists(path):
@@ -23,7 +26,7 @@ rng = random.Random(10)
 def size():
     return rng.randrange(60000, 100000) if rng.random() < 0.01 else rng.randrange(0, 2000)
 db.executemany("INSERT INTO t VALUES(?, ?)",
-               ((i * 3 + 1, rng.randbytes(size())) for i in range(100000)))
+               ((i * 3 + 1, rng.randbytes(size())) for i in range(int(sys.argv[2]))))
 db.commit()
 PY
 
@@ -38,17 +41,17 @@ expect_ok() {  # expect_ok NP ARGS...: exactly once, equal batch counts (from th
     stage "$np" "$work/out.txt" "$@" --verify --json "$work/report.json"
     grep -q '^exactly-once: OK$' "$work/out.txt" || { cat "$work/out.txt"; fail "-np $np $*: not exactly once"; }
     # Independent check of the report: equal batch counts, rows add up to the table.
-    python3 - "$work/report.json" "$np" <<'PY' || { cat "$work/out.txt"; fail "report check: -np $np $*"; }
+    python3 - "$work/report.json" "$np" "$rows" <<'PY' || { cat "$work/out.txt"; fail "report check: -np $np $*"; }
 import json, sys
 r = json.load(open(sys.argv[1]))
-np_ = int(sys.argv[2])
+np_, rows = int(sys.argv[2]), int(sys.argv[3])
 assert r["status"] == "ok" and r["world_size"] == np_ and r["input"]["kind"] == "sqlite", r
-assert r["num_samples"] == 100000, r["num_samples"]
+assert r["num_samples"] == rows, r["num_samples"]
 [e] = r["epochs"]
 assert len(set(e["batches_per_rank"])) == 1 and len(e["batches_per_rank"]) == np_, e
 assert e["exactly_once"] and e["duplicates"] == 0 and e["missing"] == 0, e
-assert sum(e["valid_samples_per_rank"]) == 100000, e
-assert sum(k["samples"] for k in r["ranks"]) == 100000, r["ranks"]
+assert sum(e["valid_samples_per_rank"]) == rows, e
+assert sum(k["samples"] for k in r["ranks"]) == rows, r["ranks"]
 PY
     echo "ok: -np $np $*"
 }

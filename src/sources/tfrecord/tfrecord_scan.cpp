@@ -28,12 +28,15 @@ public:
 
     /// Pointer to bytes [pos, pos + n) with n ≤ capacity and pos + n ≤ file size.
     const std::uint8_t* get(std::uint64_t pos, std::uint64_t n) {
-        if (pos >= off_ && pos + n <= off_ + len_) return buf_.data() + (pos - off_);
-        if (buf_.empty()) buf_.resize(static_cast<std::size_t>(capacity_));
+        if (pos >= off_ && pos + n <= off_ + len_) return buf_.get() + (pos - off_);
+        // Allocated on first use, no larger than the file and not zero-filled: the read
+        // overwrites it (a scan opens a window per file and per cut).
+        if (!buf_) buf_.reset(new std::uint8_t[std::max<std::uint64_t>(
+                         std::min(capacity_, file_.size_bytes), 1)]);
         len_ = std::min(capacity_, file_.size_bytes - pos);
-        file_.read(pos, buf_.data(), len_);
+        file_.read(pos, buf_.get(), len_);
         off_ = pos;
-        return buf_.data();
+        return buf_.get();
     }
     std::uint64_t capacity() const { return capacity_; }
     const ScanFile& file() const { return file_; }
@@ -41,7 +44,7 @@ public:
 private:
     const ScanFile& file_;
     std::uint64_t capacity_;
-    std::vector<std::uint8_t> buf_;
+    std::unique_ptr<std::uint8_t[]> buf_;
     std::uint64_t off_ = 0;
     std::uint64_t len_ = 0;
 };
