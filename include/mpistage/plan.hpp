@@ -341,6 +341,9 @@ private:
     std::uint64_t key_;
     unsigned half_bits_ = 0;
     std::uint64_t half_mask_ = 0;
+    /// mix64(key_ + round) of the four Feistel rounds, computed once (the same values the
+    /// rounds always used: the permutation is unchanged).
+    std::uint64_t round_keys_[4] = {};
 };
 
 /// The key of the permutation of `epoch` (salt 0: global order; salt r+1: rank r's local

@@ -15,6 +15,7 @@ Permutation::Permutation(std::uint64_t n, std::uint64_t key) : n_(n), key_(mix64
     if (bits < 2) bits = 2;
     half_bits_ = bits / 2;
     half_mask_ = (std::uint64_t{1} << half_bits_) - 1;
+    for (std::uint64_t round = 0; round < 4; ++round) round_keys_[round] = mix64(key_ + round);
 }
 
 std::uint64_t Permutation::operator()(std::uint64_t i) const {
@@ -24,7 +25,7 @@ std::uint64_t Permutation::operator()(std::uint64_t i) const {
         std::uint64_t left = x >> half_bits_;
         std::uint64_t right = x & half_mask_;
         for (std::uint64_t round = 0; round < 4; ++round) {
-            const std::uint64_t f = mix64(right ^ mix64(key_ + round)) & half_mask_;
+            const std::uint64_t f = mix64(right ^ round_keys_[round]) & half_mask_;
             const std::uint64_t next = left ^ f;
             left = right;
             right = next;

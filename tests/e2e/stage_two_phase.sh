@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # End to end for two-phase reads (issue 9: `--two-phase on`, global shuffles without staging):
-# Fashion-MNIST as HDF5 and as TFRecord (tf.train.Example), staged with --verify at 1-4 ranks
+# Fashion-MNIST t10k (10,000 samples) as HDF5 and as TFRecord (tf.train.Example), staged with --verify at 1-4 ranks
 # (exactly once, equal batches per rank), the JSON says two_phase, and --two-phase on outside
 # global sharding without staging is the same ConfigError on every rank. Issue 21:
 # `--two-phase auto` runs exactly once at 2 and 3 ranks and reports the mode asked, whether it
@@ -9,7 +9,7 @@
 # Usage: stage_two_phase.sh MPISTAGE_CLI WORK_DIR TEST_DATA_DIR FASHION_MNIST_DIR
 set -euo pipefail
 cli="$1"; work="$2"; fmnist="$4"
-if [ ! -f "$fmnist/train-images-idx3-ubyte.gz" ]; then
+if [ ! -f "$fmnist/t10k-images-idx3-ubyte.gz" ]; then
     echo "SKIP: Fashion-MNIST not found in '$fmnist' (Debian package dataset-fashion-mnist)"
     exit 77
 fi
@@ -17,12 +17,9 @@ mpiexec="${MPIEXEC:-mpirun}"
 export MPISTAGE_ERRORS_ON_EVERY_RANK=1
 mkdir -p "$work"
 fail() { echo "FAIL: $*" >&2; exit 1; }
-h5="$work/train.h5"
-tfr="$work/train.tfrecord"
-[ -s "$h5" ] || "$cli" convert idx "$fmnist/train-images-idx3-ubyte.gz" \
-    "$fmnist/train-labels-idx1-ubyte.gz" -o "$h5"
-[ -s "$tfr" ] || "$cli" convert idx "$fmnist/train-images-idx3-ubyte.gz" \
-    "$fmnist/train-labels-idx1-ubyte.gz" -o "$tfr" --format tfrecord
+# shellcheck source=../common/t10k_e2e.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../common/t10k_e2e.sh"
+num_samples=10000
 
 run() {  # run NP EXPECTED_VALID ARGS...: exit 0, exactly-once OK, equal batches, two-phase on
     mode_run on "$@"
@@ -56,13 +53,13 @@ PY
 }
 
 for np in 1 2 3 4; do
-    run "$np" 60000 "$h5" --batch-size 64 --remainder mask --epochs 2
-    run "$np" 60000 "$tfr" --format tfrecord --feature image:bytes/uint8:28x28 \
+    run "$np" "$num_samples" "$h5" --batch-size 64 --remainder mask --epochs 2
+    run "$np" "$num_samples" "$tfr" --format tfrecord --feature image:bytes/uint8:28x28 \
         --feature label:int64 --batch-size 50 --remainder pad
 done
-run 3 $((60000 / (3 * 64) * 3 * 64)) "$h5" --batch-size 64 --remainder drop --balance-steps
+run 3 $((num_samples / (3 * 64) * 3 * 64)) "$h5" --batch-size 64 --remainder drop --balance-steps
 for np in 2 3; do
-    mode_run auto "$np" 60000 "$h5" --batch-size 64 --remainder mask --epochs 2
+    mode_run auto "$np" "$num_samples" "$h5" --batch-size 64 --remainder mask --epochs 2
 done
 
 # auto outside global sharding: off without measuring, said in the report.
