@@ -29,9 +29,10 @@ mkdir -p "$work"
 gen="$build/benchmarks/make_memory_inputs"
 [ -x "$gen" ] || cmake --build "$build" --target make_memory_inputs > /dev/null
 
-# peak BIN ARGS...: "max mean" peak RSS over the ranks in MB (10^6 bytes), or "fail".
+# peak BIN ARGS...: "max mean" peak RSS over the ranks in MB (10^6 bytes), or for a run that
+# failed "fail:MAX_MB (the error's first 200 characters)", MAX_MB its peak up to the failure.
 peak() {
-    local dir
+    local dir rss
     dir="$(mktemp -d)"
     if PEAK_RSS_DIR="$dir" timeout 900 mpirun --oversubscribe -np "$np" \
         "$here/peak_rss.py" "$@" --quiet --batch-size 1024 --epochs 1 \
@@ -39,7 +40,9 @@ peak() {
         cat "$dir"/rank*.kib | awk '{ s += $1; if ($1 > m) m = $1 }
             END { printf "%.0f %.0f", m * 1.024 / 1000, s / NR * 1.024 / 1000 }'
     else
-        echo "fail ($(tail -n 1 "$dir/log" | cut -c1-80))"
+        rss="$(cat "$dir"/rank*.kib 2>/dev/null | awk '{ if ($1 > m) m = $1 }
+            END { if (NR) printf "%.0f", m * 1.024 / 1000; else printf "?" }')"
+        echo "fail:$rss ($(grep -m1 -E 'Error|error|Killed|killed' "$dir/log" | cut -c1-200 | tr '|' '/'))"
     fi
     rm -rf "$dir"
 }
@@ -70,7 +73,10 @@ peak() {
                 fi
                 plain="$(peak "$bin/mpistage" stage "$file")"
                 verify="$(peak "$bin/mpistage" stage "$file" --verify)"
-                row="$row | ${plain%% *} | ${verify%% *}"
+                # A failed run's cell is its peak RSS and its error.
+                [[ "$plain" == fail:* ]] || plain="${plain%% *}"
+                [[ "$verify" == fail:* ]] || verify="${verify%% *}"
+                row="$row | $plain | $verify"
             done
             echo "$row |"
             # TFRecord files are real bytes: keep only the small ones.

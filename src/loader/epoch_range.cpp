@@ -171,7 +171,8 @@ bool EpochRange::next(HostBatch& out) {
                           "(a range must not outlive its loader)");
     }
     Loader::Impl& l = *d.loader;
-    const auto end_range = [&] {
+    const auto t0 = Clock::now();
+    const auto end_range = [&] {  // the end's agreement and drain count as waiting too
         if (!d.finished) {
             d.finished = true;
             if (d.next_consume > 0) l.stats.epoch_time += Clock::now() - d.started;
@@ -181,10 +182,10 @@ bool EpochRange::next(HostBatch& out) {
                 l.stats.staging = l.stager->stats();
             }
         }
+        l.stats.wait_time += Clock::now() - t0;
         return false;
     };
     if (d.stopped) return end_range();
-    const auto t0 = Clock::now();
     const auto peers_before = l.comm.collective_wait();
     try {
         if (d.next_consume >= d.limit) {
@@ -204,11 +205,7 @@ bool EpochRange::next(HostBatch& out) {
     }
     const auto peers = l.comm.collective_wait() - peers_before;
     l.stats.wait_peers_time += peers;
-    if (d.next_consume >= d.limit || d.stopped) {
-        // The end's agreement is waiting too: wait_time stays >= wait_io + wait_peers.
-        l.stats.wait_time += Clock::now() - t0;
-        return end_range();
-    }
+    if (d.next_consume >= d.limit || d.stopped) return end_range();
     l.stats.wait_io_time += (Clock::now() - t0) - peers;
     const auto account = [&](std::size_t num_valid, std::size_t size, std::uint64_t step,
                              std::uint64_t bytes) {

@@ -57,6 +57,11 @@ struct ScanOptions {
     bool verify_payloads = false;
     /// Bytes read at once while scanning (≥ 64).
     std::uint64_t window_bytes = std::uint64_t{1} << 20;
+    /// Most bytes the found records' descriptors may take (16 B each, counting the growth of
+    /// their vector) before the scan stops with a ConfigError naming the file, the offset and
+    /// the bytes; 0: no limit. The MPI open sets the rank's share of the node's memory, so a
+    /// file of too many records fails with that error instead of the kernel's OOM killer.
+    std::uint64_t max_descriptor_bytes = 0;
 };
 
 /// Outcome of checking a 12-byte header at `offset` of a file of `file_size` bytes.

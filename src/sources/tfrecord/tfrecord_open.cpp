@@ -9,6 +9,7 @@
 #include "sources/tfrecord/dali_index.hpp"
 #include "sources/tfrecord/source_state.hpp"
 #include "util/input_file.hpp"
+#include "util/memory_budget.hpp"
 
 namespace mpistage::tfrecord {
 
@@ -97,7 +98,10 @@ IndexSlice read_index_slice(const Communicator& comm, const std::vector<detail::
 }  // namespace
 
 LocalRecords scan_index_free(const Communicator& comm, SourceState& state) {
-    const ScanOptions so = state.scan_options();
+    ScanOptions so = state.scan_options();
+    // The scan's descriptors stay within the rank's share of the node's memory (a clear error
+    // on every rank, through run_agreed, instead of the OOM killer for a file of 10^9 records).
+    so.max_descriptor_bytes = detail::memory_share_bytes(comm.node_size());
     const std::vector<ScanFile> files = state.scan_files();
     const std::uint64_t total = state.starts.back();
     const std::uint64_t my_begin = cut_begin(total, comm.rank(), comm.size());

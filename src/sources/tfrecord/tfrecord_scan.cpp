@@ -31,8 +31,9 @@ public:
         if (pos >= off_ && pos + n <= off_ + len_) return buf_.get() + (pos - off_);
         // Allocated on first use, no larger than the file and not zero-filled: the read
         // overwrites it (a scan opens a window per file and per cut).
-        if (!buf_) buf_.reset(new std::uint8_t[std::max<std::uint64_t>(
-                         std::min(capacity_, file_.size_bytes), 1)]);
+        if (!buf_)
+            buf_.reset(new std::uint8_t[std::max<std::uint64_t>(
+                std::min(capacity_, file_.size_bytes), 1)]);
         len_ = std::min(capacity_, file_.size_bytes - pos);
         file_.read(pos, buf_.get(), len_);
         off_ = pos;
@@ -242,6 +243,7 @@ private:
         }
         const std::uint64_t next = local + kFramingBytes + length;
         if (problem.empty()) {
+            if (out_.records.size() == out_.records.capacity()) check_growth(file, local);
             out_.records.push_back(RecordRef{local, static_cast<std::uint32_t>(length),
                                              static_cast<std::uint32_t>(f)});
         } else if (!trusted_) {
@@ -254,6 +256,24 @@ private:
             out_.skipped_bytes += next - local;
         }
         return next;
+    }
+
+    /// Before the records' vector grows (libstdc++ doubles a full vector, and the old buffer
+    /// lives until the copy is done): old and new buffer together stay within
+    /// `max_descriptor_bytes`, else a ConfigError (see ScanOptions).
+    void check_growth(const ScanFile& file, std::uint64_t local) const {
+        const std::uint64_t limit = options_.max_descriptor_bytes;
+        if (limit == 0) return;
+        const std::uint64_t cap = out_.records.capacity();
+        const std::uint64_t need = (cap + std::max<std::uint64_t>(2 * cap, 1)) * sizeof(RecordRef);
+        if (need <= limit) return;
+        throw ConfigError("tfrecord: " + file.name + ": this rank found " +
+                          std::to_string(out_.records.size()) + " records up to offset " +
+                          std::to_string(local) +
+                          "; their descriptors (16 bytes a record) would need " +
+                          std::to_string(need) + " bytes, more than this rank's share of the " +
+                          "node's memory (" + std::to_string(limit) +
+                          " bytes); split the dataset into several sources or run on more nodes");
     }
 
     std::uint64_t bad_header_at(std::size_t f, std::uint64_t local, HeaderStatus status,

@@ -252,6 +252,32 @@ TEST(TfRecordSplit, WholeFilesOwnedOnce) {
     }
 }
 
+TEST(TfRecordFraming, DescriptorLimitIsAClearErrorNotAnOomKill) {
+    // 1000 records need 16,000 bytes of descriptors; their vector grows by doubling, so the
+    // growth from 512 to 1024 slots holds 8,192 + 16,384 = 24,576 bytes at once.
+    auto g = generate(21, 1000, Sizes::tiny, false);
+    std::vector<ScanFile> files{memory_file("many.tfrecord", g.bytes.data(), g.bytes.size())};
+    ScanOptions o;
+    o.max_descriptor_bytes = 16000;
+    try {
+        (void)scan_cut(files, 0, g.bytes.size(), o);
+        FAIL() << "no error at a 16,000-byte limit";
+    } catch (const ConfigError& e) {
+        const std::string m = e.what();
+        EXPECT_NE(m.find("tfrecord: many.tfrecord: this rank found 512 records up to offset "),
+                  std::string::npos)
+            << m;
+        EXPECT_NE(m.find("would need 24576 bytes, more than this rank's share of the node's "
+                         "memory (16000 bytes)"),
+                  std::string::npos)
+            << m;
+    }
+    o.max_descriptor_bytes = 24576;
+    EXPECT_EQ(scan_cut(files, 0, g.bytes.size(), o).records.size(), 1000u);
+    o.max_descriptor_bytes = 0;  // no limit
+    EXPECT_EQ(scan_cut(files, 0, g.bytes.size(), o).records.size(), 1000u);
+}
+
 TEST(TfRecordSplit, CorruptionErrorsAndSkips) {
     auto g = generate(9, 200, Sizes::uniform, true);
     // Flip a payload byte of record 50 and a length-CRC byte of record 120.
