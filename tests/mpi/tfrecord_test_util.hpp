@@ -19,6 +19,7 @@
 #include "mpistage/hash.hpp"
 #include "mpistage/plan.hpp"
 #include "mpistage/tfrecord_source.hpp"
+#include "temp_dirs.hpp"
 #include "vec_sink.hpp"
 
 namespace mpistage::tfrecord_test {
@@ -100,13 +101,14 @@ void expect_agreed_error(const Communicator& comm, Fn open, ErrorKind kind,
     EXPECT_EQ(comm.allreduce_min(h), comm.allreduce_max(h)) << "ranks disagree: " << msg;
 }
 
-/// A temp dir chosen on rank 0 and shared.
+/// A temp dir chosen on rank 0 and shared; rank 0 removes it when the process exits.
 inline std::string shared_tmp_dir(const Communicator& comm) {
     std::string dir;
     if (comm.rank() == 0) {
         char tmpl[] = "/tmp/mpistage_tfr_XXXXXX";
         const char* d = mkdtemp(tmpl);
         dir = d != nullptr ? d : "/tmp";
+        if (d != nullptr) mpistage_test::remove_at_exit(dir);
     }
     return comm.broadcast(dir, 0);
 }

@@ -17,6 +17,7 @@
 #include "mpistage/tf_example.hpp"
 #include "mpistage/tfrecord_source.hpp"
 #include "prepared_data.hpp"
+#include "temp_dirs.hpp"
 
 using namespace mpistage;
 
@@ -81,10 +82,8 @@ const Copies& copies() {
         out.images = read_idx_any(images_idx);
         out.labels = read_idx_any(labels_idx);
         int ok = 1;
-        static std::string cleanup_dir;
         if (rank == 0) {
-            cleanup_dir = dir;
-            std::atexit([] { std::filesystem::remove_all(cleanup_dir); });
+            mpistage_test::remove_at_exit(dir);
             try {
                 std::string cmd = "mkdir -p " + dir;
                 ok = std::system(cmd.c_str()) == 0;

@@ -28,6 +28,7 @@
 #include "cli/report.hpp"
 #include "h5t_mpi.hpp"
 #include "mpistage/error.hpp"
+#include "temp_dirs.hpp"
 
 namespace {
 
@@ -72,6 +73,7 @@ const Inputs& inputs() {
         p.corrupt = p.dir + "/corrupt.tfrecord";
         if (h5t::rank() == 0) {
             fs::create_directories(p.dir);
+            mpistage_test::remove_at_exit(p.dir);
             for (const std::string& f : {p.images, p.labels}) {
                 const std::string name = fs::path(f).filename().string();
                 const std::string cmd = "gunzip -c '" + kFmnist + "/" + name + ".gz' > '" + f + "'";

@@ -14,6 +14,7 @@
 #include "mpistage/convert.hpp"
 #include "mpistage/error.hpp"
 #include "mpistage/open.hpp"
+#include "temp_dirs.hpp"
 
 using namespace mpistage;
 
@@ -49,6 +50,7 @@ const Files& files() {
         if (rank == 0) {
             try {
                 std::filesystem::create_directories(out.dir);
+                mpistage_test::remove_at_exit(out.dir);
                 // IDX: magic 0 0 type ndims, big-endian dims, data. Images [5, 2, 3] uint8.
                 std::vector<std::uint8_t> images = {0, 0, 8, 3, 0, 0, 0, kN,
                                                     0, 0, 0, 2, 0, 0, 0, 3};
