@@ -29,6 +29,9 @@ void Loader::Impl::resolve_mismatch(const detail::SyncTag& tag) {
     for (detail::WindowRequest& r : windows.pending) (void)r.request.wait();
     windows.pending.clear();
     windows.mismatch = false;
+    // Ranks may have completed different requests: no agreed step time carries over.
+    windows.timings.clear();
+    windows.step_ns = 0;
     // A rank may have started more requests than another before it saw the mismatch: rounds
     // of the same shape until one in which every rank took part as a round. Every rank sees
     // the same result of each round, so all leave at the same one.
@@ -51,9 +54,13 @@ void Loader::Impl::resolve_mismatch(const detail::SyncTag& tag) {
 }
 
 void Loader::Impl::start_window(const detail::SyncTag& tag, std::uint64_t step,
-                                const detail::WindowReport& report) {
+                                const detail::WindowReport& report, std::uint64_t limit,
+                                bool regular) {
     detail::WindowRequest r;
     r.step = step;
+    std::uint64_t group = 1;
+    windows.shape_at(step, limit, r.lag, group);
+    if (regular) windows.next_start = step + group;
     r.request = detail::PendingAllreduce(
         comm, detail::window_words(tag.hash(), report, comm.rank(), comm.size()),
         "MPI_Iallreduce(window agreement)");

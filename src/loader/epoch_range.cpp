@@ -1,5 +1,7 @@
 // One epoch seen by the consumer: ordered batches from the prefetcher, agreed in windows whose
 // requests complete steps later (loader/window_agreement.hpp).
+#include <stdexcept>
+
 #include "comm/agree.hpp"
 #include "loader/batch_builder.hpp"
 #include "loader/device_delivery.hpp"
@@ -38,11 +40,11 @@ const EpochTotals& EpochRange::totals() const noexcept {
     return impl_->totals;
 }
 
-detail::SyncTag EpochRange::Impl::window_tag(detail::SyncKind kind) const {
+detail::SyncTag EpochRange::Impl::window_tag(detail::SyncKind kind, std::uint64_t s) const {
     detail::SyncTag t;
     t.kind = kind;
     t.epoch = epoch;
-    t.step = plan.first_step + next_consume;
+    t.step = plan.first_step + s;
     t.steps = plan.first_step + limit;
     return t;
 }
@@ -73,9 +75,7 @@ std::uint64_t EpochRange::Impl::fill_window() {
 
 void EpochRange::Impl::agree_step() {
     Loader::Impl& l = *loader;
-    detail::WindowState& w = l.windows;
     const std::uint64_t s = next_consume;
-    const detail::SyncTag tag = window_tag(detail::SyncKind::window);
     const auto stop_asked = [&] {
         return stop_request.load(std::memory_order_relaxed) || mpistage::stop_requested();
     };
@@ -85,46 +85,106 @@ void EpochRange::Impl::agree_step() {
         // with the exchange. (Steps read collectively run with lag 0: nothing is in flight.)
         l.comm.set_context({"loader: agree before exchange", static_cast<std::int64_t>(epoch),
                             static_cast<std::int64_t>(plan.first_step + s), "", -1});
-        if (l.sync(window_tag(detail::SyncKind::exchange), {}, 0, stop_asked()).any_flag) {
+        if (l.sync(window_tag(detail::SyncKind::exchange, s), {}, 0, stop_asked()).any_flag) {
             stopped = true;
             return;
         }
     }
     const std::uint64_t ready_until = fill_window();
-    const auto report = [&] {
-        return detail::WindowReport{ready_until, ready_until < next_consume + taken.size(),
-                                    stop_asked()};
-    };
+    if (l.windows.promise && taken.front().second.failed) {
+        agree_failed_read(LocalStatus(taken.front().second));
+    }
+    detail::WindowReport report;
+    // Promised reads: every step of the epoch is reported ready (a failure is agreed later).
+    report.ready_until = l.windows.promise ? limit : ready_until;
+    report.failed = !l.windows.promise && ready_until < s + taken.size();
+    report.stop = stop_asked();
+    report.step_ns = step_ns();
+    if (!window_protocol(s, report, taken.front().second)) stopped = true;
+}
+
+std::uint64_t EpochRange::Impl::step_ns() const {
+    if (next_consume == 0) return 0;
+    const auto ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - started).count();
+    return ns > 0 ? static_cast<std::uint64_t>(ns) / next_consume : 0;
+}
+
+bool EpochRange::Impl::window_protocol(std::uint64_t s, const detail::WindowReport& report,
+                                       const LocalStatus& status) {
+    Loader::Impl& l = *loader;
+    detail::WindowState& w = l.windows;
+    const detail::SyncTag tag = window_tag(detail::SyncKind::window, s);
     l.comm.set_context({"loader: agree on batch", static_cast<std::int64_t>(epoch),
                         static_cast<std::int64_t>(plan.first_step + s), "", -1});
     // Every decision below depends on the step and on completed requests only, so every rank
     // starts the same requests at the same steps and ends, throws or stops at the same step.
-    if (s % w.group == 0) l.start_window(tag, s, report());
+    if (s >= w.next_start) l.start_window(tag, s, report, limit, true);
     l.poll_windows(tag);
-    // A request started `lag` steps ago must be complete now: a rank is never more than
-    // `lag` steps ahead of the slowest one, and a stop it carries takes effect here.
-    while (!w.pending.empty() && w.pending.front().step + w.lag <= s) l.wait_window(tag);
-    const auto decided = [&] { return w.credit > s || w.error_step == s; };
+    // A request due at this step (started `lag` steps ago) must be complete now: a rank is
+    // never more than `lag` steps ahead of the slowest one, and a stop it carries takes effect
+    // at its due step.
+    while (!w.pending.empty() && w.pending.front().step + w.pending.front().lag <= s) {
+        l.wait_window(tag);
+    }
+    const auto decided = [&] { return w.credit > s || w.error_due(s); };
     while (!decided() && !w.pending.empty()) l.wait_window(tag);
     if (!decided()) {  // no request reached this step: one more, started here by every rank
-        l.start_window(tag, s, report());
-        while (!w.pending.empty()) l.wait_window(tag);
-    }
-    if (w.error_step == s) {  // every rank is at this step: nothing else in flight
+        l.start_window(tag, s, report, limit, false);
         l.finish_windows(tag);
-        throw_agreed_error(l.comm, taken.front().second, w.error_rank);
     }
+    if (w.error_due(s)) {  // every rank is at this step: complete what is in flight, throw
+        l.finish_windows(tag);
+        throw_agreed_error(l.comm, status, w.error_rank);
+    }
+    // Where every rank completes every request (a stop, the digest's allreduce), promised
+    // reads first report once more at this step: a failure not yet reported is thrown here.
+    const auto finish_all = [&] {
+        if (w.promise && w.last_start != s) l.start_window(tag, s, report, limit, false);
+        l.finish_windows(tag);
+        if (w.promise && w.error_step != detail::kNoStep) {
+            throw_agreed_error(l.comm, status, w.error_rank);
+        }
+    };
     if (w.stop_at <= s) {  // the agreed stop: no batch from here on any rank
-        l.finish_windows(tag);
+        finish_all();
         stopped = true;
-        return;
+        return false;
     }
     if (!l.digest_covers(s + 1)) {
         // The consumed-id digest's blocking allreduce only once every rank is known to be
         // here: a request started at this step, completed with matching tags.
-        if (w.last_start != s) l.start_window(tag, s, report());
-        l.finish_windows(tag);
+        if (w.last_start != s) l.start_window(tag, s, report, limit, false);
+        finish_all();
         l.cover_digest(plan, s + 1);
+    }
+    return true;
+}
+
+void EpochRange::Impl::agree_failed_read(const LocalStatus& status) {
+    detail::WindowReport report;
+    report.ready_until = next_consume;
+    report.failed = true;
+    report.step_ns = step_ns();
+    // The peers run on to the step where the failure is due; so does this rank, in the
+    // protocol only. A stop agreed on the way throws the failure instead (`finish_all`).
+    for (std::uint64_t t = next_consume; t < limit; ++t) (void)window_protocol(t, report, status);
+    finish_range_windows(report, status);
+    throw std::logic_error("loader: internal error: a failed read of step " +
+                           std::to_string(next_consume) + " was not agreed");
+}
+
+void EpochRange::Impl::finish_range_windows(const detail::WindowReport& report,
+                                            const LocalStatus& status) {
+    Loader::Impl& l = *loader;
+    detail::WindowState& w = l.windows;
+    const detail::SyncTag tag = window_tag(detail::SyncKind::window, limit);
+    if (w.promise && w.last_start != limit) l.start_window(tag, limit, report, limit, false);
+    l.finish_windows(tag);
+    if (w.promise && w.error_step != detail::kNoStep) {
+        l.comm.set_context({"loader: agree on batch", static_cast<std::int64_t>(epoch),
+                            static_cast<std::int64_t>(plan.first_step + limit), "", -1});
+        throw_agreed_error(l.comm, status, w.error_rank);
     }
 }
 
@@ -192,7 +252,11 @@ bool EpochRange::next(HostBatch& out) {
             // The requests still in flight were started by every rank: complete them here, so
             // the epoch leaves nothing behind (and a rank that left early is found). Only once:
             // after the end the loader's windows may belong to a later epoch.
-            if (!d.finished) l.finish_windows(d.window_tag(detail::SyncKind::window));
+            if (!d.finished) {
+                detail::WindowReport end;
+                end.ready_until = d.limit;
+                d.finish_range_windows(end, LocalStatus{});
+            }
         } else {
             if (d.next_consume == 0) d.started = t0;
             d.agree_step();

@@ -7,11 +7,11 @@
 
 #include "comm/agree.hpp"
 #include "loader/contents.hpp"
+#include "loader/device_delivery.hpp"
 #include "loader/loader_impl.hpp"
 #include "mpistage/hash.hpp"
 #include "plan/consumed_digest.hpp"
 #include "stage/cuda_api.hpp"
-#include "loader/device_delivery.hpp"
 #include "stage/device_choice.hpp"
 #include "stage/host_memory.hpp"
 #include "tier/two_phase.hpp"
@@ -31,8 +31,9 @@ void LoaderOptions::validate() const {
     }
     (void)parse_device(device);
     if (fingerprint == FingerprintLevel::ends) {
-        throw ConfigError("loader: fingerprint level 'ends' (samples 0, N/2 and N−1) is only "
-                          "read from old saved states; use sampled or full");
+        throw ConfigError(
+            "loader: fingerprint level 'ends' (samples 0, N/2 and N−1) is only "
+            "read from old saved states; use sampled or full");
     }
     check_timeout(timeout, "loader");
     if (two_phase == TwoPhase::on && plan.budget.active()) {
@@ -42,9 +43,10 @@ void LoaderOptions::validate() const {
     }
     const bool global_unstaged = plan.sharding == Sharding::global && stage == Stage::none;
     if (two_phase == TwoPhase::on && !global_unstaged) {
-        throw ConfigError("loader: two-phase reads need global sharding and stage none; got "
-                          "sharding " + to_string(plan.sharding) + " and stage " +
-                          to_string(stage));
+        throw ConfigError(
+            "loader: two-phase reads need global sharding and stage none; got "
+            "sharding " +
+            to_string(plan.sharding) + " and stage " + to_string(stage));
     }
 }
 
@@ -178,8 +180,8 @@ Loader::Loader(const Communicator& comm, const Source& source, LoaderOptions opt
     d.comm.set_context({"loader: content fingerprint", -1, -1, "", -1});
     detail::check_same_contents(d.comm, source, d.num_samples, d.options.verify_files);
     d.comm.set_context({"loader: construction", -1, -1, "", -1});
-    d.comm.set_context({"loader: dataset fingerprint (" + to_string(d.options.fingerprint) + ")",
-                        -1, -1, "", -1});
+    d.comm.set_context(
+        {"loader: dataset fingerprint (" + to_string(d.options.fingerprint) + ")", -1, -1, "", -1});
     d.record_identity();
     d.comm.set_context({"loader: construction", -1, -1, "", -1});
     std::uint64_t capacity = d.options.plan.batch_size;
@@ -203,8 +205,9 @@ Loader::Loader(const Communicator& comm, const Source& source, LoaderOptions opt
     // The window agreement's shape must be the same on every rank; prefetch may differ.
     d.min_prefetch = d.comm.allreduce_min(static_cast<std::uint64_t>(d.options.prefetch));
     run_agreed(d.comm, [&] {
-        d.allocate_ring(capacity, std::max<std::uint64_t>(
-                                      1, std::min<std::uint64_t>(d.options.prefetch, d.totals.steps)));
+        d.allocate_ring(capacity,
+                        std::max<std::uint64_t>(
+                            1, std::min<std::uint64_t>(d.options.prefetch, d.totals.steps)));
         if (d.device.device.cuda) {
             d.stager = detail::make_loader_stager(d.device.device, d.options, d.options.prefetch);
         }
@@ -257,8 +260,7 @@ void Loader::Impl::close() {
     // A peer closed in a call that every rank took part in, where this rank got the error.
     if (peer_closed) return;
     comm.set_context({"loader: close", static_cast<std::int64_t>(progress.epoch),
-                      static_cast<std::int64_t>(progress.start.step + progress.consumed), "",
-                      -1});
+                      static_cast<std::int64_t>(progress.start.step + progress.consumed), "", -1});
     sync(left_tag(detail::SyncKind::close), {}, 0, false);
 }
 
@@ -309,9 +311,9 @@ const Source& Loader::source() const noexcept {
 EpochRange Loader::epoch(std::uint64_t e, EpochOptions eo) {
     Impl& d = *impl_;
     if (d.closed || d.peer_closed) {  // known on every rank alike (see Impl::sync)
-        throw ConfigError("loader: epoch " + std::to_string(e) + " requested after the loader " +
-                          (d.closed ? std::string("was closed") : "was closed on a peer: " +
-                                                                       d.divergence));
+        throw ConfigError(
+            "loader: epoch " + std::to_string(e) + " requested after the loader " +
+            (d.closed ? std::string("was closed") : "was closed on a peer: " + d.divergence));
     }
     // The step an epoch starts at (0, or the resumed step) names where a stuck rank waits.
     d.comm.set_context({"loader: epoch start", static_cast<std::int64_t>(e),
@@ -360,17 +362,21 @@ EpochRange Loader::epoch(std::uint64_t e, EpochOptions eo) {
     d.progress.steps = impl->plan.steps;
     d.progress.job_samples_before = impl->plan.job_samples_before;
     d.progress.digest_before = {digest_base};
+    // The first block of the consumed-id digest now, while every rank is known to be in this
+    // call (agreed above), rather than at the first step after a window request completed.
+    if (impl->limit > 0) d.cover_digest(impl->plan, 1);
     detail::StepReader step_reader;
     if (d.stats.two_phase) {  // collective: agreed at construction
-        step_reader = detail::two_phase_step_reader(d.comm, d.source, d.num_samples,
-                                                    d.options.plan, e, start, impl->plan);
+        step_reader = detail::two_phase_step_reader(d.comm, d.source, d.num_samples, d.options.plan,
+                                                    e, start, impl->plan);
     }
     impl->prefetch = std::make_unique<detail::Prefetcher>(d.ring, d.reader(), impl->plan, e,
                                                           std::move(step_reader));
     std::uint64_t lag = 0;
     std::uint64_t group = 1;
     detail::window_shape(d.min_prefetch, impl->limit, d.stats.two_phase, lag, group);
-    d.windows.reset(lag, group);
+    // Reads from the memory tier are promised: staging already read and checked every byte.
+    d.windows.reset(lag, group, d.tier != nullptr && !d.stats.two_phase, impl->limit);
     d.epoch_active = true;
     d.active = impl.get();
     EpochRange range(std::move(impl));

@@ -137,11 +137,13 @@ struct Loader::Impl {
     /// Collective: the tagged agreement of every loader collective after construction
     /// (`agree_tagged_or_throw`). When the tags differ, every rank gathers them, records the
     /// divergence and throws the same ConfigError naming each rank's call and step.
-    TaggedAgreement sync(const detail::SyncTag& tag, const LocalStatus& status,
-                         std::uint64_t value, bool stop);
-    /// Collective (one started allreduce): starts the window request of plan step `step`.
+    TaggedAgreement sync(const detail::SyncTag& tag, const LocalStatus& status, std::uint64_t value,
+                         bool stop);
+    /// Collective (one started allreduce): starts the window request of plan step `step` in
+    /// an epoch of `limit` steps, with the lag of `detail::WindowState::shape_at`; a `regular`
+    /// one also sets the step of the next (`windows.next_start`).
     void start_window(const detail::SyncTag& tag, std::uint64_t step,
-                      const detail::WindowReport& report);
+                      const detail::WindowReport& report, std::uint64_t limit, bool regular);
     /// Not collective: folds the window requests already complete, in order, into `windows`.
     /// @throws ConfigError as `sync` when one found ranks in different calls.
     void poll_windows(const detail::SyncTag& tag);
@@ -227,14 +229,31 @@ struct EpochRange::Impl {
     /// returned: starts this step's window request when one is due, completes the requests
     /// that are `lag` steps old (and more only when no completed one covers the step).
     /// Sets `stopped` instead when an agreed stop takes effect at this step.
-    /// @throws the agreed error of the earliest failed step, on every rank at that step.
+    /// @throws the agreed error of the earliest failed step, on every rank at the same step
+    /// (that step; with promised reads up to a request's lag later: `agree_failed_read`).
     void agree_step();
+    /// Collective: the window protocol of step `s` with this rank's `report` (`status`: its
+    /// outcome at `s`, for an agreed error's broadcast). Returns false when an agreed stop
+    /// takes effect at `s` (`stopped` set). @throws the agreed error due at `s`.
+    bool window_protocol(std::uint64_t s, const detail::WindowReport& report,
+                         const LocalStatus& status);
+    /// Collective, with promised reads, on a rank whose read of step `next_consume` failed:
+    /// yields no batch, but takes part in the window protocol of the following steps (as the
+    /// peers, who run on) reporting the failure, until the step where every rank throws it.
+    /// @throws the agreed error, always.
+    [[noreturn]] void agree_failed_read(const LocalStatus& status);
+    /// Collective at the end of the range (step `limit`): completes the requests in flight;
+    /// with promised reads first one more (`report`), so that a failure no request reported
+    /// yet is thrown here by every rank (`status`: this rank's outcome).
+    void finish_range_windows(const detail::WindowReport& report, const LocalStatus& status);
+    /// This rank's mean wall time per step of the range so far (ns; 0 before the first).
+    std::uint64_t step_ns() const;
     /// With a CUDA device: submits the copies of the window's error-free batches not yet
     /// submitted; a failure becomes the status of its step (agreed like a failed read).
     /// Returns the count of error-free entries of `taken` after it.
     std::size_t stage_window(std::size_t good);
-    /// The tag of a window (or two-phase exchange) agreement at step `next_consume`.
-    detail::SyncTag window_tag(detail::SyncKind kind) const;
+    /// The tag of a window (or two-phase exchange) agreement at step `s`.
+    detail::SyncTag window_tag(detail::SyncKind kind, std::uint64_t s) const;
 };
 
 }  // namespace mpistage
