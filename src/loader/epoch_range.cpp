@@ -167,8 +167,17 @@ void EpochRange::Impl::agree_failed_read(const LocalStatus& status) {
     report.failed = true;
     report.step_ns = step_ns();
     // The peers run on to the step where the failure is due; so does this rank, in the
-    // protocol only. A stop agreed on the way throws the failure instead (`finish_all`).
-    for (std::uint64_t t = next_consume; t < limit; ++t) (void)window_protocol(t, report, status);
+    // protocol only, its position with them (every rank leaves the epoch at the same step;
+    // the batches it did not yield count as consumed). A stop agreed on the way throws the
+    // failure instead (`finish_all`).
+    Loader::Impl& l = *loader;
+    for (std::uint64_t t = next_consume; t < limit; ++t) {
+        next_consume = t;
+        l.progress.consumed = t;
+        (void)window_protocol(t, report, status);
+    }
+    next_consume = limit;
+    l.progress.consumed = limit;
     finish_range_windows(report, status);
     throw std::logic_error("loader: internal error: a failed read of step " +
                            std::to_string(next_consume) + " was not agreed");
@@ -179,13 +188,16 @@ void EpochRange::Impl::finish_range_windows(const detail::WindowReport& report,
     Loader::Impl& l = *loader;
     detail::WindowState& w = l.windows;
     const detail::SyncTag tag = window_tag(detail::SyncKind::window, limit);
+    l.comm.set_context({"loader: agree on batch", static_cast<std::int64_t>(epoch),
+                        static_cast<std::int64_t>(plan.first_step + limit), "", -1});
     if (w.promise && w.last_start != limit) l.start_window(tag, limit, report, limit, false);
     l.finish_windows(tag);
     if (w.promise && w.error_step != detail::kNoStep) {
-        l.comm.set_context({"loader: agree on batch", static_cast<std::int64_t>(epoch),
-                            static_cast<std::int64_t>(plan.first_step + limit), "", -1});
         throw_agreed_error(l.comm, status, w.error_rank);
     }
+    // A stop that every rank now knows but that was not due before the end (with promised
+    // reads a request's lag may reach past it) still tells every rank the range stopped.
+    if (w.stop_at != detail::kNoStep) stopped = true;
 }
 
 std::size_t EpochRange::Impl::stage_window(std::size_t good) {
@@ -255,6 +267,8 @@ bool EpochRange::next(HostBatch& out) {
             if (!d.finished) {
                 detail::WindowReport end;
                 end.ready_until = d.limit;
+                end.stop =
+                    d.stop_request.load(std::memory_order_relaxed) || mpistage::stop_requested();
                 d.finish_range_windows(end, LocalStatus{});
             }
         } else {

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include "comm/blocking_watch.hpp"
@@ -159,14 +160,28 @@ void MemoryTier::read_remote(std::uint64_t id, int owner, std::size_t k, BatchSi
     }
 }
 
+namespace {
+
+std::atomic<std::uint64_t> g_failing_id{~std::uint64_t{0}};
+
+}  // namespace
+
+void fail_tier_reads_of(std::uint64_t id) noexcept {
+    g_failing_id.store(id, std::memory_order_relaxed);
+}
+
 void MemoryTier::read(const std::uint64_t* ids, std::size_t count, BatchSink& sink) const {
     const std::uint64_t n = begins_.back();
+    const std::uint64_t failing = g_failing_id.load(std::memory_order_relaxed);
     bool remote = false;
     try {
         for (std::size_t k = 0; k < count; ++k) {
             if (ids[k] >= n) {
                 throw ConfigError("tier: sample id " + std::to_string(ids[k]) +
                                   " out of range (N = " + std::to_string(n) + ")");
+            }
+            if (ids[k] == failing) {
+                throw IoError("tier: injected read failure at sample " + std::to_string(ids[k]));
             }
             const auto owner =
                 static_cast<int>(std::upper_bound(begins_.begin(), begins_.end(), ids[k]) -

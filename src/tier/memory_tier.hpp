@@ -95,6 +95,11 @@ private:
     StageTimes times_;
 };
 
+/// Fault injection for tests (tests/mpi/loader/test_loader_lag.cpp): from now on this
+/// process's memory-tier reads of sample `id` throw IoError, as a failed remote get would
+/// (~0: none, the default). Thread-safe (an atomic); not collective.
+void fail_tier_reads_of(std::uint64_t id) noexcept;
+
 /// Default of `LoaderOptions::stage_budget_bytes`: half of the node's physical memory divided
 /// among `node_size` ranks. Not collective.
 std::uint64_t default_stage_budget(int node_size);

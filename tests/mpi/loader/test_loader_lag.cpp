@@ -1,9 +1,10 @@
 // The window agreement that does not wait on scheduling (docs/architecture.md, "Agreement that
 // does not wait on scheduling"): window requests complete up to prefetch / 2 steps after they
-// start, so a rank that is delayed (descheduled, busy with its own work) holds the others back
-// only when it is truly behind. Whatever the delays, every rank yields the same batches at the
-// same steps as without them, every sample exactly once, and an agreed stop ends every rank
-// at the same step, within the lag. The test finishing is the time bound.
+// start (reading from the memory tier: the steps of 50 ms), so a rank that is delayed
+// (descheduled, busy with its own work) holds the others back only when it is truly behind.
+// Whatever the delays, every rank yields the same batches at the same steps as without them, every
+// sample exactly once, and an agreed stop ends every rank at the same step, within the lag. The
+// test finishing is the time bound.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -16,7 +17,9 @@
 #include "mpistage/comm.hpp"
 #include "mpistage/hdf5_source.hpp"
 #include "mpistage/loader.hpp"
+#include "mpistage/plan.hpp"
 #include "mpistage/stop.hpp"
+#include "tier/memory_tier.hpp"
 
 using namespace mpistage;
 
@@ -140,6 +143,131 @@ TEST(LoaderLag, StopWithRequestsInFlightEndsEveryRankAtTheSameStep) {
         EXPECT_EQ(loader.state().steps_consumed, batches) << what;
         const auto next = consume(loader, 1, true);
         EXPECT_EQ(next.size(), loader.totals().steps) << what;
+    }
+    src.close();
+    comm.free();
+}
+
+// The same stop from the memory tier, whose reads are promised (the whole epoch credited, the
+// lag set by the agreed step time, 50 ms of steps): every rank yields the same number of
+// batches, before the epoch's end, the state points there, and the next epoch is whole. A stop
+// asked too late for that (an epoch shorter than the lag) ends the epoch whole, stopped.
+TEST(LoaderLag, StopWithPromisedReadsEndsEveryRankAtTheSameStep) {
+    auto& files = h5t::shared_files();
+    ASSERT_TRUE(files.ok);
+    Communicator comm(MPI_COMM_WORLD);
+    Hdf5Source src(comm, files.generated_contiguous);
+    const int asking = h5t::size() - 1;
+    for (const std::size_t prefetch : {1, 4, 16}) {
+        for (const std::size_t threads : {0, 1}) {
+            const std::string what =
+                "prefetch " + std::to_string(prefetch) + " threads " + std::to_string(threads);
+            Loader loader(comm, src, opts(prefetch, threads, Stage::memory));
+            ASSERT_EQ(loader.stats().tier, "memory");
+            // Steps of a trainer's compute, 200 ms per epoch: the lag (50 ms of steps) is a
+            // quarter of the epoch, and the step time agreed in epoch 0 carries into epoch 1.
+            const auto step = std::chrono::microseconds(200'000 / loader.totals().steps);
+            for (const HostBatch& b : loader.epoch(0)) {
+                (void)b;
+                std::this_thread::sleep_for(step);
+            }
+            std::uint64_t batches = 0;
+            auto range = loader.epoch(1);
+            for (const HostBatch& b : range) {
+                ++batches;
+                if (h5t::rank() == asking && batches == 2) range.request_stop();
+                std::this_thread::sleep_for(step + delay_of(0, b.step() + 5));
+            }
+            EXPECT_TRUE(range.stopped()) << what;
+            EXPECT_GE(batches, 2u) << what;
+            EXPECT_LT(batches, loader.totals().steps) << what << ": the stop took effect mid-epoch";
+            EXPECT_TRUE(h5t::same_on_all_ranks(batches)) << what << ": rank " << h5t::rank();
+            EXPECT_EQ(loader.state().steps_consumed, batches) << what;
+            const auto next = consume(loader, 2, true);
+            EXPECT_EQ(next.size(), loader.totals().steps) << what;
+        }
+    }
+    src.close();
+    comm.free();
+}
+
+// A read from the memory tier that fails anyway (injected: detail::fail_tier_reads_of) is
+// agreed later than its step: the failing rank yields the batches before it, the others run on
+// to the step where the request reporting it is due, and every rank throws the same IoError
+// naming the failing rank. The loader then serves a whole epoch.
+TEST(LoaderLag, PromisedReadFailureIsTheSameErrorOnEveryRank) {
+    auto& files = h5t::shared_files();
+    ASSERT_TRUE(files.ok);
+    Communicator comm(MPI_COMM_WORLD);
+    Hdf5Source src(comm, files.generated_contiguous);
+    const int w = h5t::size();
+    struct Case {
+        int fail_rank;
+        std::uint64_t fail_step;
+        std::size_t prefetch;
+        std::size_t threads;
+        bool delayed;
+    };
+    const std::vector<Case> cases = {{w - 1, 0, 4, 0, false},
+                                     {w - 1, 3, 4, 1, true},
+                                     {0, 5, 1, 0, true},
+                                     {w / 2, 2, 16, 1, false},
+                                     {0, 1, 16, 0, true}};
+    for (const auto& cs : cases) {
+        const auto o = opts(cs.prefetch, cs.threads, Stage::memory);
+        const EpochPlan plan = plan_epoch(src.num_samples(), w, cs.fail_rank, o.plan, 0);
+        ASSERT_GT(plan.steps, cs.fail_step + 1);
+        const std::string what = "fail rank " + std::to_string(cs.fail_rank) + " step " +
+                                 std::to_string(cs.fail_step) + " prefetch " +
+                                 std::to_string(cs.prefetch) + " threads " +
+                                 std::to_string(cs.threads) + (cs.delayed ? " delayed" : "");
+        Loader loader(comm, src, o);
+        ASSERT_EQ(loader.stats().tier, "memory");
+        // Armed after staging and before epoch() starts any I/O thread.
+        const std::uint64_t failing_id = plan.ids[cs.fail_step * o.plan.batch_size];
+        if (h5t::rank() == cs.fail_rank) detail::fail_tier_reads_of(failing_id);
+        std::uint64_t good = 0;
+        const auto out = h5t::catch_error<IoError>([&] {
+            auto range = loader.epoch(0);
+            HostBatch b;
+            while (range.next(b)) {
+                ++good;
+                if (cs.delayed) std::this_thread::sleep_for(delay_of(h5t::rank(), b.step()));
+            }
+        });
+        detail::fail_tier_reads_of(~std::uint64_t{0});
+        std::vector<std::string> expected = {"injected read failure"};
+        if (w > 1) expected.push_back("[rank " + std::to_string(cs.fail_rank) + "]");
+        h5t::expect_same_error(out, "IoError", expected);
+        if (h5t::rank() == cs.fail_rank) {
+            EXPECT_EQ(good, cs.fail_step) << what << ": the failing rank's batches";
+        }
+        // The others agree among themselves, at or after the failed step.
+        const bool peer = h5t::rank() != cs.fail_rank;
+        std::uint64_t lo = peer ? good : ~std::uint64_t{0};
+        std::uint64_t hi = peer ? good : 0;
+        MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+        MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+        if (w > 1) {
+            EXPECT_EQ(lo, hi) << what << ": the other ranks' batches differ";
+            EXPECT_GE(lo, cs.fail_step) << what;
+        }
+        const auto next = consume(loader, 1, false);
+        EXPECT_EQ(next.size(), loader.totals().steps) << what;
+        EXPECT_EQ(all_ids(next).size(), loader.num_samples()) << what << ": not exactly once";
+    }
+    {
+        // A stop asked after the last request started: the epoch ends whole and stopped.
+        Loader loader(comm, src, opts(4, 0, Stage::memory));
+        std::uint64_t batches = 0;
+        auto range = loader.epoch(0);
+        for (const HostBatch& b : range) {
+            ++batches;
+            if (h5t::rank() == 0 && b.step() + 1 == loader.totals().steps) range.request_stop();
+        }
+        EXPECT_EQ(batches, loader.totals().steps);
+        EXPECT_TRUE(range.stopped());
+        EXPECT_TRUE(h5t::same_on_all_ranks(batches));
     }
     src.close();
     comm.free();
