@@ -8,10 +8,11 @@ launcher's default binding (Open MPI binds each of up to 2 ranks to its own core
 runs after a warm-up run.
 
 mpistage runs at the prefetch depths of CONTENTION_PREFETCH (default 4,64,512): 4 is
-side_by_side.py's, deeper rings let a rank run prefetch / 2 steps ahead of a descheduled peer
+side_by_side.py's; 512 exceeds an epoch's 469 steps per rank, so the ring holds the whole epoch
+(the loader clamps it to the steps: 469 x 50 KB per rank). Reads from the memory tier are
+promised, so a rank runs about 50 ms of steps ahead of a descheduled peer whatever the ring
 (docs/architecture.md "Agreement that does not wait on scheduling"; README "Binding and shared
-cores"); 512 exceeds an epoch's 469 steps per rank, so the ring holds the whole epoch (the
-loader clamps it to the steps: 469 x 50 KB per rank).
+cores"); the deeper rings show whether the depth still matters.
 
 Usage: contention.py BUILD_DIR WORK_DIR NP RUNS OUT_PREFIX   (WORK_DIR/fmnist.h5 must exist)
 Writes OUT_PREFIX.json (every run) and OUT_PREFIX.md (the table).

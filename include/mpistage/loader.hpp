@@ -259,7 +259,9 @@ public:
     /// only (agreed at the next window: `next()` returns false at the same step everywhere). A
     /// rank at its own last step asks for it, then calls `next()` until it returns false.
     void request_stop() noexcept;
-    /// True once an agreed stop ended the range early (equal on every rank; `state()` is there).
+    /// True once an agreed stop ended the range (equal on every rank; `state()` is there): early,
+    /// or at its end when the stop was agreed only there (a stop asked within the last lag
+    /// steps).
     bool stopped() const noexcept;
     /// This rank's plan for the epoch (of a resumed epoch: its remaining part). Fixed batches
     /// are computed per slot (`EpochPlan::on_demand()`: `ids`/`valid` are empty, read
@@ -269,11 +271,13 @@ public:
     const EpochTotals& totals() const noexcept;
     /// Collective: the next batch, or false after the last one. An error on any rank (I/O,
     /// format, all ring slots held by the caller) is thrown on every rank at the same step.
-    /// Window requests (non-blocking allreduces, one per ⌈prefetch/2⌉ steps, completed
-    /// ⌊prefetch/2⌋ steps after they start; docs/architecture.md, "Agreement that does not
-    /// wait on scheduling") say which batches every rank holds ready, so a call waits for a peer
-    /// only when that peer is ⌊prefetch/2⌋ steps behind; every rank must call it the same
-    /// number of times.
+    /// Window requests (non-blocking allreduces completed L steps after they start;
+    /// docs/architecture.md, "Agreement that does not wait on scheduling") say which batches
+    /// every rank holds ready, so a call waits for a peer only when that peer is L steps
+    /// behind: L = ⌊prefetch/2⌋ reading from files; from the memory tier, the steps of 50 ms
+    /// at the agreed step time (there a read that fails anyway is thrown up to L steps after
+    /// its step, the same error on every rank). Every rank must call it the same number of
+    /// times.
     /// @throws Error subclasses, identical on every rank.
     bool next(HostBatch& out);
 

@@ -10,10 +10,11 @@ namespace mpistage {
 
 /// Not collective, async-signal-safe (one lock-free atomic store), any thread: asks every
 /// loader of this process to end its epoch. Each `EpochRange::next()` window request carries
-/// the request, so the stop is agreed: at most `prefetch` − 1 batches later (docs/
-/// architecture.md, "Agreement that does not wait on scheduling") the range ends on every rank
-/// at the same step, also on ranks that got no request, and `EpochRange::stopped()` is true
-/// there. The request stays set (later epochs stop at their first window) until
+/// the request, so the stop is agreed: reading from files at most `prefetch` − 1 batches
+/// later, from the memory tier about 60 ms of steps later (docs/architecture.md, "Agreement
+/// that does not wait on scheduling"), the range ends on every rank at the same step, also on
+/// ranks that got no request, and `EpochRange::stopped()` is true there (at the epoch's end
+/// when the stop was agreed only there). The request stays set (later epochs stop at their first window) until
 /// `clear_stop_request()`.
 void request_stop() noexcept;
 /// Not collective, async-signal-safe: whether `request_stop()` was called in this process
