@@ -259,9 +259,7 @@ public:
     /// only (agreed at the next window: `next()` returns false at the same step everywhere). A
     /// rank at its own last step asks for it, then calls `next()` until it returns false.
     void request_stop() noexcept;
-    /// True once an agreed stop ended the range (equal on every rank; `state()` is there): early,
-    /// or at its end when the stop was agreed only there (a stop asked within the last lag
-    /// steps).
+    /// True once an agreed stop ended the range (early, or at its end); `state()` is there.
     bool stopped() const noexcept;
     /// This rank's plan for the epoch (of a resumed epoch: its remaining part). Fixed batches
     /// are computed per slot (`EpochPlan::on_demand()`: `ids`/`valid` are empty, read
@@ -273,11 +271,9 @@ public:
     /// format, all ring slots held by the caller) is thrown on every rank at the same step.
     /// Window requests (non-blocking allreduces completed L steps after they start;
     /// docs/architecture.md, "Agreement that does not wait on scheduling") say which batches
-    /// every rank holds ready, so a call waits for a peer only when that peer is L steps
-    /// behind: L = ⌊prefetch/2⌋ reading from files; from the memory tier, the steps of 50 ms
-    /// at the agreed step time (there a read that fails anyway is thrown up to L steps after
-    /// its step, the same error on every rank). Every rank must call it the same number of
-    /// times.
+    /// every rank holds, so a call waits for a peer only when it is L steps behind: L =
+    /// ⌊prefetch/2⌋ from files; from the memory tier the steps of 50 ms (a read failing
+    /// there anyway is thrown up to L steps later). Every rank calls it equally often.
     /// @throws Error subclasses, identical on every rank.
     bool next(HostBatch& out);
 

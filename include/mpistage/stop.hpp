@@ -14,8 +14,8 @@ namespace mpistage {
 /// later, from the memory tier about 60 ms of steps later (docs/architecture.md, "Agreement
 /// that does not wait on scheduling"), the range ends on every rank at the same step, also on
 /// ranks that got no request, and `EpochRange::stopped()` is true there (at the epoch's end
-/// when the stop was agreed only there). The request stays set (later epochs stop at their first window) until
-/// `clear_stop_request()`.
+/// when the stop was agreed only there). The request stays set (later epochs stop at their first
+/// window) until `clear_stop_request()`.
 void request_stop() noexcept;
 /// Not collective, async-signal-safe: whether `request_stop()` was called in this process
 /// (or one of the signals of `install_stop_signals` arrived). Local: other ranks may not have

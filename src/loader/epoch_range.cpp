@@ -103,6 +103,13 @@ void EpochRange::Impl::agree_step() {
     if (!window_protocol(s, report, taken.front().second)) stopped = true;
 }
 
+detail::WindowReport EpochRange::Impl::end_report() const {
+    detail::WindowReport end;
+    end.ready_until = limit;
+    end.stop = stop_request.load(std::memory_order_relaxed) || mpistage::stop_requested();
+    return end;
+}
+
 std::uint64_t EpochRange::Impl::step_ns() const {
     if (next_consume == 0) return 0;
     const auto ns =
@@ -264,13 +271,7 @@ bool EpochRange::next(HostBatch& out) {
             // The requests still in flight were started by every rank: complete them here, so
             // the epoch leaves nothing behind (and a rank that left early is found). Only once:
             // after the end the loader's windows may belong to a later epoch.
-            if (!d.finished) {
-                detail::WindowReport end;
-                end.ready_until = d.limit;
-                end.stop =
-                    d.stop_request.load(std::memory_order_relaxed) || mpistage::stop_requested();
-                d.finish_range_windows(end, LocalStatus{});
-            }
+            if (!d.finished) d.finish_range_windows(d.end_report(), LocalStatus{});
         } else {
             if (d.next_consume == 0) d.started = t0;
             d.agree_step();

@@ -362,8 +362,7 @@ EpochRange Loader::epoch(std::uint64_t e, EpochOptions eo) {
     d.progress.steps = impl->plan.steps;
     d.progress.job_samples_before = impl->plan.job_samples_before;
     d.progress.digest_before = {digest_base};
-    // The first block of the consumed-id digest now, while every rank is known to be in this
-    // call (agreed above), rather than at the first step after a window request completed.
+    // The digest's first block here, where every rank is known to be (agreed above).
     if (impl->limit > 0) d.cover_digest(impl->plan, 1);
     detail::StepReader step_reader;
     if (d.stats.two_phase) {  // collective: agreed at construction

@@ -246,6 +246,8 @@ struct EpochRange::Impl {
     /// with promised reads first one more (`report`), so that a failure no request reported
     /// yet is thrown here by every rank (`status`: this rank's outcome).
     void finish_range_windows(const detail::WindowReport& report, const LocalStatus& status);
+    /// This rank's report at the range's end (every step ready; whether a stop was asked).
+    detail::WindowReport end_report() const;
     /// This rank's mean wall time per step of the range so far (ns; 0 before the first).
     std::uint64_t step_ns() const;
     /// With a CUDA device: submits the copies of the window's error-free batches not yet

@@ -14,6 +14,8 @@
 #include <system_error>
 #include <vector>
 
+#include "temp_dirs.hpp"
+
 namespace h5t {
 
 inline int rank() {
@@ -105,14 +107,7 @@ public:
         path_ = bcast(p, 0);
     }
     ~TempDir() {
-        if (path_.empty()) return;
-        if (!collective_) {
-            if (owner_) {
-                std::error_code ec;
-                std::filesystem::remove_all(path_, ec);
-            }
-            return;
-        }
+        if (path_.empty() || detached_) return;
         barrier();
         if (rank() == 0) {
             std::error_code ec;
@@ -124,16 +119,16 @@ public:
     TempDir& operator=(const TempDir&) = delete;
     const std::string& path() const { return path_; }
     std::string file(const std::string& name) const { return path_ + "/" + name; }
-    /// For process-lifetime directories removed after MPI_Finalize (by rank 0 only).
+    /// For process-lifetime directories: removed at exit, after MPI_Finalize, by rank 0
+    /// (mpistage_test::remove_at_exit); the destructor then makes no collective.
     void detach_from_mpi() {
-        collective_ = false;
-        owner_ = rank() == 0;
+        detached_ = true;
+        if (rank() == 0 && !path_.empty()) mpistage_test::remove_at_exit(path_);
     }
 
 private:
     std::string path_;
-    bool collective_ = true;
-    bool owner_ = false;
+    bool detached_ = false;
 };
 
 }  // namespace h5t
