@@ -369,8 +369,9 @@ EpochRange Loader::epoch(std::uint64_t e, EpochOptions eo) {
         step_reader = detail::two_phase_step_reader(d.comm, d.source, d.num_samples, d.options.plan,
                                                     e, start, impl->plan);
     }
-    impl->prefetch = std::make_unique<detail::Prefetcher>(d.ring, d.reader(), impl->plan, e,
-                                                          std::move(step_reader));
+    // Reads from the memory tier fall back to the source: the promise is kept from the file.
+    impl->prefetch = std::make_unique<detail::Prefetcher>(
+        d.ring, d.reader(), impl->plan, e, std::move(step_reader), d.tier ? &d.source : nullptr);
     std::uint64_t lag = 0;
     std::uint64_t group = 1;
     detail::window_shape(d.min_prefetch, impl->limit, d.stats.two_phase, lag, group);

@@ -45,11 +45,22 @@ void prepare(Slot& slot, const std::vector<FieldInfo>& fields, const EpochPlan& 
 
 }  // namespace
 
-void fill_slot(Slot& slot, const Source& source, const EpochPlan& plan, std::uint64_t step) {
-    fill_slot_with(slot, source.fields(), plan, step,
-                   [&source](const std::uint64_t* ids, std::size_t count, BatchSink& sink) {
-                       source.read(ids, count, sink);
-                   });
+void fill_slot(Slot& slot, const Source& source, const EpochPlan& plan, std::uint64_t step,
+               const Source* fallback) {
+    const auto from = [&](const Source& s) {
+        fill_slot_with(slot, s.fields(), plan, step,
+                       [&s](const std::uint64_t* ids, std::size_t count, BatchSink& sink) {
+                           s.read(ids, count, sink);
+                       });
+    };
+    if (!fallback) return from(source);
+    try {
+        from(source);
+    } catch (...) {
+        // The promise of the memory tier's reads is kept from the file (prepare() clears what
+        // the failed read wrote); only if that fails too is the step's read a failure.
+        from(*fallback);
+    }
 }
 
 void fill_slot_with(Slot& slot, const std::vector<FieldInfo>& fields, const EpochPlan& plan,

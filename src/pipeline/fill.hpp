@@ -13,9 +13,12 @@ namespace mpistage::detail {
 
 /// Not collective (unless the source's reads are): fills `slot` with step `step` of `plan`
 /// read from `source`: index, valid mask, fixed fields (padding zeroed), ragged values and
-/// offsets. Thread-safe for distinct slots when the source's `read` is.
-/// @throws what the source's `read` throws.
-void fill_slot(Slot& slot, const Source& source, const EpochPlan& plan, std::uint64_t step);
+/// offsets. Thread-safe for distinct slots when the source's `read` is. With a `fallback`
+/// (the file behind a memory tier, whose reads are promised), a failed read of the step is
+/// made again from it, from scratch.
+/// @throws what the source's `read` throws (with a fallback: what the fallback's throws).
+void fill_slot(Slot& slot, const Source& source, const EpochPlan& plan, std::uint64_t step,
+               const Source* fallback = nullptr);
 
 /// Reads `count` samples `ids` (the step's non-padding ids in batch order) into `sink`, as
 /// `Source::read` does.

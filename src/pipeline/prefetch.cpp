@@ -8,8 +8,8 @@
 namespace mpistage::detail {
 
 Prefetcher::Prefetcher(std::shared_ptr<Ring> ring, const Source& source, const EpochPlan& plan,
-                       std::uint64_t epoch, StepReader step_reader)
-    : ring_(std::move(ring)), source_(source), plan_(plan), epoch_(epoch),
+                       std::uint64_t epoch, StepReader step_reader, const Source* fallback)
+    : ring_(std::move(ring)), source_(source), fallback_(fallback), plan_(plan), epoch_(epoch),
       step_reader_(std::move(step_reader)) {}
 
 void Prefetcher::start(std::size_t count) {
@@ -38,7 +38,7 @@ void Prefetcher::worker() {
         }
         std::exception_ptr error;
         try {
-            fill_slot(*slot, source_, plan_, step);
+            fill_slot(*slot, source_, plan_, step, fallback_);
         } catch (...) {
             error = std::current_exception();
         }
@@ -80,7 +80,7 @@ Slot* Prefetcher::take_inline(std::uint64_t step, LocalStatus& status) {
         status = capture([&] { throw ConfigError(slots_held_message(step)); });
         return nullptr;
     }
-    status = capture([&] { fill_slot(*slot, source_, plan_, step); });
+    status = capture([&] { fill_slot(*slot, source_, plan_, step, fallback_); });
     return slot;
 }
 
@@ -118,7 +118,7 @@ Slot* Prefetcher::take_if_ready(std::uint64_t step, LocalStatus& status) {
     if (step_reader_) return nullptr;  // collective steps are read by take() only, in order
     if (threads_.empty()) {
         Slot* slot = ring_->take_if_free();
-        if (slot) status = capture([&] { fill_slot(*slot, source_, plan_, step); });
+        if (slot) status = capture([&] { fill_slot(*slot, source_, plan_, step, fallback_); });
         return slot;
     }
     std::lock_guard<std::mutex> lk(ring_->m);

@@ -31,9 +31,11 @@ public:
     /// `plan` and `source` must outlive the prefetcher; `epoch` only names the epoch in errors.
     /// With a `step_reader`, every step is read by it on the consumer thread inside `take`
     /// (collective: each rank takes every step once, in order); no I/O thread is started and
-    /// `take_if_ready` returns nothing.
+    /// `take_if_ready` returns nothing. A `fallback` (outliving the prefetcher) is read where
+    /// `source` failed (`fill_slot`).
     Prefetcher(std::shared_ptr<Ring> ring, const Source& source, const EpochPlan& plan,
-               std::uint64_t epoch, StepReader step_reader = {});
+               std::uint64_t epoch, StepReader step_reader = {},
+               const Source* fallback = nullptr);
     Prefetcher(const Prefetcher&) = delete;
     Prefetcher& operator=(const Prefetcher&) = delete;
     ~Prefetcher() { shutdown(); }
@@ -64,6 +66,7 @@ private:
 
     std::shared_ptr<Ring> ring_;
     const Source& source_;
+    const Source* fallback_ = nullptr;
     const EpochPlan& plan_;
     std::uint64_t epoch_ = 0;
     StepReader step_reader_;

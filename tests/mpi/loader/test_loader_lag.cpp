@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "../hdf5_test_util.hpp"
+#include "faulty_source.hpp"
 #include "mpistage/comm.hpp"
 #include "mpistage/hdf5_source.hpp"
 #include "mpistage/loader.hpp"
@@ -191,15 +192,42 @@ TEST(LoaderLag, StopWithPromisedReadsEndsEveryRankAtTheSameStep) {
     comm.free();
 }
 
-// A read from the memory tier that fails anyway (injected: detail::fail_tier_reads_of) is
-// agreed later than its step: the failing rank yields the batches before it, the others run on
-// to the step where the request reporting it is due, and every rank throws the same IoError
-// naming the failing rank. The loader then serves a whole epoch.
-TEST(LoaderLag, PromisedReadFailureIsTheSameErrorOnEveryRank) {
+// A read from the memory tier that fails (injected: detail::fail_tier_reads_of) is made again
+// from the file behind it, so the promise holds: the same batches at the same steps as an
+// undisturbed epoch, every sample exactly once, no error.
+TEST(LoaderLag, FailedTierReadIsReadFromTheFile) {
     auto& files = h5t::shared_files();
     ASSERT_TRUE(files.ok);
     Communicator comm(MPI_COMM_WORLD);
     Hdf5Source src(comm, files.generated_contiguous);
+    const int w = h5t::size();
+    for (const std::size_t threads : {0, 1}) {
+        const auto o = opts(4, threads, Stage::memory);
+        Loader loader(comm, src, o);
+        ASSERT_EQ(loader.stats().tier, "memory");
+        const auto plain = consume(loader, 0, false);
+        const EpochPlan plan = plan_epoch(src.num_samples(), w, w - 1, o.plan, 0);
+        if (h5t::rank() == w - 1) detail::fail_tier_reads_of(plan.ids[2 * o.plan.batch_size]);
+        const auto again = consume(loader, 0, true);
+        detail::fail_tier_reads_of(~std::uint64_t{0});
+        EXPECT_EQ(again, plain) << "threads " << threads << ": rank " << h5t::rank();
+        EXPECT_EQ(all_ids(again).size(), loader.num_samples()) << "threads " << threads;
+    }
+    src.close();
+    comm.free();
+}
+
+// A step whose tier read fails and whose read from the file fails too (FaultySource) is agreed
+// later than its step: the failing rank yields the batches before it and takes part in the
+// protocol of the following steps, the others run on to the step where the request reporting
+// it is due, and every rank throws the same IoError naming the failing rank. The loader then
+// serves a whole epoch.
+TEST(LoaderLag, PromisedReadFailureIsTheSameErrorOnEveryRank) {
+    auto& files = h5t::shared_files();
+    ASSERT_TRUE(files.ok);
+    Communicator comm(MPI_COMM_WORLD);
+    Hdf5Source inner(comm, files.generated_contiguous);
+    loader_test::FaultySource src(inner);
     const int w = h5t::size();
     struct Case {
         int fail_rank;
@@ -208,10 +236,8 @@ TEST(LoaderLag, PromisedReadFailureIsTheSameErrorOnEveryRank) {
         std::size_t threads;
         bool delayed;
     };
-    const std::vector<Case> cases = {{w - 1, 0, 4, 0, false},
-                                     {w - 1, 3, 4, 1, true},
-                                     {0, 5, 1, 0, true},
-                                     {w / 2, 2, 16, 1, false},
+    const std::vector<Case> cases = {{w - 1, 0, 4, 0, false}, {w - 1, 3, 4, 1, true},
+                                     {0, 5, 1, 0, true},      {w / 2, 2, 16, 1, false},
                                      {0, 1, 16, 0, true}};
     for (const auto& cs : cases) {
         const auto o = opts(cs.prefetch, cs.threads, Stage::memory);
@@ -223,9 +249,13 @@ TEST(LoaderLag, PromisedReadFailureIsTheSameErrorOnEveryRank) {
                                  std::to_string(cs.threads) + (cs.delayed ? " delayed" : "");
         Loader loader(comm, src, o);
         ASSERT_EQ(loader.stats().tier, "memory");
-        // Armed after staging and before epoch() starts any I/O thread.
+        // Armed after staging and before epoch() starts any I/O thread: the tier's read and
+        // the file's both fail.
         const std::uint64_t failing_id = plan.ids[cs.fail_step * o.plan.batch_size];
-        if (h5t::rank() == cs.fail_rank) detail::fail_tier_reads_of(failing_id);
+        if (h5t::rank() == cs.fail_rank) {
+            detail::fail_tier_reads_of(failing_id);
+            src.set_trigger(static_cast<std::int64_t>(failing_id));
+        }
         std::uint64_t good = 0;
         const auto out = h5t::catch_error<IoError>([&] {
             auto range = loader.epoch(0);
@@ -236,6 +266,7 @@ TEST(LoaderLag, PromisedReadFailureIsTheSameErrorOnEveryRank) {
             }
         });
         detail::fail_tier_reads_of(~std::uint64_t{0});
+        src.set_trigger(-1);
         std::vector<std::string> expected = {"injected read failure"};
         if (w > 1) expected.push_back("[rank " + std::to_string(cs.fail_rank) + "]");
         h5t::expect_same_error(out, "IoError", expected);
@@ -269,6 +300,6 @@ TEST(LoaderLag, PromisedReadFailureIsTheSameErrorOnEveryRank) {
         EXPECT_TRUE(range.stopped());
         EXPECT_TRUE(h5t::same_on_all_ranks(batches));
     }
-    src.close();
+    inner.close();
     comm.free();
 }
