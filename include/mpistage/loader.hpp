@@ -272,8 +272,8 @@ public:
     /// Window requests (non-blocking allreduces completed L steps after they start;
     /// docs/architecture.md, "Agreement that does not wait on scheduling") say which batches
     /// every rank holds, so a call waits for a peer only when it is L steps behind: L =
-    /// ⌊prefetch/2⌋ from files; from the memory tier the steps of 50 ms (a read failing
-    /// there anyway is thrown up to L steps later). Every rank calls it equally often.
+    /// ⌊prefetch/2⌋ from files; from the memory tier the steps of 50 ms (a step failing from
+    /// the tier and the file is thrown up to L steps later). Every rank calls it equally often.
     /// @throws Error subclasses, identical on every rank.
     bool next(HostBatch& out);
 

@@ -362,8 +362,7 @@ EpochRange Loader::epoch(std::uint64_t e, EpochOptions eo) {
     d.progress.steps = impl->plan.steps;
     d.progress.job_samples_before = impl->plan.job_samples_before;
     d.progress.digest_before = {digest_base};
-    // The digest's first block here, where every rank is known to be (agreed above).
-    if (impl->limit > 0) d.cover_digest(impl->plan, 1);
+    if (impl->limit > 0) d.cover_digest(impl->plan, 1);  // every rank is here (agreed above)
     detail::StepReader step_reader;
     if (d.stats.two_phase) {  // collective: agreed at construction
         step_reader = detail::two_phase_step_reader(d.comm, d.source, d.num_samples, d.options.plan,

@@ -9,7 +9,11 @@ namespace mpistage::detail {
 
 Prefetcher::Prefetcher(std::shared_ptr<Ring> ring, const Source& source, const EpochPlan& plan,
                        std::uint64_t epoch, StepReader step_reader, const Source* fallback)
-    : ring_(std::move(ring)), source_(source), fallback_(fallback), plan_(plan), epoch_(epoch),
+    : ring_(std::move(ring)),
+      source_(source),
+      fallback_(fallback),
+      plan_(plan),
+      epoch_(epoch),
       step_reader_(std::move(step_reader)) {}
 
 void Prefetcher::start(std::size_t count) {

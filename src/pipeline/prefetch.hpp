@@ -34,8 +34,7 @@ public:
     /// `take_if_ready` returns nothing. A `fallback` (outliving the prefetcher) is read where
     /// `source` failed (`fill_slot`).
     Prefetcher(std::shared_ptr<Ring> ring, const Source& source, const EpochPlan& plan,
-               std::uint64_t epoch, StepReader step_reader = {},
-               const Source* fallback = nullptr);
+               std::uint64_t epoch, StepReader step_reader = {}, const Source* fallback = nullptr);
     Prefetcher(const Prefetcher&) = delete;
     Prefetcher& operator=(const Prefetcher&) = delete;
     ~Prefetcher() { shutdown(); }

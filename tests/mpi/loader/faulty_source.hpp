@@ -20,7 +20,9 @@ public:
     explicit FaultySource(const Source& inner) : inner_(inner) {}
     const std::vector<FieldInfo>& fields() const override { return inner_.fields(); }
     std::uint64_t num_samples() const override { return inner_.num_samples(); }
-    std::uint64_t records_in_cut(int r, int w) const override { return inner_.records_in_cut(r, w); }
+    std::uint64_t records_in_cut(int r, int w) const override {
+        return inner_.records_in_cut(r, w);
+    }
     std::string fingerprint() const override { return "faulty:" + inner_.fingerprint(); }
     bool reads_use_mpi() const override { return inner_.reads_use_mpi(); }
     void read(const std::uint64_t* ids, std::size_t count, BatchSink& sink) const override {

@@ -236,8 +236,10 @@ TEST(LoaderLag, PromisedReadFailureIsTheSameErrorOnEveryRank) {
         std::size_t threads;
         bool delayed;
     };
-    const std::vector<Case> cases = {{w - 1, 0, 4, 0, false}, {w - 1, 3, 4, 1, true},
-                                     {0, 5, 1, 0, true},      {w / 2, 2, 16, 1, false},
+    const std::vector<Case> cases = {{w - 1, 0, 4, 0, false},
+                                     {w - 1, 3, 4, 1, true},
+                                     {0, 5, 1, 0, true},
+                                     {w / 2, 2, 16, 1, false},
                                      {0, 1, 16, 0, true}};
     for (const auto& cs : cases) {
         const auto o = opts(cs.prefetch, cs.threads, Stage::memory);
