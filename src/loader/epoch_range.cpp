@@ -144,17 +144,8 @@ bool EpochRange::Impl::window_protocol(std::uint64_t s, const detail::WindowRepo
         l.finish_windows(tag);
         throw_agreed_error(l.comm, status, w.error_rank);
     }
-    // Where every rank completes every request (a stop, the digest's allreduce), promised
-    // reads first report once more at this step: a failure not yet reported is thrown here.
-    const auto finish_all = [&] {
-        if (w.promise && w.last_start != s) l.start_window(tag, s, report, limit, false);
-        l.finish_windows(tag);
-        if (w.promise && w.error_step != detail::kNoStep) {
-            throw_agreed_error(l.comm, status, w.error_rank);
-        }
-    };
     if (w.stop_at <= s) {  // the agreed stop: no batch from here on any rank
-        finish_all();
+        finish_all(s, report, status);
         stopped = true;
         return false;
     }
@@ -162,10 +153,22 @@ bool EpochRange::Impl::window_protocol(std::uint64_t s, const detail::WindowRepo
         // The consumed-id digest's blocking allreduce only once every rank is known to be
         // here: a request started at this step, completed with matching tags.
         if (w.last_start != s) l.start_window(tag, s, report, limit, false);
-        finish_all();
+        finish_all(s, report, status);
         l.cover_digest(plan, s + 1);
     }
     return true;
+}
+
+void EpochRange::Impl::finish_all(std::uint64_t s, const detail::WindowReport& report,
+                                  const LocalStatus& status) {
+    Loader::Impl& l = *loader;
+    detail::WindowState& w = l.windows;
+    const detail::SyncTag tag = window_tag(detail::SyncKind::window, s);
+    if (w.promise && w.last_start != s) l.start_window(tag, s, report, limit, false);
+    l.finish_windows(tag);
+    if (w.promise && w.error_step != detail::kNoStep) {
+        throw_agreed_error(l.comm, status, w.error_rank);
+    }
 }
 
 void EpochRange::Impl::agree_failed_read(const LocalStatus& status) {
@@ -193,18 +196,12 @@ void EpochRange::Impl::agree_failed_read(const LocalStatus& status) {
 void EpochRange::Impl::finish_range_windows(const detail::WindowReport& report,
                                             const LocalStatus& status) {
     Loader::Impl& l = *loader;
-    detail::WindowState& w = l.windows;
-    const detail::SyncTag tag = window_tag(detail::SyncKind::window, limit);
     l.comm.set_context({"loader: agree on batch", static_cast<std::int64_t>(epoch),
                         static_cast<std::int64_t>(plan.first_step + limit), "", -1});
-    if (w.promise && w.last_start != limit) l.start_window(tag, limit, report, limit, false);
-    l.finish_windows(tag);
-    if (w.promise && w.error_step != detail::kNoStep) {
-        throw_agreed_error(l.comm, status, w.error_rank);
-    }
+    finish_all(limit, report, status);
     // A stop that every rank now knows but that was not due before the end (with promised
     // reads a request's lag may reach past it) still tells every rank the range stopped.
-    if (w.stop_at != detail::kNoStep) stopped = true;
+    if (l.windows.stop_at != detail::kNoStep) stopped = true;
 }
 
 std::size_t EpochRange::Impl::stage_window(std::size_t good) {

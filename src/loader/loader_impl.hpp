@@ -242,6 +242,10 @@ struct EpochRange::Impl {
     /// peers, who run on) reporting the failure, until the step where every rank throws it.
     /// @throws the agreed error, always.
     [[noreturn]] void agree_failed_read(const LocalStatus& status);
+    /// Collective, where every rank completes every request (a stop, a digest block, the
+    /// range's end) at step `s`: with promised reads one more request first (`report`), then
+    /// all completed; a failure any of them reported is thrown here (`status`: this rank's).
+    void finish_all(std::uint64_t s, const detail::WindowReport& report, const LocalStatus& status);
     /// Collective at the end of the range (step `limit`): completes the requests in flight;
     /// with promised reads first one more (`report`), so that a failure no request reported
     /// yet is thrown here by every rank (`status`: this rank's outcome).
