@@ -59,8 +59,8 @@ if [ "${MPISTAGE_SANITIZE:-1}" = "1" ]; then
     # they poll for a peer (Open MPI oversubscribed), and a niced process takes each yielded
     # slice; a SCHED_IDLE one is preempted at once. Measured on test_loader_hdf5 at 3 ranks
     # on 2 cores beside two busy loops: 15.8 s idle, 78.5 s at nice 19, 34.4 s SCHED_IDLE.
-    # A clean clone's .ci/run on 2 idle cores (2026-12-03, with the tests on pml ob1): 1255,
-    # 1286 and 1299 s in all, the main suite 524-544 s, the sanitizer suite 148-180 s.
+    # A clean clone's .ci/run on 2 idle cores (2026-12-03, with the tests on pml ob1): 1255
+    # to 1379 s in all, the main suite 524-551 s, the sanitizer suite 148-190 s.
     # Its output is shown once it ends.
     # libtorch is off here: the Debian libtorch is not instrumented, its headers triple the
     # build time on CI's 2 cores, and the torch-facing code is a thin wrapper the main suite
