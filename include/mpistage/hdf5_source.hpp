@@ -62,6 +62,8 @@ public:
     bool reads_use_mpi() const override;
     /// Collective row reads over the source's own communicator (for the memory tier).
     const detail::CollectiveRows* collective_rows() const noexcept override;
+    /// Contiguous datasets without filters, stored in native byte order.
+    bool file_rows(std::size_t field, detail::FileRows& out) const override;
     /// Compares the file's size and the hashes of its first and last 64 KiB with those at
     /// open (see `Source::check_unchanged`). @throws IoError naming the file.
     void check_unchanged() const override;

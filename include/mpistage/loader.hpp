@@ -42,6 +42,26 @@ std::string to_string(Stage s);
 /// Parses "none", "memory" or "auto". @throws ConfigError naming the accepted words.
 Stage parse_stage(const std::string& s);
 
+/// How the memory tier takes in the fixed fields of a rank's shard (option
+/// `LoaderOptions::stage_read`, CLI `--stage-read`; docs/architecture.md, "Memory tier").
+enum class StageRead : std::uint8_t {
+    /// `map` where every field can be mapped (rows back to back in a file in native order,
+    /// no ragged field, one node) and the pages can be locked in memory, `copy` otherwise.
+    automatic,
+    /// Map the files' pages (read-only, `MAP_SHARED`), read them in and lock them in memory
+    /// (`MADV_POPULATE_READ`, `mlock`): the staged shard is the page cache's copy of the
+    /// file, with no copy of our own. The files must then not be truncated or rewritten in
+    /// place while the loader lives (as for any reader that maps files). Where a field cannot
+    /// be mapped, or the lock is refused (`RLIMIT_MEMLOCK`), a ConfigError naming why.
+    map,
+    /// Read the shard into a node shared-memory window (`MPI_Win_allocate_shared`).
+    copy,
+};
+/// "auto", "map" or "copy".
+std::string to_string(StageRead r);
+/// Parses "auto", "map" or "copy". @throws ConfigError naming the accepted words.
+StageRead parse_stage_read(const std::string& s);
+
 /// Whether a loader reads global shuffles in two phases (option `LoaderOptions::two_phase`, CLI
 /// `--two-phase`; docs/architecture.md, "Two-phase reads").
 enum class TwoPhase : std::uint8_t {
@@ -130,7 +150,8 @@ struct LoaderOptions {
     /// (`balanced_shard_begins`) once with large contiguous reads (collective H5Dread /
     /// MPI_File_read_at_all for HDF5, coalesced runs of at most 1 GiB per call otherwise;
     /// TFRecord/Example fields are decoded once, ragged fields as values + offsets) into an MPI-3
-    /// shared-memory window of its node (`MPI_Win_allocate_shared`). Every epoch (any shuffle)
+    /// shared-memory window of its node (`MPI_Win_allocate_shared`), or maps the files' pages
+    /// and locks them in memory where they can be (`stage_read`). Every epoch (any shuffle)
     /// then copies samples from memory: plain loads from ranks of the same node, `MPI_Get`
     /// under a passive-target `MPI_Win_lock_all` epoch from other nodes. Resident memory per
     /// rank: its staged shard + the ring. Must be equal on every rank.
@@ -143,6 +164,10 @@ struct LoaderOptions {
     /// (`MPI_Get`) path of the memory tier runs on one machine. 0 = the real nodes
     /// (`MPI_Comm_split_type`). Must be equal on every rank.
     int stage_ranks_per_node = 0;
+    /// How the staged shard is taken in (`StageRead`): mapped from the files' pages or copied
+    /// into a shared-memory window. `map` or `copy` with `stage == none` is a ConfigError.
+    /// Must be equal on every rank.
+    StageRead stage_read = StageRead::automatic;
     /// Two-phase reads (docs/architecture.md, "Two-phase reads"), for global shuffles of data
     /// that is not staged: rank r reads only the samples of each step that lie in its
     /// contiguous, byte-balanced slab of the dataset (sorted by id, so the reads are
@@ -157,7 +182,8 @@ struct LoaderOptions {
     /// @throws ConfigError for a prefetch depth or thread count out of range, a negative
     ///         timeout, a device that is not auto/cpu/cuda[:N], invalid plan options, the
     ///         fingerprint level `ends`, or
-    ///         `two_phase == on` without global sharding, with staging or with a batch budget.
+    ///         `two_phase == on` without global sharding, with staging or with a batch budget,
+    ///         `stage_read` other than `automatic` with `stage == none`.
     void validate() const;
 };
 
@@ -202,19 +228,26 @@ struct LoaderStats {
     std::uint64_t staged_bytes = 0;
     /// Wall time of the staging read (construction), 0 when not staged.
     std::chrono::duration<double> stage_time{0};
-    /// Part of `stage_time` spent mapping this rank's own pages of the tier for writing before
-    /// the read (one MADV_POPULATE_WRITE instead of a page fault per page).
+    /// Part of `stage_time` spent mapping this rank's own pages of the tier before the read:
+    /// for writing, one MADV_POPULATE_WRITE instead of a page fault per page ("independent",
+    /// "collective"), or the `mmap` of the files ("mapped").
     std::chrono::duration<double> stage_populate_time{0};
     /// Part of `stage_time` spent reading the shard from the files into the tier (the raw
-    /// read: `staged_bytes / stage_read_time` is its bandwidth).
+    /// read: `staged_bytes / stage_read_time` is its bandwidth; "mapped": reading the pages
+    /// in and locking them, MADV_POPULATE_READ + mlock).
     std::chrono::duration<double> stage_read_time{0};
     /// Part of `stage_time` spent mapping every segment of the node for reading (one
-    /// MADV_POPULATE_READ and a load per page; global sharding only), so the first epochs run
-    /// at the steady rate.
+    /// MADV_POPULATE_READ, and for the window a load per page; global sharding only), so the
+    /// first epochs run at the steady rate.
     std::chrono::duration<double> stage_map_node_time{0};
-    /// How the shard was read: "independent" (large preads of the rank's contiguous byte
-    /// range) or "collective" (MPI-IO collective reads); empty when not staged.
+    /// How the shard was taken in: "mapped" (the files' pages mapped, read in and locked:
+    /// `StageRead::map`), "independent" (large preads of the rank's contiguous byte range
+    /// into the window) or "collective" (MPI-IO collective reads into the window); empty when
+    /// not staged. The same on every rank.
     std::string stage_read_method;
+    /// Why the shard was copied although `stage_read` was `automatic` (a field that cannot be
+    /// mapped, several nodes, the lock refused), else empty. The same on every rank.
+    std::string stage_read_note;
     /// Whether the epochs read in two phases (`two_phase` `on`, or `automatic` where chosen),
     /// and with `automatic` why (measured costs and both predictions, or why nothing was
     /// measured) and the predicted step seconds of the plain path and of two-phase reads (0

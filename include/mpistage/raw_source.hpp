@@ -56,6 +56,8 @@ public:
     std::uint64_t records_in_cut(int rank, int world_size) const override;
     std::string fingerprint() const override;
     void read(const std::uint64_t* ids, std::size_t count, BatchSink& sink) const override;
+    /// Fields stored as they are returned: one-byte elements, or not `big_endian`.
+    bool file_rows(std::size_t field, detail::FileRows& out) const override;
 
 private:
     struct Impl;

@@ -14,6 +14,7 @@ namespace mpistage {
 
 namespace detail {
 class CollectiveRows;
+struct FileRows;
 }
 
 /// One field of a sample (e.g. `images` with shape {28, 28} and dtype uint8).
@@ -99,6 +100,17 @@ public:
     /// memory tier then stages shards with it instead of `read`. Not collective; the pointer is
     /// owned by the source and valid while it lives. Default: none.
     virtual const detail::CollectiveRows* collective_rows() const noexcept { return nullptr; }
+    /// Internal capability (the type is not installed): true, with `out` filled, when the
+    /// rows of fixed field `field` lie back to back in one file in native byte order (row r
+    /// at `out.offset + r * sample_bytes`: a contiguous, unfiltered HDF5 dataset; a raw or
+    /// IDX file of one-byte or native-order elements), so the memory tier can map the file's
+    /// pages instead of copying them (`StageRead`). Not collective, no MPI calls. Default:
+    /// false.
+    virtual bool file_rows(std::size_t field, detail::FileRows& out) const {
+        (void)field;
+        (void)out;
+        return false;
+    }
 };
 
 }  // namespace mpistage

@@ -114,7 +114,8 @@ class Loader(_lifetime.Tracked):
     remainder ("drop" | "pad" | "mask"), balance_steps, prefetch, io_threads, device
     ("auto" | "cpu" | "cuda" | "cuda:N"), pin_memory, non_blocking, timeout (seconds),
     verify_files, fingerprint ("sampled" | "full"), stage ("none" | "memory" | "auto"),
-    stage_budget_bytes, stage_ranks_per_node, two_phase ("off" | "on" | "auto"; ``stats``
+    stage_budget_bytes, stage_ranks_per_node, stage_read ("auto" | "map" | "copy"),
+    two_phase ("off" | "on" | "auto"; ``stats``
     says whether "auto" chose it: ``two_phase``, ``two_phase_note``). ``prefetch`` defaults
     to 4 here (2 in C++): a ``for`` loop's variable holds the previous batch while the next
     is read.

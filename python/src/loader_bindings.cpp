@@ -55,6 +55,8 @@ py::dict stats_to_python(const LoaderStats& s) {
     d["two_phase_note"] = s.two_phase_note;
     d["staged_bytes"] = s.staged_bytes;
     d["stage_s"] = s.stage_time.count();
+    d["stage_read_method"] = s.stage_read_method;
+    d["stage_read_note"] = s.stage_read_note;
     return d;
 }
 

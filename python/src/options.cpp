@@ -52,6 +52,7 @@ const Setters<LoaderOptions>& loader_setters() {
         {"stage", [](O& o, V v) { o.stage = parse_stage(v.cast<std::string>()); }},
         {"stage_budget_bytes", [](O& o, V v) { o.stage_budget_bytes = count(v); }},
         {"stage_ranks_per_node", [](O& o, V v) { o.stage_ranks_per_node = v.cast<int>(); }},
+        {"stage_read", [](O& o, V v) { o.stage_read = parse_stage_read(v.cast<std::string>()); }},
         {"two_phase",
          [](O& o, V v) {
              if (!py::isinstance<py::str>(v)) {

@@ -171,6 +171,7 @@ std::vector<NamedValue> stage_argument_values(const StageArgs& a) {
         {"--stage", a.stage},
         {"--stage-budget", std::to_string(a.stage_budget)},
         {"--stage-ranks-per-node", std::to_string(a.stage_ranks_per_node)},
+        {"--stage-read", a.stage_read},
         {"--two-phase", a.two_phase},
         {"--batch-bytes", std::to_string(a.batch_bytes)},
         {"--batch-tokens", std::to_string(a.batch_tokens)},

@@ -64,6 +64,8 @@ struct StageArgs {
     std::uint64_t stage_budget = 0;
     /// --stage-ranks-per-node (testing; LoaderOptions::stage_ranks_per_node).
     std::uint64_t stage_ranks_per_node = 0;
+    /// --stage-read auto|map|copy (LoaderOptions::stage_read).
+    std::string stage_read = "auto";
     /// --two-phase off|on|auto (LoaderOptions::two_phase).
     std::string two_phase = "off";
 

@@ -100,6 +100,7 @@ constexpr Rule kRules[] = {
     {"--stage", files, kFileOnly},
     {"--stage-budget", files, kFileOnly},
     {"--stage-ranks-per-node", files, kFileOnly},
+    {"--stage-read", files, kFileOnly},
     {"--two-phase", fixed_files,
      "it exchanges fixed-size global batches of FILE input (not budget batches or streams)"},
     {"--batch-bytes", any_input, ""},

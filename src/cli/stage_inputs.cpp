@@ -32,6 +32,7 @@ LoaderOptions loader_options(const StageArgs& a) {
     o.stage_budget_bytes = a.stage_budget;
     o.stage_ranks_per_node =
         static_cast<int>(std::min<std::uint64_t>(a.stage_ranks_per_node, 1 << 30));
+    o.stage_read = parse_stage_read(a.stage_read);
     o.two_phase = parse_two_phase(a.two_phase);
     o.plan.budget.batch_bytes = a.batch_bytes;
     o.plan.budget.batch_tokens = a.batch_tokens;
@@ -164,6 +165,7 @@ void FileInput::describe(const StageArgs& a, StageOutcome& o) const {
                       {"stage", to_string(opt.stage)},
                       {"stage_budget_bytes", opt.stage_budget_bytes},
                       {"stage_ranks_per_node", opt.stage_ranks_per_node},
+                      {"stage_read", to_string(opt.stage_read)},
                       {"two_phase", to_string(opt.two_phase)}});
     if (opt.plan.budget.active()) {
         o.options.update({{"token_field", opt.plan.budget.token_field}});

@@ -167,6 +167,14 @@ void add_stage_tier_options(CLI::App& cmd, StageArgs& a) {
               "Testing: treat groups of this many ranks as nodes, so the memory tier's "
               "cross-node MPI_Get path runs on one machine (0 = real nodes)")
         ->group("");
+    cmd.add_option("--stage-read", a.stage_read,
+                   "How --stage memory takes in a shard: map (map the files' pages, read them "
+                   "in and lock them in memory: no copy of our own; the files must not be "
+                   "truncated or rewritten while the job runs; refused by name where a field "
+                   "cannot be mapped or the lock is refused), copy (read into a node "
+                   "shared-memory window) or auto (map where it applies, else copy)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"auto", "map", "copy"}));
     cmd.add_option("--two-phase", a.two_phase,
                    "off, on (global sharding without staging: each rank reads only its "
                    "contiguous slab's samples of a step, sorted and coalesced, and one exchange "

@@ -34,6 +34,7 @@ TierSummary gather_tier(const Communicator& comm, const std::string& stage,
     t.map_node_seconds =
         static_cast<double>(comm.allreduce_max(micros(stats.stage_map_node_time))) / 1e6;
     t.read_method = stats.stage_read_method;  // agreed: the same on every rank
+    t.read_note = stats.stage_read_note;      // agreed
     t.two_phase = stats.two_phase;            // agreed at construction
     t.two_phase_note = comm.broadcast(stats.two_phase_note, 0);
     t.two_phase_plain_step_seconds = stats.two_phase_plain_step_seconds;
@@ -57,9 +58,10 @@ void print_tier(const TierSummary& t, const std::vector<EpochReport>& epochs) {
             static_cast<unsigned long long>(t.staged_bytes_max), t.stage_seconds);
         std::printf(
             "\n  staging %.1f MB/s (all ranks); %s read of the files %.3f s (%.1f MB/s), "
-            "pages mapped for writing %.3f s, node's segments mapped for reading %.3f s",
+            "pages mapped %.3f s, node's shards mapped for reading %.3f s",
             rate(t.staged_bytes, t.stage_seconds) / 1e6, t.read_method.c_str(), t.read_seconds,
             rate(t.staged_bytes, t.read_seconds) / 1e6, t.populate_seconds, t.map_node_seconds);
+        if (!t.read_note.empty()) std::printf("\n  %s", t.read_note.c_str());
     }
     if (t.two_phase) std::printf(" (two-phase reads: slab reads + one exchange per step)");
     std::printf("\n");
@@ -80,6 +82,7 @@ nlohmann::json tier_json(const TierSummary& t) {
             {"stage_seconds", t.stage_seconds},
             {"stage_bytes_per_second", rate(t.staged_bytes, t.stage_seconds)},
             {"read_method", t.read_method},
+            {"read_note", t.read_note},
             {"read_seconds", t.read_seconds},
             {"read_bytes_per_second", rate(t.staged_bytes, t.read_seconds)},
             {"populate_seconds", t.populate_seconds},

@@ -24,7 +24,8 @@ struct TierSummary {
     double populate_seconds = 0;         ///< slowest rank's mapping of its pages for writing
     double read_seconds = 0;             ///< slowest rank's read of the files into the tier
     double map_node_seconds = 0;         ///< slowest rank's mapping of the node's segments
-    std::string read_method;             ///< "independent" or "collective"
+    std::string read_method;             ///< "mapped", "independent" or "collective"
+    std::string read_note;               ///< why --stage-read auto copied (agreed), else empty
     /// --two-phase as given (off, on or auto), whether the epochs read in two phases
     /// (LoaderStats::two_phase), rank 0's note and, with auto, the predicted step seconds
     /// of the plain path and of two-phase reads (0: not measured).

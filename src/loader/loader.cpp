@@ -41,6 +41,11 @@ void LoaderOptions::validate() const {
             "loader: two-phase reads exchange fixed batches; they do not combine "
             "with a batch budget (batch_bytes/batch_tokens)");
     }
+    if (stage == Stage::none && stage_read != StageRead::automatic) {
+        throw ConfigError("loader: stage_read " + to_string(stage_read) +
+                          " says how the memory tier takes in a shard; it needs stage memory "
+                          "or auto, got stage none");
+    }
     const bool global_unstaged = plan.sharding == Sharding::global && stage == Stage::none;
     if (two_phase == TwoPhase::on && !global_unstaged) {
         throw ConfigError(

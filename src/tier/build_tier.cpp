@@ -45,7 +45,8 @@ std::unique_ptr<MemoryTier> build_memory_tier(const Communicator& comm, const So
     require_same(comm,
                  {{"stage", to_string(options.stage)},
                   {"stage_budget_bytes", std::to_string(options.stage_budget_bytes)},
-                  {"stage_ranks_per_node", std::to_string(options.stage_ranks_per_node)}},
+                  {"stage_ranks_per_node", std::to_string(options.stage_ranks_per_node)},
+                  {"stage_read", to_string(options.stage_read)}},
                  "loader: stage options differ across ranks",
                  "every rank must pass the same stage options");
     stats.tier = "file";
@@ -71,7 +72,8 @@ std::unique_ptr<MemoryTier> build_memory_tier(const Communicator& comm, const So
     }
     const auto t0 = Clock::now();
     auto tier = std::make_unique<MemoryTier>(comm, source, options.stage_ranks_per_node,
-                                             options.plan.sharding == Sharding::global);
+                                             options.plan.sharding == Sharding::global,
+                                             options.stage_read);
     const auto t1 = Clock::now();
     if (!fits_budget(comm, options.stage, tier->staged_bytes() + ring_bytes, budget,
                      "staged shard + prefetch ring", stats)) {
@@ -84,6 +86,7 @@ std::unique_ptr<MemoryTier> build_memory_tier(const Communicator& comm, const So
     stats.stage_read_time = tier->stage_times().read;
     stats.stage_map_node_time = tier->stage_times().map_node;
     stats.stage_read_method = tier->stage_times().read_method;
+    stats.stage_read_note = tier->stage_times().read_note;
     if (options.stage == Stage::automatic) {
         stats.tier_note = "auto: " + std::to_string(stats.staged_bytes) +
                           " bytes staged on this rank, within the budget of " +

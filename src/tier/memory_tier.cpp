@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstring>
 
+#include "comm/agree.hpp"
 #include "comm/blocking_watch.hpp"
 #include "tier/staging.hpp"
 
@@ -28,6 +29,25 @@ Stage parse_stage(const std::string& s) {
     if (s == "memory") return Stage::memory;
     if (s == "auto") return Stage::automatic;
     throw ConfigError("stage: unknown tier '" + s + "' (none, memory or auto)");
+}
+
+std::string to_string(StageRead r) {
+    switch (r) {
+        case StageRead::map:
+            return "map";
+        case StageRead::copy:
+            return "copy";
+        case StageRead::automatic:
+            break;
+    }
+    return "auto";
+}
+
+StageRead parse_stage_read(const std::string& s) {
+    if (s == "auto") return StageRead::automatic;
+    if (s == "map") return StageRead::map;
+    if (s == "copy") return StageRead::copy;
+    throw ConfigError("stage_read: unknown method '" + s + "' (auto, map or copy)");
 }
 
 namespace detail {
@@ -55,7 +75,7 @@ NodeSegment allocate_segment(const Communicator& comm, const NodeMap& nodes,
 }  // namespace
 
 MemoryTier::MemoryTier(const Communicator& comm, const Source& source, int ranks_per_node,
-                       bool map_node)
+                       bool map_node, StageRead stage_read)
     : source_(source), nodes_(arrive_and_map(comm, ranks_per_node)), rank_(comm.rank()) {
     using Clock = std::chrono::steady_clock;
     node_ = nodes_.node_of[static_cast<std::size_t>(rank_)];
@@ -63,6 +83,7 @@ MemoryTier::MemoryTier(const Communicator& comm, const Source& source, int ranks
     for (const auto& f : fields) has_ragged_ = has_ragged_ || f.ragged;
     begins_ = balanced_shard_begins(source.num_samples(), comm.size());
     layout_ = fixed_layouts(fields, begins_);
+    if (stage_read != StageRead::copy && stage_mapped(comm, stage_read, map_node)) return;
     const ShardLayout& mine = layout_[static_cast<std::size_t>(rank_)];
     fixed_ = allocate_segment(comm, nodes_, mine.fixed_bytes, "fixed fields");
     // One madvise maps the pages the read writes, instead of a page fault per page in it.
@@ -85,6 +106,89 @@ MemoryTier::MemoryTier(const Communicator& comm, const Source& source, int ranks
         if (has_ragged_) ragged_.populate_node();
         times_.map_node = Clock::now() - t0;
     }
+}
+
+namespace {
+
+/// Local: why this rank's tier cannot map `source`'s fields, or empty when it can.
+std::string mapping_refusal(const Source& source, const NodeMap& nodes) {
+    if (nodes.num_nodes > 1) {
+        return "the job spans " + std::to_string(nodes.num_nodes) +
+               " nodes, and mapped pages are not exposed to other nodes' gets";
+    }
+    FileRows where;
+    for (std::size_t f = 0; f < source.fields().size(); ++f) {
+        const FieldInfo& info = source.fields()[f];
+        if (info.ragged) return "field '" + info.name + "' is ragged";
+        if (!source.file_rows(f, where)) {
+            return "field '" + info.name +
+                   "' is not stored row after row in native byte order in one file (a chunked, "
+                   "filtered or byte-swapped HDF5 dataset, TFRecord, SQLite)";
+        }
+    }
+    return {};
+}
+
+/// Collective: throws `why` (the lowest refusing rank's) as an agreed ConfigError with
+/// `StageRead::map`; with `automatic` returns it instead (empty when no rank refused).
+std::string agree_refusal(const Communicator& comm, StageRead stage_read, const std::string& why) {
+    try {
+        agree_or_throw(comm, capture([&] {
+                           if (!why.empty()) throw ConfigError("stage_read map: " + why);
+                       }));
+    } catch (const ConfigError& e) {
+        if (stage_read == StageRead::map) throw;
+        return std::string(e.what()) + "; copied into a shared-memory window instead";
+    }
+    return {};
+}
+
+}  // namespace
+
+bool MemoryTier::stage_mapped(const Communicator& comm, StageRead stage_read, bool map_node) {
+    using Clock = std::chrono::steady_clock;
+    times_.read_note = agree_refusal(comm, stage_read, mapping_refusal(source_, nodes_));
+    if (!times_.read_note.empty()) return false;
+    const auto& fields = source_.fields();
+    const ShardLayout& mine = layout_[static_cast<std::size_t>(rank_)];
+    auto t0 = Clock::now();
+    bool supported = true;
+    agree_or_throw(comm, capture([&] {
+                       for (std::size_t f = 0; f < fields.size(); ++f) {
+                           FileRows where;
+                           source_.file_rows(f, where);
+                           mapped_.emplace_back(where, fields[f].sample_bytes,
+                                                source_.num_samples());
+                       }
+                       times_.populate = Clock::now() - t0;
+                       t0 = Clock::now();
+                       for (const MappedRows& m : mapped_) {
+                           supported = supported && m.read_in(mine.first, mine.count);
+                       }
+                   }));
+    std::string why = supported ? std::string() : "the kernel lacks MADV_POPULATE_READ (Linux 5.14)";
+    for (std::size_t f = 0; f < mapped_.size() && why.empty(); ++f) {
+        why = mapped_[f].lock(mine.first, mine.count);
+    }
+    times_.read_note = agree_refusal(comm, stage_read, why);
+    if (!times_.read_note.empty()) {
+        mapped_.clear();  // unmapped and unlocked on every rank; the copy follows
+        times_.populate = {};
+        return false;
+    }
+    // Pages read in before a truncation are served from memory: stage only the files opened.
+    agree_or_throw(comm, capture([&] { source_.check_unchanged(); }));
+    times_.read = Clock::now() - t0;
+    times_.read_method = "mapped";
+    if (map_node) {
+        // One node (mapping_refusal): every rank's rows. The owners' locks keep the pages in.
+        t0 = Clock::now();
+        agree_or_throw(comm, capture([&] {
+                           for (const MappedRows& m : mapped_) m.read_in(0, begins_.back());
+                       }));
+        times_.map_node = Clock::now() - t0;
+    }
+    return true;
 }
 
 MemoryTier::~MemoryTier() = default;
@@ -170,19 +274,55 @@ void fail_tier_reads_of(std::uint64_t id) noexcept {
     g_failing_id.store(id, std::memory_order_relaxed);
 }
 
+namespace {
+
+/// One `read` of the mapped tier, for `copy_guarded`.
+struct MappedCopy {
+    const std::vector<MappedRows>* mapped;
+    const std::vector<FieldInfo>* fields;
+    const std::uint64_t* ids;
+    std::size_t count;
+    BatchSink* sink;
+};
+
+void copy_mapped(void* arg) {
+    const auto& c = *static_cast<const MappedCopy*>(arg);
+    for (std::size_t k = 0; k < c.count; ++k) {
+        for (std::size_t f = 0; f < c.fields->size(); ++f) {
+            std::memcpy(c.sink->fixed(f, k), (*c.mapped)[f].row(c.ids[k]),
+                        (*c.fields)[f].sample_bytes);
+        }
+    }
+}
+
+}  // namespace
+
+void MemoryTier::check_id(std::uint64_t id) const {
+    if (id >= begins_.back()) {
+        throw ConfigError("tier: sample id " + std::to_string(id) + " out of range (N = " +
+                          std::to_string(begins_.back()) + ")");
+    }
+    if (id == g_failing_id.load(std::memory_order_relaxed)) {
+        throw IoError("tier: injected read failure at sample " + std::to_string(id));
+    }
+}
+
 void MemoryTier::read(const std::uint64_t* ids, std::size_t count, BatchSink& sink) const {
-    const std::uint64_t n = begins_.back();
-    const std::uint64_t failing = g_failing_id.load(std::memory_order_relaxed);
+    if (!mapped_.empty()) {
+        for (std::size_t k = 0; k < count; ++k) check_id(ids[k]);
+        MappedCopy c{&mapped_, &source_.fields(), ids, count, &sink};
+        if (copy_guarded(copy_mapped, &c)) return;
+        std::string paths;
+        for (const MappedRows& m : mapped_) {
+            if (paths.find(m.path()) == std::string::npos) paths += (paths.empty() ? "" : ", ") + m.path();
+        }
+        throw IoError("tier: a mapped page of " + paths +
+                      " could not be read (SIGBUS): the file was truncated after it was staged");
+    }
     bool remote = false;
     try {
         for (std::size_t k = 0; k < count; ++k) {
-            if (ids[k] >= n) {
-                throw ConfigError("tier: sample id " + std::to_string(ids[k]) +
-                                  " out of range (N = " + std::to_string(n) + ")");
-            }
-            if (ids[k] == failing) {
-                throw IoError("tier: injected read failure at sample " + std::to_string(ids[k]));
-            }
+            check_id(ids[k]);
             const auto owner =
                 static_cast<int>(std::upper_bound(begins_.begin(), begins_.end(), ids[k]) -
                                  begins_.begin()) -

@@ -12,6 +12,7 @@
 #include "mpistage/comm.hpp"
 #include "mpistage/loader.hpp"
 #include "mpistage/source.hpp"
+#include "tier/mapped_rows.hpp"
 
 namespace mpistage::detail {
 
@@ -37,8 +38,11 @@ struct StageTimes {
     /// Mapping every segment of the node for reading after the read (MADV_POPULATE_READ and a
     /// load per page; global sharding only).
     std::chrono::duration<double> map_node{0};
-    /// "independent" (preads of the rank's contiguous range) or "collective" (MPI-IO).
+    /// "mapped" (the files' pages, `StageRead::map`), "independent" (preads of the rank's
+    /// contiguous range) or "collective" (MPI-IO).
     std::string read_method;
+    /// Why `StageRead::automatic` copied instead of mapping (agreed), else empty.
+    std::string read_note;
 };
 
 /// The staged dataset as a Source: `read` copies samples from node memory (plain loads on the
@@ -47,13 +51,20 @@ struct StageTimes {
 /// job spans several nodes: `reads_use_mpi`). Borrows `source`, which must outlive it.
 class MemoryTier final : public Source {
 public:
-    /// Collective: reads this rank's shard `[begins[r], begins[r+1])` of `source` into memory
-    /// (its pages mapped in one call first). With `map_node` (global sharding: every rank
-    /// reads its peers' samples) it then maps every segment of the node into this process for
-    /// reading, so the first epochs read peers' samples at the steady rate; the process's RSS
-    /// then counts the node's whole window (shared pages: the node holds one copy).
-    /// @throws what the source's reads throw, MpiError; identically on every rank.
-    MemoryTier(const Communicator& comm, const Source& source, int ranks_per_node, bool map_node);
+    /// Collective: stages this rank's shard `[begins[r], begins[r+1])` of `source` in memory.
+    /// Mapped (`StageRead::map`, or `automatic` where it applies): every fixed field's file is
+    /// mapped and the shard's pages are read in and locked, so the node holds the page cache's
+    /// one copy. Copied (`copy`, or `automatic` otherwise): the shard is read into a node
+    /// shared-memory window (its pages mapped in one call first). With `map_node` (global
+    /// sharding: every rank reads its peers' samples) it then maps every rank's part of the
+    /// node into this process for reading, so the first epochs read peers' samples at the
+    /// steady rate; the process's RSS then counts the node's whole tier (shared pages: the node
+    /// holds one copy).
+    /// @throws what the source's reads throw, IoError (mapping: a failed read-in, naming the
+    /// file and bytes), ConfigError (`map` where it does not apply, naming why), MpiError;
+    /// identically on every rank.
+    MemoryTier(const Communicator& comm, const Source& source, int ranks_per_node, bool map_node,
+               StageRead stage_read);
     ~MemoryTier() override;
     MemoryTier(const MemoryTier&) = delete;
     MemoryTier& operator=(const MemoryTier&) = delete;
@@ -76,8 +87,12 @@ public:
     int num_nodes() const noexcept { return nodes_.num_nodes; }
 
 private:
-    void stage_fixed(const Communicator& comm);
+    /// Collective: the mapped staging; false on every rank (nothing mapped) when `automatic`
+    /// does not apply, with the agreed reason in `times_.read_note`.
+    bool stage_mapped(const Communicator& comm, StageRead stage_read, bool map_node);
     void stage_ragged(const Communicator& comm, struct RaggedStaging& staged);
+    /// @throws ConfigError for an id out of range; IoError from `fail_tier_reads_of`.
+    void check_id(std::uint64_t id) const;
     void read_local(std::uint64_t id, int owner, std::size_t k, BatchSink& sink) const;
     /// Starts the gets of sample `id`'s fixed fields (completed by `fixed_.flush_gets()`);
     /// ragged fields are read to completion (their destinations move as the sink grows).
@@ -92,6 +107,8 @@ private:
     std::vector<ShardLayout> layout_;
     NodeSegment fixed_;
     NodeSegment ragged_;
+    /// Per fixed field, its rows mapped from the file (mapped staging; empty when copied).
+    std::vector<MappedRows> mapped_;
     StageTimes times_;
 };
 

@@ -26,6 +26,8 @@ public:
     /// Size in bytes now (fstat). @throws IoError naming the path when fstat fails.
     std::uint64_t current_size_bytes() const;
     const std::string& path() const noexcept { return path_; }
+    /// The descriptor (owned; valid while this object lives), for mapping the file.
+    int fd() const noexcept { return fd_; }
     /// Reads exactly `n` bytes at `offset`, in pieces of at most 1 GiB.
     /// @throws IoError naming `context`, the path and the offset on a short read or error
     ///         (a range past end of file is a truncation error, decided from the file size).

@@ -5,8 +5,11 @@
 # watchdog's report for a stop, and no rank process left behind.
 #   MPI_File_open            TFRecord open (the library's own MPI_File_open)
 #   H5Fopen                  collective HDF5 open through the MPI-IO driver
-#   MPI_Win_allocate_shared  the memory tier's window (--stage memory)
-#   pread (>= 1 MiB)         the independent staging read of a contiguous dataset (--stage memory)
+#   MPI_Win_allocate_shared  the memory tier's window (--stage memory --stage-read copy)
+#   pread (>= 1 MiB)         the independent staging read of a contiguous dataset into the
+#                            window (--stage memory --stage-read copy)
+#   madvise (>= 1 MiB)       the mapped staging read of a contiguous dataset (MADV_POPULATE_READ;
+#                            --stage memory, mapped by default)
 #   H5Dread                  the collective staging read of a chunked dataset (--stage memory)
 #   MPI_File_read_at_all     inside HDF5's collective read (--stage memory, chunked)
 # Usage: watchdog_blocking.sh MPISTAGE_CLI WORK_DIR TEST_DATA_DIR FASHION_MNIST_DIR
@@ -54,14 +57,16 @@ fault() {
 
 fault tfrecord_open_stop MPI_File_open stop "$tfr"
 fault hdf5_open_stop H5Fopen stop "$h5"
-fault window_stop MPI_Win_allocate_shared stop "$h5" --stage memory
+fault window_stop MPI_Win_allocate_shared stop "$h5" --stage memory --stage-read copy
 # The staging read of a contiguous dataset is independent preads (issue 21); a chunked copy
 # keeps the collective path (H5Dread, MPI_File_read_at_all) under test.
 h5_chunked="$work/t10k-chunked.h5"
 [ -s "$h5_chunked" ] || h5repack -l images:CHUNK=1000x28x28 -l labels:CHUNK=1000 "$h5" "$h5_chunked"
-fault staging_pread_stop pread stop "$h5" --stage memory
+fault staging_pread_stop pread stop "$h5" --stage memory --stage-read copy
+fault mapped_read_stop madvise stop "$h5" --stage memory
 fault staging_read_stop H5Dread stop "$h5_chunked" --stage memory
 fault mpiio_read_stop MPI_File_read_at_all stop "$h5_chunked" --stage memory
 fault hdf5_open_kill H5Fopen kill "$h5"
-fault window_kill MPI_Win_allocate_shared kill "$h5" --stage memory
+fault window_kill MPI_Win_allocate_shared kill "$h5" --stage memory --stage-read copy
+fault mapped_read_kill madvise kill "$h5" --stage memory
 echo "watchdog_blocking: all passed"

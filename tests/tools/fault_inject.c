@@ -1,14 +1,16 @@
 /* LD_PRELOAD fault injector for the watchdog tests (tests/e2e/watchdog_blocking.sh).
  *
  * On entering the call named by MPISTAGE_FAULT_CALL (one of MPI_File_open, H5Fopen,
- * MPI_Win_allocate_shared, MPI_File_read_at_all, H5Dread, pread), the process whose world rank is
- * MPISTAGE_FAULT_RANK (read from the launcher's environment: OMPI_COMM_WORLD_RANK, PMI_RANK or
+ * MPI_Win_allocate_shared, MPI_File_read_at_all, H5Dread, pread, madvise), the process whose
+ * world rank is MPISTAGE_FAULT_RANK (read from the launcher's environment: OMPI_COMM_WORLD_RANK, PMI_RANK or
  * SLURM_PROCID) stops itself (MPISTAGE_FAULT_ACTION=stop, SIGSTOP, the default) or dies
  * (kill, SIGKILL), or, with MPISTAGE_FAULT_ACTION=truncate, cuts the file MPISTAGE_FAULT_FILE
  * to MPISTAGE_FAULT_SIZE bytes once and lets the call proceed (a file truncated during a read).
  * MPISTAGE_FAULT_SKIP=n lets the first n entries pass. For pread, only reads of at least
  * MPISTAGE_FAULT_MIN_BYTES bytes count as entries (the memory tier's staging preads of
- * megabytes, not the small metadata reads of opening a file). Every other process,
+ * megabytes, not the small metadata reads of opening a file); madvise counts only with
+ * MADV_POPULATE_READ (22) over at least that many bytes (the memory tier's mapped staging
+ * reading a shard's pages in). Every other process,
  * and every other call, goes straight to the real function (dlsym(RTLD_NEXT)). Calls made
  * inside the MPI or HDF5 libraries are interposed as well (HDF5's MPI-IO driver calls
  * MPI_File_open and MPI_File_read_at_all through the dynamic linker). Test tool only. */
@@ -17,6 +19,7 @@
 #include <hdf5.h>
 #include <mpi.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,6 +85,12 @@ ssize_t pread(int fd, void* buf, size_t count, off_t offset) {
     const char* min = getenv("MPISTAGE_FAULT_MIN_BYTES");
     if (!min || count >= (size_t)atoll(min)) maybe_fault("pread");
     return REAL(pread)(fd, buf, count, offset);
+}
+
+int madvise(void* addr, size_t length, int advice) {
+    const char* min = getenv("MPISTAGE_FAULT_MIN_BYTES");
+    if (advice == 22 && (!min || length >= (size_t)atoll(min))) maybe_fault("madvise");
+    return REAL(madvise)(addr, length, advice);
 }
 
 hid_t H5Fopen(const char* filename, unsigned flags, hid_t fapl_id) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "sources/file_rows.hpp"
 #include "sources/hdf5/hdf5_impl.hpp"
 #include "sources/hdf5/hdf5_types.hpp"
 #include "util/file_identity.hpp"
@@ -94,6 +95,14 @@ bool Hdf5Source::reads_use_mpi() const {
         if (!f.fast_path) return true;
     }
     return false;
+}
+
+bool Hdf5Source::file_rows(std::size_t field, detail::FileRows& out) const {
+    if (field >= impl_->fields.size()) return false;
+    const detail::Hdf5Field& f = impl_->fields[field];
+    if (!f.fast_path || f.byte_swap) return false;
+    out = {impl_->raw.fd(), impl_->path, f.base_offset, impl_->raw.size_bytes()};
+    return true;
 }
 
 void Hdf5Source::check_unchanged() const {

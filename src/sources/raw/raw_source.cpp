@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "comm/agree.hpp"
+#include "sources/file_rows.hpp"
 #include "util/byte_order.hpp"
 #include "util/descriptor_limit.hpp"
 #include "util/posix_file.hpp"
@@ -203,6 +204,15 @@ void RawSource::read(const std::uint64_t* ids, std::size_t count, BatchSink& sin
             i += n;
         }
     }
+}
+
+bool RawSource::file_rows(std::size_t field, detail::FileRows& out) const {
+    if (field >= impl_->raw.size()) return false;
+    const RawField& f = impl_->raw[field];
+    if (f.big_endian && dtype_size(f.dtype) > 1) return false;
+    const detail::PosixFile& file = impl_->files[field];
+    out = {file.fd(), file.path(), f.header_bytes, file.size_bytes()};
+    return true;
 }
 
 }  // namespace mpistage

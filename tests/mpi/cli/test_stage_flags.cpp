@@ -468,6 +468,17 @@ const std::map<std::string, Spec>& spec() {
               return c.r["options"]["stage_ranks_per_node"] == 1 &&
                      c.r["stage"]["tier"] == "memory";
           }}},
+        {"--stage-read",
+         {[](const std::string&, const std::string&) {
+              return Args{"--stage-read", "copy", "--stage", "memory"};
+          },
+          [](const Context& c) {
+              // Copied into the window, where `auto` maps a contiguous HDF5 dataset or IDX file.
+              return c.r["options"]["stage_read"] == "copy" &&
+                     c.r["stage"]["tier"] == "memory" &&
+                     c.r["stage"]["read_method"] != "mapped" &&
+                     c.r["stage"]["read_method"] != "";
+          }}},
         {"--two-phase",
          {[](const std::string&, const std::string&) {
               return Args{"--two-phase", "on", "--sharding", "global"};

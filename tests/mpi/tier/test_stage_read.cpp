@@ -1,0 +1,243 @@
+// How the memory tier takes in a shard (LoaderOptions::stage_read, issue 21): mapped from the
+// files' pages or copied into a shared-memory window. Both serve every sample exactly once with
+// the generator's bytes and the same batches; `auto` maps where it applies and says why it
+// copied elsewhere; `map` where it does not apply is the same ConfigError on every rank, naming
+// why; `stage_read` without staging is refused.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cstring>
+#include <fstream>
+#include <map>
+
+#include "h5t_checks.hpp"
+#include "h5t_files.hpp"
+#include "h5t_mpi.hpp"
+#include "mpistage/comm.hpp"
+#include "mpistage/hdf5_source.hpp"
+#include "mpistage/loader.hpp"
+#include "mpistage/raw_source.hpp"
+#include "tier_test_util.hpp"
+
+using namespace mpistage;
+using namespace tier_test;
+
+namespace {
+
+constexpr std::uint64_t kRows = 211;
+constexpr std::size_t kImage = 3 * 5;
+
+std::uint8_t pixel(std::uint64_t id, std::size_t k) {
+    return static_cast<std::uint8_t>((id * 29 + k * 11 + (id >> 3)) & 0xFF);
+}
+std::int32_t label(std::uint64_t id) { return static_cast<std::int32_t>(id * 1000 - 77); }
+
+/// Collective: rank 0 writes images uint8 [kRows,3,5] and labels int32 [kRows] (little-endian,
+/// the native order here, or big-endian; contiguous, or images chunked).
+std::string write_file(const h5t::TempDir& dir, const std::string& name, bool labels_big_endian,
+                       bool images_chunked) {
+    const std::string path = dir.file(name);
+    int ok = 1;
+    if (h5t::rank() == 0) {
+        std::vector<std::uint8_t> images(kRows * kImage);
+        std::vector<std::int32_t> labels(kRows);
+        for (std::uint64_t i = 0; i < kRows; ++i) {
+            for (std::size_t k = 0; k < kImage; ++k) images[i * kImage + k] = pixel(i, k);
+            labels[i] = label(i);
+        }
+        h5t::DatasetSpec img{"images", H5T_STD_U8LE, H5T_NATIVE_UINT8, {kRows, 3, 5},
+                             images.data(), {}, 0};
+        if (images_chunked) img.chunk = {16, 3, 5};
+        h5t::DatasetSpec lab{"labels", labels_big_endian ? H5T_STD_I32BE : H5T_STD_I32LE,
+                             H5T_NATIVE_INT32, {kRows}, labels.data(), {}, 0};
+        ok = h5t::write_hdf5(path, {img, lab}) ? 1 : 0;
+    }
+    MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    EXPECT_EQ(ok, 1);
+    return path;
+}
+
+bool slot_is_generated(const HostBatch& b, std::size_t s) {
+    const auto id = static_cast<std::uint64_t>(b.index()[s]);
+    for (std::size_t k = 0; k < kImage; ++k) {
+        if (b.fields()[0].data[s * kImage + k] != static_cast<std::byte>(pixel(id, k))) {
+            return false;
+        }
+    }
+    std::int32_t l = 0;
+    std::memcpy(&l, b.fields()[1].data + s * sizeof(l), sizeof(l));
+    return l == label(id);
+}
+
+struct Case {
+    std::uint64_t batch;
+    Remainder remainder;
+    Sharding sharding;
+    Shuffle shuffle;
+    std::size_t prefetch;
+    std::size_t threads;
+};
+
+const std::vector<Case> kCases = {
+    {7, Remainder::pad, Sharding::global, Shuffle::global, 2, 1},
+    {5, Remainder::drop, Sharding::byte_range, Shuffle::none, 1, 0},
+    {16, Remainder::mask, Sharding::byte_range, Shuffle::local, 3, 2},
+};
+
+LoaderOptions options_of(const Case& c, StageRead read, int ranks_per_node = 0) {
+    LoaderOptions o;
+    o.plan.batch_size = c.batch;
+    o.plan.remainder = c.remainder;
+    o.plan.sharding = c.sharding;
+    o.plan.shuffle = c.shuffle;
+    o.plan.seed = 5;
+    o.prefetch = c.prefetch;
+    o.io_threads = c.threads;
+    o.pin_memory = false;
+    o.stage = Stage::memory;
+    o.stage_read = read;
+    o.stage_ranks_per_node = ranks_per_node;
+    return o;
+}
+
+std::string describe(const Case& c, StageRead read) {
+    return "B=" + std::to_string(c.batch) + " " + to_string(c.remainder) + " " +
+           to_string(c.sharding) + " " + to_string(c.shuffle) + " prefetch " +
+           std::to_string(c.prefetch) + " threads " + std::to_string(c.threads) +
+           " stage_read " + to_string(read);
+}
+
+}  // namespace
+
+// Mapped and copied: exactly once, the generator's bytes, and the same ids in the same batches
+// on every rank (the tier changes where bytes come from, not the plan).
+TEST(StageRead, MappedAndCopiedServeTheSameBatchesWithTheGeneratorsRows) {
+    h5t::TempDir dir;
+    const std::string path = write_file(dir, "le.h5", false, false);
+    Communicator comm(MPI_COMM_WORLD);
+    Hdf5Source src(comm, path);
+    for (const auto& c : kCases) {
+        std::map<StageRead, std::vector<std::int64_t>> order;
+        for (StageRead read : {StageRead::map, StageRead::copy, StageRead::automatic}) {
+            const std::string what = describe(c, read);
+            Loader loader(comm, src, options_of(c, read));
+            EXPECT_EQ(loader.stats().tier, "memory") << what;
+            EXPECT_EQ(loader.stats().stage_read_method,
+                      read == StageRead::copy ? "independent" : "mapped")
+                << what;
+            EXPECT_EQ(loader.stats().stage_read_note, "") << what;
+            // Every rank's shard, each field's block rounded up to 64 bytes at most.
+            const std::uint64_t staged = h5t::sum(loader.stats().staged_bytes);
+            EXPECT_GE(staged, kRows * (kImage + 4)) << what;
+            EXPECT_LE(staged, kRows * (kImage + 4) + 2 * 63 * h5t::size()) << what;
+            for (std::uint64_t e = 0; e < 2; ++e) {
+                std::vector<std::int64_t> ids;
+                const Yield y = consume(loader, e, [&](const HostBatch& b, std::size_t s) {
+                    ids.push_back(b.index()[s]);
+                    return slot_is_generated(b, s);
+                });
+                expect_exactly_once(loader, y, kRows, c.remainder != Remainder::drop,
+                                    what + " epoch " + std::to_string(e));
+                order[read].insert(order[read].end(), ids.begin(), ids.end());
+            }
+        }
+        EXPECT_EQ(order[StageRead::map], order[StageRead::copy]) << describe(c, StageRead::map);
+        EXPECT_EQ(order[StageRead::automatic], order[StageRead::copy])
+            << describe(c, StageRead::automatic);
+    }
+    src.close();
+    comm.free();
+}
+
+// Where mapping does not apply, auto copies (the same note on every rank, naming why) and still
+// serves the generator's rows; map is the same ConfigError on every rank, naming why.
+TEST(StageRead, AutoCopiesAndMapIsRefusedWhereMappingDoesNotApply) {
+    h5t::TempDir dir;
+    struct Refusal {
+        std::string file;
+        int ranks_per_node;
+        std::string why;
+    };
+    std::vector<Refusal> refusals = {
+        {write_file(dir, "be.h5", true, false), 0, "field 'labels' is not stored row after row"},
+        {write_file(dir, "chunked.h5", false, true), 0,
+         "field 'images' is not stored row after row"},
+    };
+    if (h5t::size() > 1) {  // every rank its own "node": mapped pages are not exposed to gets
+        refusals.push_back({write_file(dir, "nodes.h5", false, false), 1,
+                            "the job spans " + std::to_string(h5t::size()) + " nodes"});
+    }
+    Communicator comm(MPI_COMM_WORLD);
+    const Case c = kCases[0];
+    for (const auto& r : refusals) {
+        Hdf5Source src(comm, r.file);
+        const std::string what = r.file + " ranks_per_node " + std::to_string(r.ranks_per_node);
+        {
+            Loader loader(comm, src, options_of(c, StageRead::automatic, r.ranks_per_node));
+            const LoaderStats& st = loader.stats();
+            EXPECT_NE(st.stage_read_method, "mapped") << what;
+            EXPECT_NE(st.stage_read_note.find(r.why), std::string::npos)
+                << what << ": " << st.stage_read_note;
+            EXPECT_NE(st.stage_read_note.find("copied"), std::string::npos) << what;
+            EXPECT_TRUE(h5t::same_on_all_ranks(h5t::fnv(st.stage_read_note))) << what;
+            const Yield y = consume(loader, 0, slot_is_generated);
+            expect_exactly_once(loader, y, kRows, true, what);
+        }
+        H5T_EXPECT_SAME_ERROR(ConfigError,
+                              Loader(comm, src, options_of(c, StageRead::map, r.ranks_per_node)),
+                              "stage_read map", r.why);
+        src.close();
+    }
+    comm.free();
+}
+
+// A raw (IDX-like) file of one-byte records is mapped too; its header is skipped.
+TEST(StageRead, RawRecordsAreMappedPastTheHeader) {
+    h5t::TempDir dir;
+    const std::string path = dir.file("raw.bin");
+    constexpr std::uint64_t header = 13;
+    if (h5t::rank() == 0) {
+        std::string bytes(header, '\x7f');
+        for (std::uint64_t i = 0; i < kRows; ++i) {
+            for (std::size_t k = 0; k < kImage; ++k) bytes.push_back(static_cast<char>(pixel(i, k)));
+        }
+        std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    }
+    h5t::barrier();
+    Communicator comm(MPI_COMM_WORLD);
+    RawField f;
+    f.name = "images";
+    f.path = path;
+    f.header_bytes = header;
+    f.sample_shape = {3, 5};
+    RawSource src(comm, {f});
+    Loader loader(comm, src, options_of(kCases[0], StageRead::map));
+    EXPECT_EQ(loader.stats().stage_read_method, "mapped");
+    const Yield y = consume(loader, 0, [](const HostBatch& b, std::size_t s) {
+        const auto id = static_cast<std::uint64_t>(b.index()[s]);
+        for (std::size_t k = 0; k < kImage; ++k) {
+            if (b.fields()[0].data[s * kImage + k] != static_cast<std::byte>(pixel(id, k))) {
+                return false;
+            }
+        }
+        return true;
+    });
+    expect_exactly_once(loader, y, kRows, true, "raw mapped");
+    comm.free();
+}
+
+// stage_read says how a staged shard is taken in: without staging it is refused, not ignored.
+TEST(StageRead, WithoutStagingIsAConfigError) {
+    LoaderOptions o = options_of(kCases[0], StageRead::map);
+    o.stage = Stage::none;
+    try {
+        o.validate();
+        ADD_FAILURE() << "stage_read map with stage none was accepted";
+    } catch (const ConfigError& e) {
+        EXPECT_NE(std::string(e.what()).find("stage_read map"), std::string::npos) << e.what();
+    }
+    o.stage_read = StageRead::automatic;
+    EXPECT_NO_THROW(o.validate());
+    EXPECT_EQ(parse_stage_read("copy"), StageRead::copy);
+    EXPECT_THROW(parse_stage_read("mmap"), ConfigError);
+}
