@@ -5,6 +5,7 @@
 // why; `stage_read` without staging is refused.
 #include <gtest/gtest.h>
 #include <mpi.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <fstream>
@@ -188,6 +189,31 @@ TEST(StageRead, AutoCopiesAndMapIsRefusedWhereMappingDoesNotApply) {
                               "stage_read map", r.why);
         src.close();
     }
+    comm.free();
+}
+
+// A file truncated after it was mapped: its pages raise SIGBUS at their next load, which the
+// tier turns into an IoError; the re-read from the file fails too (it is shorter), so every rank
+// ends the epoch with an error naming the file, instead of a crash.
+TEST(StageRead, FileTruncatedAfterMappingIsAnErrorOnEveryRankNotACrash) {
+    h5t::TempDir dir;
+    const std::string path = write_file(dir, "cut.h5", false, false);
+    Communicator comm(MPI_COMM_WORLD);
+    Hdf5Source src(comm, path);
+    {
+        Loader loader(comm, src, options_of(kCases[0], StageRead::map));
+        ASSERT_EQ(loader.stats().stage_read_method, "mapped");
+        const Yield before = consume(loader, 0, slot_is_generated);
+        expect_exactly_once(loader, before, kRows, true, "before the truncation");
+        h5t::barrier();
+        if (h5t::rank() == 0) ASSERT_EQ(::truncate(path.c_str(), 0), 0);
+        h5t::barrier();
+        const Yield after = consume(loader, 1, slot_is_generated);
+        EXPECT_NE(after.error.find("cut.h5"), std::string::npos) << after.error;
+        EXPECT_EQ(after.bad_slots, 0u) << "a slot served other bytes than the generator's";
+        EXPECT_TRUE(h5t::all_true(!after.error.empty())) << after.error;
+    }
+    src.close();
     comm.free();
 }
 
