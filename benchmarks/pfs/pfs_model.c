@@ -14,9 +14,14 @@
  * Intercepted (what this machine's readers call, checked with strace, README): pread, pread64,
  * read, readv, preadv, preadv64, preadv2, preadv64v2. Descriptors are tracked from open,
  * open64, openat, openat64 (and their _FORTIFY_SOURCE twins __open_2, __open64_2, __openat_2,
- * __openat64_2) to close (or dup2/dup3 over them). Not modelled: mmap'ed files, descriptors
- * made by dup, fread of FILE streams (glibc reads their buffer without going through these
- * symbols), metadata calls.
+ * __openat64_2) to close (or dup2/dup3 over them). Mapped files (the memory tier's
+ * `--stage-read map`): `mmap`/`mmap64` of a tracked descriptor records the mapping (until
+ * `munmap`), and each `madvise(MADV_POPULATE_READ)` inside one is charged as one request of its
+ * length, issued when the call started; every rank is charged for the pages it reads in, also
+ * those a node peer already read (the page cache is shared on a real node, so this overcharges
+ * the mapped tier). Not modelled: page faults on mapped pages not read in by madvise,
+ * descriptors made by dup, fread of FILE streams (glibc reads their buffer without going
+ * through these symbols), metadata calls.
  *
  * Environment (read once, at load):
  *   MPISTAGE_PFS_LATENCY_US   per-request latency in microseconds (default 1000)
@@ -39,6 +44,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/uio.h>
@@ -297,4 +303,63 @@ ssize_t preadv2(int fd, const struct iovec* iov, int n, off_t offset, int flags)
 }
 ssize_t preadv64v2(int fd, const struct iovec* iov, int n, off64_t offset, int flags) {
     MODELLED(REAL(preadv64v2)(fd, iov, n, offset, flags), fd);
+}
+
+/* ---- mapped files ----------------------------------------------------------------------- */
+
+enum { kMaxMaps = 256 };
+static _Atomic uintptr_t g_map_begin[kMaxMaps];
+static _Atomic uintptr_t g_map_end[kMaxMaps];
+
+static void record_map(void* p, size_t len) {
+    for (int i = 0; i < kMaxMaps; ++i) {
+        uintptr_t expected = 0;
+        if (atomic_compare_exchange_strong(&g_map_begin[i], &expected, (uintptr_t)p)) {
+            atomic_store(&g_map_end[i], (uintptr_t)p + len);
+            return;
+        }
+    }
+}
+
+static int in_map(const void* p, size_t len) {
+    const uintptr_t a = (uintptr_t)p;
+    for (int i = 0; i < kMaxMaps; ++i) {
+        const uintptr_t b = atomic_load(&g_map_begin[i]);
+        if (b != 0 && a >= b && a + len <= atomic_load(&g_map_end[i])) return 1;
+    }
+    return 0;
+}
+
+DECLARE_REAL(mmap);
+DECLARE_REAL(mmap64);
+DECLARE_REAL(munmap);
+DECLARE_REAL(madvise);
+
+void* mmap(void* addr, size_t len, int prot, int flags, int fd, off_t offset) {
+    void* p = REAL(mmap)(addr, len, prot, flags, fd, offset);
+    if (p != MAP_FAILED && tracked(fd)) record_map(p, len);
+    return p;
+}
+void* mmap64(void* addr, size_t len, int prot, int flags, int fd, off64_t offset) {
+    void* p = REAL(mmap64)(addr, len, prot, flags, fd, offset);
+    if (p != MAP_FAILED && tracked(fd)) record_map(p, len);
+    return p;
+}
+int munmap(void* addr, size_t len) {
+    for (int i = 0; i < kMaxMaps; ++i) {
+        if (atomic_load(&g_map_begin[i]) == (uintptr_t)addr) {
+            atomic_store(&g_map_end[i], 0);
+            atomic_store(&g_map_begin[i], 0);
+        }
+    }
+    return REAL(munmap)(addr, len);
+}
+int madvise(void* addr, size_t len, int advice) {
+    if (advice != 22 /* MADV_POPULATE_READ */ || !in_map(addr, len)) {
+        return REAL(madvise)(addr, len, advice);
+    }
+    const int64_t t0 = now_ns();
+    const int rc = REAL(madvise)(addr, len, advice);
+    if (rc == 0) charge(t0, (ssize_t)len);
+    return rc;
 }

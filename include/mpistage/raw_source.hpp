@@ -56,6 +56,9 @@ public:
     std::uint64_t records_in_cut(int rank, int world_size) const override;
     std::string fingerprint() const override;
     void read(const std::uint64_t* ids, std::size_t count, BatchSink& sink) const override;
+    /// Every file against its size and the hashes of its first and last 64 KiB at open (see
+    /// `Source::check_unchanged`). @throws IoError naming the file.
+    void check_unchanged() const override;
     /// Fields stored as they are returned: one-byte elements, or not `big_endian`.
     bool file_rows(std::size_t field, detail::FileRows& out) const override;
 

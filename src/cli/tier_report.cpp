@@ -52,7 +52,7 @@ void print_tier(const TierSummary& t, const std::vector<EpochReport>& epochs) {
     std::printf("stage %s: epochs served from %s", t.stage.c_str(), t.tier.c_str());
     if (t.tier == "memory") {
         std::printf(
-            " (%llu bytes staged in node shared memory, at most %llu per rank, read in "
+            " (%llu bytes staged in node memory, at most %llu per rank, read in "
             "%.3f s)",
             static_cast<unsigned long long>(t.staged_bytes),
             static_cast<unsigned long long>(t.staged_bytes_max), t.stage_seconds);

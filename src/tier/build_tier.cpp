@@ -66,8 +66,14 @@ std::unique_ptr<MemoryTier> build_memory_tier(const Communicator& comm, const So
     const auto r = static_cast<std::size_t>(comm.rank());
     const std::uint64_t fixed =
         checked_mul(begins[r + 1] - begins[r], fixed_bytes_per_sample(source), "loader: stage");
+    // With `auto` over budget, a stage_read that was asked for is not used either: say so.
+    const std::string unused_read =
+        options.stage_read == StageRead::automatic
+            ? std::string()
+            : "; stage_read " + to_string(options.stage_read) + " was not used";
     if (!fits_budget(comm, options.stage, fixed + ring_bytes, budget,
                      "fixed fields of its shard + prefetch ring", stats)) {
+        stats.tier_note += unused_read;
         return nullptr;
     }
     const auto t0 = Clock::now();
@@ -77,6 +83,7 @@ std::unique_ptr<MemoryTier> build_memory_tier(const Communicator& comm, const So
     const auto t1 = Clock::now();
     if (!fits_budget(comm, options.stage, tier->staged_bytes() + ring_bytes, budget,
                      "staged shard + prefetch ring", stats)) {
+        stats.tier_note += unused_read;
         return nullptr;  // every rank frees its windows here, collectively
     }
     stats.tier = "memory";

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -35,37 +36,52 @@ std::string range_text(std::uint64_t begin, std::uint64_t end) {
 }  // namespace
 
 MappedRows::MappedRows(const FileRows& where, std::uint64_t row_bytes, std::uint64_t num_rows)
-    : row_bytes_(row_bytes), file_offset_(where.offset), path_(where.path) {
-    const std::uint64_t bytes = checked_mul(row_bytes, num_rows, "stage: mapped rows");
-    if (where.offset > where.file_bytes || bytes > where.file_bytes - where.offset) {
-        throw IoError("stage: " + path_ + ": rows at " + range_text(where.offset,
-                                                                    where.offset + bytes) +
+    : fd_(where.fd),
+      row_bytes_(row_bytes),
+      file_offset_(where.offset),
+      bytes_(checked_mul(row_bytes, num_rows, "stage: mapped rows")),
+      path_(where.path) {
+    if (where.offset > where.file_bytes || bytes_ > where.file_bytes - where.offset) {
+        throw IoError("stage: " + path_ + ": rows at " +
+                      range_text(where.offset, where.offset + bytes_) +
                       " do not lie inside the file of " + std::to_string(where.file_bytes) +
                       " bytes");
     }
-    if (bytes == 0) return;
+}
+
+std::string MappedRows::map() noexcept {
+    struct stat st {};
+    if (::fstat(fd_, &st) != 0) return "fstat of " + path_ + " failed: " + std::strerror(errno);
+    mapped_size_ = st.st_size;
+    mapped_mtime_ = st.st_mtim;
+    mapped_ctime_ = st.st_ctim;
+    if (bytes_ == 0) return {};
     const std::uint64_t page = page_bytes();
-    const std::uint64_t start = where.offset / page * page;
-    map_bytes_ = static_cast<std::size_t>(where.offset - start + bytes);
-    void* p = ::mmap(nullptr, map_bytes_, PROT_READ, MAP_SHARED, where.fd,
-                     static_cast<off_t>(start));
+    const std::uint64_t start = file_offset_ / page * page;
+    const auto bytes = static_cast<std::size_t>(file_offset_ - start + bytes_);
+    void* p = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd_, static_cast<off_t>(start));
     if (p == MAP_FAILED) {
-        const int err = errno;
-        map_bytes_ = 0;
-        throw IoError("stage: " + path_ + ": mmap of " +
-                      range_text(start, where.offset + bytes) + " failed: " + std::strerror(err));
+        return "mmap of " + range_text(start, file_offset_ + bytes_) + " of " + path_ +
+               " refused (" + std::strerror(errno) + ")";
     }
     map_ = static_cast<std::byte*>(p);
-    rows_ = map_ + (where.offset - start);
+    map_bytes_ = bytes;
+    rows_ = map_ + (file_offset_ - start);
+    return {};
 }
 
 MappedRows::MappedRows(MappedRows&& o) noexcept
-    : map_(std::exchange(o.map_, nullptr)),
+    : fd_(o.fd_),
+      map_(std::exchange(o.map_, nullptr)),
       map_bytes_(std::exchange(o.map_bytes_, 0)),
       rows_(std::exchange(o.rows_, nullptr)),
       row_bytes_(o.row_bytes_),
       file_offset_(o.file_offset_),
-      path_(std::move(o.path_)) {}
+      bytes_(o.bytes_),
+      path_(std::move(o.path_)),
+      mapped_size_(o.mapped_size_),
+      mapped_mtime_(o.mapped_mtime_),
+      mapped_ctime_(o.mapped_ctime_) {}
 
 MappedRows& MappedRows::operator=(MappedRows&& o) noexcept {
     if (this != &o) {
@@ -73,9 +89,14 @@ MappedRows& MappedRows::operator=(MappedRows&& o) noexcept {
         map_ = std::exchange(o.map_, nullptr);
         map_bytes_ = std::exchange(o.map_bytes_, 0);
         rows_ = std::exchange(o.rows_, nullptr);
+        fd_ = o.fd_;
         row_bytes_ = o.row_bytes_;
         file_offset_ = o.file_offset_;
+        bytes_ = o.bytes_;
         path_ = std::move(o.path_);
+        mapped_size_ = o.mapped_size_;
+        mapped_mtime_ = o.mapped_mtime_;
+        mapped_ctime_ = o.mapped_ctime_;
     }
     return *this;
 }
@@ -104,18 +125,22 @@ void MappedRows::span(std::uint64_t first, std::uint64_t count, std::byte*& begi
                                      lo_page);
 }
 
-bool MappedRows::read_in(std::uint64_t first, std::uint64_t count) const {
+std::string MappedRows::read_in(std::uint64_t first, std::uint64_t count) const {
     std::byte* begin = nullptr;
     std::size_t bytes = 0;
     span(first, count, begin, bytes);
-    if (bytes == 0) return true;
-    if (::madvise(begin, bytes, MADV_POPULATE_READ) == 0) return true;
+    if (bytes == 0 || ::madvise(begin, bytes, MADV_POPULATE_READ) == 0) return {};
     const int err = errno;
-    if (err == EINVAL) return false;  // a kernel before 5.14
     const std::uint64_t at = file_offset_ + first * row_bytes_;
-    throw IoError("stage: " + path_ + ": reading " + range_text(at, at + count * row_bytes_) +
-                  " into memory failed (madvise(MADV_POPULATE_READ): " + std::strerror(err) +
-                  (err == EFAULT ? "; the file is shorter than when it was opened" : "") + ")");
+    const std::string what = "reading " + range_text(at, at + count * row_bytes_) + " of " +
+                             path_ + " into memory (madvise(MADV_POPULATE_READ)): " +
+                             std::strerror(err);
+    if (err == EINVAL) {
+        return what + " (a kernel before Linux 5.14, or a mapping it cannot populate)";
+    }
+    if (err == ENOMEM || err == EPERM || err == EAGAIN || err == EINTR) return what;
+    throw IoError("stage: " + what +
+                  (err == EFAULT ? " (the file is shorter than when it was opened)" : ""));
 }
 
 std::string MappedRows::lock(std::uint64_t first, std::uint64_t count) const noexcept {
@@ -136,35 +161,45 @@ std::string MappedRows::lock(std::uint64_t first, std::uint64_t count) const noe
     return why;
 }
 
+void MappedRows::check_file() const {
+    struct stat st {};
+    if (::fstat(fd_, &st) != 0) {
+        throw IoError("tier: " + path_ + ": fstat failed: " + std::strerror(errno));
+    }
+    const auto same = [](const timespec& a, const timespec& b) {
+        return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec;
+    };
+    if (st.st_size != mapped_size_ || !same(st.st_mtim, mapped_mtime_) ||
+        !same(st.st_ctim, mapped_ctime_)) {
+        throw IoError("tier: " + path_ + " changed after it was staged (" +
+                      std::to_string(mapped_size_) + " bytes when mapped, " +
+                      std::to_string(st.st_size) +
+                      " now): a mapped file must not be truncated or rewritten while the loader "
+                      "lives (stage_read copy keeps a private copy)");
+    }
+}
+
 namespace {
 
-thread_local sigjmp_buf* t_guard = nullptr;
+__attribute__((tls_model("initial-exec"))) thread_local sigjmp_buf* t_guard = nullptr;
 struct sigaction g_previous_bus {};
 
 void on_sigbus(int sig, siginfo_t* info, void* context) {
-    if (t_guard != nullptr) siglongjmp(*t_guard, 1);
-    // Not a guarded copy's: what was there before. Returning from SIG_DFL's stand-in re-runs
-    // the faulting load, which now meets the default action.
+    // Only a fault (si_code > 0: BUS_ADRERR and kin) inside a guarded copy; a SIGBUS sent by
+    // kill (si_code <= 0) is not the mapping's.
+    if (t_guard != nullptr && info != nullptr && info->si_code > 0) siglongjmp(*t_guard, 1);
     if ((g_previous_bus.sa_flags & SA_SIGINFO) != 0 && g_previous_bus.sa_sigaction != nullptr) {
         g_previous_bus.sa_sigaction(sig, info, context);
     } else if ((g_previous_bus.sa_flags & SA_SIGINFO) == 0 &&
                g_previous_bus.sa_handler != SIG_DFL && g_previous_bus.sa_handler != SIG_IGN) {
         g_previous_bus.sa_handler(sig);
-    } else {
+    } else if ((g_previous_bus.sa_flags & SA_SIGINFO) != 0 ||
+               g_previous_bus.sa_handler != SIG_IGN) {
+        // The default action: a fault re-runs its load on return and meets it; a sent signal
+        // is raised again.
         ::signal(SIGBUS, SIG_DFL);
+        if (info == nullptr || info->si_code <= 0) ::raise(SIGBUS);
     }
-}
-
-void install_sigbus_handler() {
-    static std::once_flag once;
-    std::call_once(once, [] {
-        struct sigaction sa {};
-        sa.sa_sigaction = on_sigbus;
-        sigemptyset(&sa.sa_mask);
-        // SA_NODEFER: SIGBUS stays unblocked after siglongjmp leaves the handler.
-        sa.sa_flags = SA_SIGINFO | SA_NODEFER;
-        ::sigaction(SIGBUS, &sa, &g_previous_bus);
-    });
 }
 
 /// Clears the thread's guard however `copy_guarded` is left.
@@ -174,8 +209,21 @@ struct GuardReset {
 
 }  // namespace
 
+void install_sigbus_guard() {
+    static std::mutex mutex;
+    const std::lock_guard<std::mutex> lock(mutex);
+    struct sigaction current {};
+    ::sigaction(SIGBUS, nullptr, &current);
+    if ((current.sa_flags & SA_SIGINFO) != 0 && current.sa_sigaction == on_sigbus) return;
+    struct sigaction sa {};
+    sa.sa_sigaction = on_sigbus;
+    sigemptyset(&sa.sa_mask);
+    // SA_NODEFER: SIGBUS stays unblocked after siglongjmp leaves the handler.
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+    ::sigaction(SIGBUS, &sa, &g_previous_bus);
+}
+
 bool copy_guarded(void (*copy)(void* arg), void* arg) {
-    install_sigbus_handler();
     const GuardReset reset;
     sigjmp_buf jump;
     if (sigsetjmp(jump, 0) != 0) return false;

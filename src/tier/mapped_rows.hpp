@@ -2,8 +2,11 @@
 // The fixed fields of a dataset mapped from their files' pages (internal): how the memory tier
 // stages with `StageRead::map` (docs/architecture.md, "Memory tier").
 
+#include <sys/types.h>
+
 #include <cstddef>
 #include <cstdint>
+#include <ctime>
 #include <string>
 
 #include "sources/file_rows.hpp"
@@ -11,14 +14,17 @@
 namespace mpistage::detail {
 
 /// Rows `[0, num_rows)` of one fixed field, mapped read-only (`MAP_SHARED`) from the file that
-/// holds them back to back, so every rank of a node reads the same page-cache pages. Mapping
+/// holds them back to back, so every rank of a node reads the same page-cache pages. `map`
 /// reserves address space only; `read_in` brings a range of rows into memory and `lock` keeps
-/// it there. Move-only; unmaps (and so unlocks) on destruction. `row` is thread-safe.
+/// it there. Move-only; unmaps (and so unlocks) on destruction. `row` and `check_file` are
+/// thread-safe. Refusals that are the system's, not the file's (a file system that cannot map,
+/// address space or lock limits, an old kernel), come back as text so the caller can copy
+/// instead; faults of the file are IoErrors.
 class MappedRows {
 public:
     MappedRows() = default;
-    /// Local. @throws IoError naming the file when the rows do not lie inside the file as it
-    /// was opened, or `mmap` fails (errno text).
+    /// Local; maps nothing yet. @throws IoError naming the file when the rows do not lie inside
+    /// the file as it was opened.
     MappedRows(const FileRows& where, std::uint64_t row_bytes, std::uint64_t num_rows);
     MappedRows(MappedRows&& o) noexcept;
     MappedRows& operator=(MappedRows&& o) noexcept;
@@ -26,40 +32,63 @@ public:
     MappedRows& operator=(const MappedRows&) = delete;
     ~MappedRows();
 
-    /// First byte of row `r` (r < num_rows).
+    /// Local: maps the rows (`mmap`) and notes the file's size and times (`fstat`) for
+    /// `check_file`. Returns an empty string, or why the mapping was refused (errno text:
+    /// ENODEV on a file system that cannot map, ENOMEM under an address-space limit). Never
+    /// throws.
+    std::string map() noexcept;
+    /// First byte of row `r` (r < num_rows), after `map`.
     const std::byte* row(std::uint64_t r) const noexcept { return rows_ + r * row_bytes_; }
     /// Local: reads the pages of rows `[first, first + count)` in from the file and maps them
-    /// into this process (`MADV_POPULATE_READ`, Linux ≥ 5.14), which reports a failed read
-    /// instead of a later SIGBUS. @throws IoError naming the file and the byte range: a read
-    /// error, or a file shorter than the rows (truncated since it was opened).
-    /// Returns false, having done nothing, on a kernel without MADV_POPULATE_READ (EINVAL).
-    bool read_in(std::uint64_t first, std::uint64_t count) const;
+    /// into this process (`madvise(MADV_POPULATE_READ)`, Linux ≥ 5.14), which reports a failed
+    /// read instead of a later SIGBUS. Returns an empty string, or why the kernel refused for a
+    /// reason of its own (EINVAL: a kernel before 5.14 or a mapping it cannot populate; ENOMEM;
+    /// EPERM; EAGAIN). @throws IoError naming the file and the byte range when the pages cannot
+    /// be read: a file shorter than the rows (EFAULT: truncated since it was opened), a read
+    /// error (EIO, EHWPOISON).
+    std::string read_in(std::uint64_t first, std::uint64_t count) const;
     /// Local: locks the pages of rows `[first, first + count)` in memory (`mlock`), so they are
     /// never evicted and later reads never go to the file. Returns an empty string, or why the
     /// lock was refused (errno text and RLIMIT_MEMLOCK). Never throws.
     std::string lock(std::uint64_t first, std::uint64_t count) const noexcept;
+    /// Local, one `fstat`: @throws IoError naming the file when its size, modification or
+    /// change time differ from what they were at `map`: pages read since may be zeros (a
+    /// truncation inside a page zero-fills the rest of it, without SIGBUS) or another version's.
+    void check_file() const;
     const std::string& path() const noexcept { return path_; }
+    int fd() const noexcept { return fd_; }
 
 private:
-    /// The page-aligned span `[begin, end)` of the mapping that holds rows `[first, +count)`.
+    /// The page-aligned span `[begin, begin + bytes)` of the mapping that holds rows
+    /// `[first, first + count)`.
     void span(std::uint64_t first, std::uint64_t count, std::byte*& begin, std::size_t& bytes) const;
     void release() noexcept;
 
+    int fd_ = -1;  ///< the source's descriptor (not owned)
     std::byte* map_ = nullptr;  ///< start of the mapping (page-aligned)
     std::size_t map_bytes_ = 0;
     const std::byte* rows_ = nullptr;  ///< row 0
     std::uint64_t row_bytes_ = 0;
     std::uint64_t file_offset_ = 0;  ///< of row 0
+    std::uint64_t bytes_ = 0;        ///< of all rows
     std::string path_;
+    off_t mapped_size_ = 0;  ///< st_size at `map`
+    timespec mapped_mtime_{};
+    timespec mapped_ctime_{};
 };
 
-/// Local, thread-safe: runs `copy(arg)` with SIGBUS caught on this thread; returns false when a
-/// load from a mapped page raised SIGBUS (the file was truncated after it was mapped), true
-/// otherwise. `copy` may only load from mappings and store to memory that cannot fault, and
-/// must create no object with a destructor (it is left by `siglongjmp`); an exception it throws
-/// passes through. The first call installs a process-wide SIGBUS handler (`SA_NODEFER`) that
-/// hands every SIGBUS outside such a call to the disposition that was there before (the
-/// default one ends the process, as before).
+/// Local, thread-safe: makes sure the process's SIGBUS disposition is the guard's handler
+/// (`SA_SIGINFO | SA_NODEFER`), installing it when it is not (first call, or another library
+/// replaced it since), and keeping the disposition it replaces: every SIGBUS outside
+/// `copy_guarded`, or not raised by a fault (`si_code` ≤ 0: sent by `kill`), goes there
+/// (the default one ends the process, as before). Call before `copy_guarded`.
+void install_sigbus_guard();
+
+/// Local, thread-safe: runs `copy(arg)` with SIGBUS faults caught on this thread; returns false
+/// when a load raised one (a mapped page past the end of its file: the file was truncated
+/// after it was mapped), true otherwise. `copy` may only load from mappings and store to memory
+/// that cannot fault, and must create no object with a destructor (it is left by
+/// `siglongjmp`); an exception it throws passes through.
 bool copy_guarded(void (*copy)(void* arg), void* arg);
 
 }  // namespace mpistage::detail

@@ -134,7 +134,10 @@ std::string mapping_refusal(const Source& source, const NodeMap& nodes) {
 std::string agree_refusal(const Communicator& comm, StageRead stage_read, const std::string& why) {
     try {
         agree_or_throw(comm, capture([&] {
-                           if (!why.empty()) throw ConfigError("stage_read map: " + why);
+                           if (!why.empty()) {
+                               throw ConfigError("stage_read " + to_string(stage_read) + ": " +
+                                                 why);
+                           }
                        }));
     } catch (const ConfigError& e) {
         if (stage_read == StageRead::map) throw;
@@ -151,24 +154,28 @@ bool MemoryTier::stage_mapped(const Communicator& comm, StageRead stage_read, bo
     if (!times_.read_note.empty()) return false;
     const auto& fields = source_.fields();
     const ShardLayout& mine = layout_[static_cast<std::size_t>(rank_)];
+    // Each step's refusals (the system's: mmap, madvise, mlock) are this rank's `why`, agreed
+    // at the end; the file's faults (rows outside it, a failed read) are agreed errors.
+    std::string why;
     auto t0 = Clock::now();
-    bool supported = true;
     agree_or_throw(comm, capture([&] {
                        for (std::size_t f = 0; f < fields.size(); ++f) {
                            FileRows where;
                            source_.file_rows(f, where);
                            mapped_.emplace_back(where, fields[f].sample_bytes,
                                                 source_.num_samples());
-                       }
-                       times_.populate = Clock::now() - t0;
-                       t0 = Clock::now();
-                       for (const MappedRows& m : mapped_) {
-                           supported = supported && m.read_in(mine.first, mine.count);
+                           if (why.empty()) why = mapped_.back().map();
                        }
                    }));
-    std::string why = supported ? std::string() : "the kernel lacks MADV_POPULATE_READ (Linux 5.14)";
-    for (std::size_t f = 0; f < mapped_.size() && why.empty(); ++f) {
-        why = mapped_[f].lock(mine.first, mine.count);
+    times_.populate = Clock::now() - t0;
+    t0 = Clock::now();
+    agree_or_throw(comm, capture([&] {
+                       for (const MappedRows& m : mapped_) {
+                           if (why.empty()) why = m.read_in(mine.first, mine.count);
+                       }
+                   }));
+    for (const MappedRows& m : mapped_) {
+        if (why.empty()) why = m.lock(mine.first, mine.count);
     }
     times_.read_note = agree_refusal(comm, stage_read, why);
     if (!times_.read_note.empty()) {
@@ -180,11 +187,22 @@ bool MemoryTier::stage_mapped(const Communicator& comm, StageRead stage_read, bo
     agree_or_throw(comm, capture([&] { source_.check_unchanged(); }));
     times_.read = Clock::now() - t0;
     times_.read_method = "mapped";
+    for (std::size_t f = 0; f < mapped_.size(); ++f) {
+        bool seen = false;
+        for (std::size_t g : checked_) seen = seen || mapped_[g].fd() == mapped_[f].fd();
+        if (!seen) checked_.push_back(f);
+    }
+    install_sigbus_guard();
     if (map_node) {
-        // One node (mapping_refusal): every rank's rows. The owners' locks keep the pages in.
+        // One node (mapping_refusal): every other rank's rows, whose owners' locks keep them in
+        // memory. Only an optimisation: a refusal leaves the first loads to the first epoch.
         t0 = Clock::now();
+        const std::uint64_t end = mine.first + mine.count;
         agree_or_throw(comm, capture([&] {
-                           for (const MappedRows& m : mapped_) m.read_in(0, begins_.back());
+                           for (const MappedRows& m : mapped_) {
+                               (void)m.read_in(0, mine.first);
+                               (void)m.read_in(end, begins_.back() - end);
+                           }
                        }));
         times_.map_node = Clock::now() - t0;
     }
@@ -311,7 +329,12 @@ void MemoryTier::read(const std::uint64_t* ids, std::size_t count, BatchSink& si
     if (!mapped_.empty()) {
         for (std::size_t k = 0; k < count; ++k) check_id(ids[k]);
         MappedCopy c{&mapped_, &source_.fields(), ids, count, &sink};
-        if (copy_guarded(copy_mapped, &c)) return;
+        if (copy_guarded(copy_mapped, &c)) {
+            // After the copy: a truncation inside a page zero-fills the rest of it without a
+            // SIGBUS, and its new size is visible before those zeros are.
+            for (std::size_t f : checked_) mapped_[f].check_file();
+            return;
+        }
         std::string paths;
         for (const MappedRows& m : mapped_) {
             if (paths.find(m.path()) == std::string::npos) paths += (paths.empty() ? "" : ", ") + m.path();

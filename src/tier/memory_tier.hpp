@@ -109,6 +109,8 @@ private:
     NodeSegment ragged_;
     /// Per fixed field, its rows mapped from the file (mapped staging; empty when copied).
     std::vector<MappedRows> mapped_;
+    /// Indices into `mapped_` of one field per file (checked after every mapped read).
+    std::vector<std::size_t> checked_;
     StageTimes times_;
 };
 

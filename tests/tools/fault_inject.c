@@ -5,7 +5,10 @@
  * world rank is MPISTAGE_FAULT_RANK (read from the launcher's environment: OMPI_COMM_WORLD_RANK, PMI_RANK or
  * SLURM_PROCID) stops itself (MPISTAGE_FAULT_ACTION=stop, SIGSTOP, the default) or dies
  * (kill, SIGKILL), or, with MPISTAGE_FAULT_ACTION=truncate, cuts the file MPISTAGE_FAULT_FILE
- * to MPISTAGE_FAULT_SIZE bytes once and lets the call proceed (a file truncated during a read).
+ * to MPISTAGE_FAULT_SIZE bytes once and lets the call proceed (a file truncated during a read),
+ * or, with MPISTAGE_FAULT_ACTION=enodev and MPISTAGE_FAULT_CALL=mmap, makes every mmap of the
+ * file MPISTAGE_FAULT_FILE (its path as /proc/self/fd shows it) fail with ENODEV (a file system
+ * that cannot map).
  * MPISTAGE_FAULT_SKIP=n lets the first n entries pass. For pread, only reads of at least
  * MPISTAGE_FAULT_MIN_BYTES bytes count as entries (the memory tier's staging preads of
  * megabytes, not the small metadata reads of opening a file); madvise counts only with
@@ -16,6 +19,7 @@
  * MPI_File_open and MPI_File_read_at_all through the dynamic linker). Test tool only. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <errno.h>
 #include <hdf5.h>
 #include <mpi.h>
 #include <signal.h>
@@ -85,6 +89,30 @@ ssize_t pread(int fd, void* buf, size_t count, off_t offset) {
     const char* min = getenv("MPISTAGE_FAULT_MIN_BYTES");
     if (!min || count >= (size_t)atoll(min)) maybe_fault("pread");
     return REAL(pread)(fd, buf, count, offset);
+}
+
+void* mmap(void* addr, size_t length, int prot, int flags, int fd, off_t offset) {
+    const char* want = getenv("MPISTAGE_FAULT_CALL");
+    const char* rank = getenv("MPISTAGE_FAULT_RANK");
+    const char* action = getenv("MPISTAGE_FAULT_ACTION");
+    const char* min = getenv("MPISTAGE_FAULT_MIN_BYTES");
+    const char* file = getenv("MPISTAGE_FAULT_FILE");
+    char link[64], path[4096];
+    ssize_t n = -1;
+    if (fd >= 0 && file && want && strcmp(want, "mmap") == 0) {
+        snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+        n = readlink(link, path, sizeof path - 1);
+    }
+    if (n > 0 && (path[n] = '\0', strcmp(path, file) == 0) && rank &&
+        atoi(rank) == world_rank() && action && strcmp(action, "enodev") == 0 &&
+        (!min || length >= (size_t)atoll(min))) {
+        fprintf(stderr, "fault_inject: world rank %d refused mmap of %zu bytes (ENODEV)\n",
+                world_rank(), length);
+        fflush(stderr);
+        errno = ENODEV;
+        return MAP_FAILED;
+    }
+    return REAL(mmap)(addr, length, prot, flags, fd, offset);
 }
 
 int madvise(void* addr, size_t length, int advice) {

@@ -8,6 +8,7 @@
 #include "sources/file_rows.hpp"
 #include "util/byte_order.hpp"
 #include "util/descriptor_limit.hpp"
+#include "util/file_identity.hpp"
 #include "util/posix_file.hpp"
 
 namespace mpistage {
@@ -66,6 +67,7 @@ RawField parse_idx_header(const std::string& path, const std::string& field_name
 struct RawSource::Impl {
     std::vector<RawField> raw;
     std::vector<detail::PosixFile> files;
+    std::vector<std::string> identities;  ///< detail::file_identity of each file at open
     std::vector<FieldInfo> infos;
     std::uint64_t num_samples = 0;
     std::uint64_t record_bytes = 0;
@@ -114,6 +116,7 @@ RawSource::RawSource(const Communicator& comm, std::vector<RawField> fields)
             }
             impl_->record_bytes += info.sample_bytes;
             impl_->infos.push_back(info);
+            impl_->identities.push_back(detail::file_identity(file));
             impl_->files.push_back(std::move(file));
         }
         impl_->num_samples = fields.front().num_records;
@@ -203,6 +206,12 @@ void RawSource::read(const std::uint64_t* ids, std::size_t count, BatchSink& sin
             }
             i += n;
         }
+    }
+}
+
+void RawSource::check_unchanged() const {
+    for (std::size_t i = 0; i < impl_->files.size(); ++i) {
+        detail::check_file_unchanged(impl_->files[i], impl_->identities[i], "raw");
     }
 }
 

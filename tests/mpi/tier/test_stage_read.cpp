@@ -217,38 +217,81 @@ TEST(StageRead, FileTruncatedAfterMappingIsAnErrorOnEveryRankNotACrash) {
     comm.free();
 }
 
-// A raw (IDX-like) file of one-byte records is mapped too; its header is skipped.
-TEST(StageRead, RawRecordsAreMappedPastTheHeader) {
-    h5t::TempDir dir;
+namespace {
+
+constexpr std::uint64_t kRawHeader = 13;
+
+/// Collective: rank 0 writes a raw file: a 13-byte header, then the images of kRows rows.
+std::string write_raw(const h5t::TempDir& dir) {
     const std::string path = dir.file("raw.bin");
-    constexpr std::uint64_t header = 13;
     if (h5t::rank() == 0) {
-        std::string bytes(header, '\x7f');
+        std::string bytes(kRawHeader, '\x7f');
         for (std::uint64_t i = 0; i < kRows; ++i) {
             for (std::size_t k = 0; k < kImage; ++k) bytes.push_back(static_cast<char>(pixel(i, k)));
         }
-        std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+        std::ofstream(path, std::ios::binary)
+            .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     }
     h5t::barrier();
-    Communicator comm(MPI_COMM_WORLD);
+    return path;
+}
+
+RawField raw_field(const std::string& path) {
     RawField f;
     f.name = "images";
     f.path = path;
-    f.header_bytes = header;
+    f.header_bytes = kRawHeader;
     f.sample_shape = {3, 5};
-    RawSource src(comm, {f});
+    return f;
+}
+
+bool raw_slot_is_generated(const HostBatch& b, std::size_t s) {
+    const auto id = static_cast<std::uint64_t>(b.index()[s]);
+    for (std::size_t k = 0; k < kImage; ++k) {
+        if (b.fields()[0].data[s * kImage + k] != static_cast<std::byte>(pixel(id, k))) {
+            return false;
+        }
+    }
+    return true;
+}
+
+}  // namespace
+
+// A raw (IDX-like) file of one-byte records is mapped too; its header is skipped.
+TEST(StageRead, RawRecordsAreMappedPastTheHeader) {
+    h5t::TempDir dir;
+    const std::string path = write_raw(dir);
+    Communicator comm(MPI_COMM_WORLD);
+    RawSource src(comm, {raw_field(path)});
     Loader loader(comm, src, options_of(kCases[0], StageRead::map));
     EXPECT_EQ(loader.stats().stage_read_method, "mapped");
-    const Yield y = consume(loader, 0, [](const HostBatch& b, std::size_t s) {
-        const auto id = static_cast<std::uint64_t>(b.index()[s]);
-        for (std::size_t k = 0; k < kImage; ++k) {
-            if (b.fields()[0].data[s * kImage + k] != static_cast<std::byte>(pixel(id, k))) {
-                return false;
-            }
-        }
-        return true;
-    });
+    const Yield y = consume(loader, 0, raw_slot_is_generated);
     expect_exactly_once(loader, y, kRows, true, "raw mapped");
+    comm.free();
+}
+
+// A truncation inside the file's last page raises no SIGBUS: the kernel zero-fills the rest of
+// that page, so the last rows would read as zeros. The size check after each mapped read sees
+// it: an error on every rank, and no slot with other bytes than the generator's.
+TEST(StageRead, TruncationInsideAPageServesNoZeros) {
+    h5t::TempDir dir;
+    const std::string path = write_raw(dir);
+    Communicator comm(MPI_COMM_WORLD);
+    RawSource src(comm, {raw_field(path)});
+    Loader loader(comm, src, options_of(kCases[0], StageRead::map));
+    ASSERT_EQ(loader.stats().stage_read_method, "mapped");
+    const Yield before = consume(loader, 0, raw_slot_is_generated);
+    expect_exactly_once(loader, before, kRows, true, "before the truncation");
+    h5t::barrier();
+    if (h5t::rank() == 0) {
+        ASSERT_EQ(::truncate(path.c_str(), static_cast<off_t>(kRawHeader + kRows * kImage - 7)),
+                  0);
+    }
+    h5t::barrier();
+    const Yield after = consume(loader, 1, raw_slot_is_generated);
+    EXPECT_EQ(after.bad_slots, 0u) << "zeros of the truncated page were served";
+    EXPECT_TRUE(h5t::all_true(!after.error.empty())) << after.error;
+    EXPECT_NE(after.error.find("raw.bin"), std::string::npos) << after.error;
     comm.free();
 }
 
