@@ -64,10 +64,11 @@ NAIVE_RUNS = 3
 
 
 def run_mpistage(build, np_, work, w, shuffle, stage, epochs, two_phase="off", cli=None,
-                 threads=1):
+                 threads=1, stage_read=None):
     """One mpistage run. `cli` replaces the built CLI by an older binary (BASELINE_MPISTAGE:
     the rate before the memory tier, which has no --stage flag and no tier in its JSON).
-    `two_phase`: --two-phase off|on|auto (the result says whether it was chosen)."""
+    `two_phase`: --two-phase off|on|auto (the result says whether it was chosen).
+    `stage_read`: --stage-read map|copy (default: the CLI's auto)."""
     sharding = "global" if shuffle == "global" else "byte_range"
     out = os.path.join(work, "m.json")
     cmd = [cli or os.path.join(build, "mpistage"), "stage", *w["files"], *w["flags"],
@@ -78,6 +79,8 @@ def run_mpistage(build, np_, work, w, shuffle, stage, epochs, two_phase="off", c
         cmd += ["--stage", stage]
     if two_phase != "off":
         cmd += ["--two-phase", two_phase]
+    if stage_read:
+        cmd += ["--stage-read", stage_read]
     if cli:
         return run_old_cli(np_, cmd, epochs, w)
     if w.get("compute_us"):
@@ -191,6 +194,10 @@ def methods(w):
         for sh in shuffles:
             m.append((f"mpistage stage={stage} shuffle={sh}",
                       lambda b, n, wk, s=stage, x=sh: run_mpistage(b, n, wk, w, x, s, e)))
+    if w.get("h5_fields"):  # contiguous HDF5: `auto` maps; the copied tier beside it
+        m.append(("mpistage stage=memory shuffle=global stage-read=copy",
+                  lambda b, n, wk: run_mpistage(b, n, wk, w, "global", "memory", e,
+                                                stage_read="copy")))
     if "global" in shuffles:
         m.append(("mpistage stage=none shuffle=global two-phase",
                   lambda b, n, wk: run_mpistage(b, n, wk, w, "global", "none", e, two_phase="on")))
@@ -414,8 +421,8 @@ def staging_lines(results, med):
              "stage MB/s | cat MB/s | stage / unstaged in-order epoch (first; steady) | "
              "stage rate / cat rate | staged global: epoch 2 / steady | staged / unstaged "
              "global steady |", "|---|---:|---|---|---:|---:|---|---:|---:|---:|"]
-    for wl in ("fmnist", "resnet50"):
-        k = wl + " | mpistage stage=memory shuffle=global"
+    for wl, k in [(wl, wl + " | mpistage stage=memory shuffle=global" + variant)
+                  for wl in ("fmnist", "resnet50") for variant in ("", " stage-read=copy")]:
         if k not in results:
             continue
         rs = results[k]
@@ -439,7 +446,7 @@ def staging_lines(results, med):
         warm = statistics.median(r["epoch_seconds"][1] / steady_epoch_seconds(r) for r in rs)
         ug = wl + " | mpistage stage=none shuffle=global"
         vs = f"{med[k] / med[ug]:.2f}" if ug in med else "n/a"
-        lines.append(f"| {wl} | {stage:.3f} | {parts} | {rs[0]['stage_read_method']} | "
+        lines.append(f"| {k.split(' | ')[0]}{' (copy)' if 'copy' in k else ''} | {stage:.3f} | {parts} | {rs[0]['stage_read_method']} | "
                      f"{rate / 1e6:,.0f} | {cat_rate / 1e6:,.0f} | {ino_txt} | "
                      f"{rate / cat_rate:.2f} | {warm:.2f} | {vs} |")
     return lines

@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdint>
 
 // Linux 5.14 values, for builds on older headers (the kernel answers EINVAL there).
@@ -24,6 +25,9 @@ bool populate_pages(void* p, std::size_t size_bytes, PopulateFor what) noexcept 
     const int advice = what == PopulateFor::read ? MADV_POPULATE_READ : MADV_POPULATE_WRITE;
     if (madvise(reinterpret_cast<void*>(begin), end - begin, advice) == 0) return true;
     // EINVAL: a kernel without MADV_POPULATE_*; touch each page of the caller's range instead.
+    // Any other failure (EFAULT: a mapped file shorter than the range) leaves the pages alone,
+    // where a touch would raise SIGBUS.
+    if (errno != EINVAL) return false;
     if (what == PopulateFor::read) {
         touch_pages(p, size_bytes);
         return false;

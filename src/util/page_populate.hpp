@@ -17,7 +17,8 @@ enum class PopulateFor {
 /// page table: `madvise(MADV_POPULATE_READ / _WRITE)` where the kernel has it (Linux ≥ 5.14),
 /// else a touch pass (one load per page; for `write` one store of the byte already there, so
 /// the contents are unchanged either way). Returns true when madvise did it, false after the
-/// touch pass. Never throws: population is an optimisation, a failure leaves faults to later.
+/// touch pass. Never throws: population is an optimisation, a failure leaves faults to later
+/// (other failures than EINVAL, e.g. EFAULT past the end of a mapped file, touch nothing).
 bool populate_pages(void* p, std::size_t size_bytes, PopulateFor what) noexcept;
 
 /// Local, thread-safe: one load from every page of `[p, p + size_bytes)`. On the benchmark
