@@ -19,6 +19,7 @@
 #include "mpistage/source.hpp"
 #include "mpistage/state.hpp"
 #include "mpistage/stop.hpp"
+#include "mpistage/tier.hpp"
 
 namespace mpistage {
 
@@ -26,41 +27,6 @@ namespace mpistage {
 constexpr std::size_t kMaxPrefetch = 4096;
 /// Largest accepted `LoaderOptions::io_threads`.
 constexpr std::size_t kMaxIoThreads = 256;
-
-/// Where a loader serves its epochs from (option `LoaderOptions::stage`, CLI `--stage`).
-enum class Stage : std::uint8_t {
-    /// Every epoch reads the source (file reads; batches sorted by offset and coalesced).
-    none,
-    /// The dataset is staged in node memory at construction; every epoch is served from it.
-    memory,
-    /// `memory` when the staged shard plus the ring fit `LoaderOptions::stage_budget_bytes` on
-    /// every rank, `none` otherwise (the report says which and why).
-    automatic,
-};
-/// "none", "memory" or "auto".
-std::string to_string(Stage s);
-/// Parses "none", "memory" or "auto". @throws ConfigError naming the accepted words.
-Stage parse_stage(const std::string& s);
-
-/// How the memory tier takes in the fixed fields of a rank's shard (option
-/// `LoaderOptions::stage_read`, CLI `--stage-read`; docs/architecture.md, "Memory tier").
-enum class StageRead : std::uint8_t {
-    /// `map` where every field can be mapped (rows back to back in a file in native order,
-    /// no ragged field, one node) and the pages can be locked in memory, `copy` otherwise.
-    automatic,
-    /// Map the files' pages (read-only, `MAP_SHARED`), read them in and lock them in memory
-    /// (`MADV_POPULATE_READ`, `mlock`): the staged shard is the page cache's copy of the
-    /// file, with no copy of our own. The files must then not be truncated or rewritten in
-    /// place while the loader lives (as for any reader that maps files). Where a field cannot
-    /// be mapped, or the lock is refused (`RLIMIT_MEMLOCK`), a ConfigError naming why.
-    map,
-    /// Read the shard into a node shared-memory window (`MPI_Win_allocate_shared`).
-    copy,
-};
-/// "auto", "map" or "copy".
-std::string to_string(StageRead r);
-/// Parses "auto", "map" or "copy". @throws ConfigError naming the accepted words.
-StageRead parse_stage_read(const std::string& s);
 
 /// Whether a loader reads global shuffles in two phases (option `LoaderOptions::two_phase`, CLI
 /// `--two-phase`; docs/architecture.md, "Two-phase reads").

@@ -10,9 +10,9 @@ namespace mpistage::detail {
 
 /// The rows of one fixed field, back to back in native byte order in an open file.
 struct FileRows {
-    int fd = -1;                  ///< read-only descriptor, owned by the source
-    std::string path;             ///< for messages
-    std::uint64_t offset = 0;     ///< byte offset of row 0
+    int fd = -1;                   ///< read-only descriptor, owned by the source
+    std::string path;              ///< for messages
+    std::uint64_t offset = 0;      ///< byte offset of row 0
     std::uint64_t file_bytes = 0;  ///< the file's size when the source opened it
 };
 

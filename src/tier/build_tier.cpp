@@ -77,9 +77,9 @@ std::unique_ptr<MemoryTier> build_memory_tier(const Communicator& comm, const So
         return nullptr;
     }
     const auto t0 = Clock::now();
-    auto tier = std::make_unique<MemoryTier>(comm, source, options.stage_ranks_per_node,
-                                             options.plan.sharding == Sharding::global,
-                                             options.stage_read);
+    auto tier =
+        std::make_unique<MemoryTier>(comm, source, options.stage_ranks_per_node,
+                                     options.plan.sharding == Sharding::global, options.stage_read);
     const auto t1 = Clock::now();
     if (!fits_budget(comm, options.stage, tier->staged_bytes() + ring_bytes, budget,
                      "staged shard + prefetch ring", stats)) {

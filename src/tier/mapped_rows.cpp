@@ -42,10 +42,9 @@ MappedRows::MappedRows(const FileRows& where, std::uint64_t row_bytes, std::uint
       bytes_(checked_mul(row_bytes, num_rows, "stage: mapped rows")),
       path_(where.path) {
     if (where.offset > where.file_bytes || bytes_ > where.file_bytes - where.offset) {
-        throw IoError("stage: " + path_ + ": rows at " +
-                      range_text(where.offset, where.offset + bytes_) +
-                      " do not lie inside the file of " + std::to_string(where.file_bytes) +
-                      " bytes");
+        throw IoError(
+            "stage: " + path_ + ": rows at " + range_text(where.offset, where.offset + bytes_) +
+            " do not lie inside the file of " + std::to_string(where.file_bytes) + " bytes");
     }
 }
 
@@ -101,7 +100,9 @@ MappedRows& MappedRows::operator=(MappedRows&& o) noexcept {
     return *this;
 }
 
-MappedRows::~MappedRows() { release(); }
+MappedRows::~MappedRows() {
+    release();
+}
 
 void MappedRows::release() noexcept {
     if (map_ != nullptr) ::munmap(map_, map_bytes_);
@@ -120,9 +121,8 @@ void MappedRows::span(std::uint64_t first, std::uint64_t count, std::byte*& begi
     const std::uint64_t hi = lo + count * row_bytes_;
     const std::uint64_t lo_page = lo / page * page;
     begin = map_ + lo_page;
-    bytes = static_cast<std::size_t>(std::min<std::uint64_t>((hi + page - 1) / page * page,
-                                                             map_bytes_) -
-                                     lo_page);
+    bytes = static_cast<std::size_t>(
+        std::min<std::uint64_t>((hi + page - 1) / page * page, map_bytes_) - lo_page);
 }
 
 std::string MappedRows::read_in(std::uint64_t first, std::uint64_t count) const {
@@ -132,9 +132,8 @@ std::string MappedRows::read_in(std::uint64_t first, std::uint64_t count) const 
     if (bytes == 0 || ::madvise(begin, bytes, MADV_POPULATE_READ) == 0) return {};
     const int err = errno;
     const std::uint64_t at = file_offset_ + first * row_bytes_;
-    const std::string what = "reading " + range_text(at, at + count * row_bytes_) + " of " +
-                             path_ + " into memory (madvise(MADV_POPULATE_READ)): " +
-                             std::strerror(err);
+    const std::string what = "reading " + range_text(at, at + count * row_bytes_) + " of " + path_ +
+                             " into memory (madvise(MADV_POPULATE_READ)): " + std::strerror(err);
     if (err == EINVAL) {
         return what + " (a kernel before Linux 5.14, or a mapping it cannot populate)";
     }

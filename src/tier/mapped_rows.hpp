@@ -61,10 +61,11 @@ public:
 private:
     /// The page-aligned span `[begin, begin + bytes)` of the mapping that holds rows
     /// `[first, first + count)`.
-    void span(std::uint64_t first, std::uint64_t count, std::byte*& begin, std::size_t& bytes) const;
+    void span(std::uint64_t first, std::uint64_t count, std::byte*& begin,
+              std::size_t& bytes) const;
     void release() noexcept;
 
-    int fd_ = -1;  ///< the source's descriptor (not owned)
+    int fd_ = -1;               ///< the source's descriptor (not owned)
     std::byte* map_ = nullptr;  ///< start of the mapping (page-aligned)
     std::size_t map_bytes_ = 0;
     const std::byte* rows_ = nullptr;  ///< row 0

@@ -133,12 +133,12 @@ std::string mapping_refusal(const Source& source, const NodeMap& nodes) {
 /// `StageRead::map`; with `automatic` returns it instead (empty when no rank refused).
 std::string agree_refusal(const Communicator& comm, StageRead stage_read, const std::string& why) {
     try {
-        agree_or_throw(comm, capture([&] {
-                           if (!why.empty()) {
-                               throw ConfigError("stage_read " + to_string(stage_read) + ": " +
-                                                 why);
-                           }
-                       }));
+        agree_or_throw(
+            comm, capture([&] {
+                if (!why.empty()) {
+                    throw ConfigError("stage_read " + to_string(stage_read) + ": " + why);
+                }
+            }));
     } catch (const ConfigError& e) {
         if (stage_read == StageRead::map) throw;
         return std::string(e.what()) + "; copied into a shared-memory window instead";
@@ -317,8 +317,8 @@ void copy_mapped(void* arg) {
 
 void MemoryTier::check_id(std::uint64_t id) const {
     if (id >= begins_.back()) {
-        throw ConfigError("tier: sample id " + std::to_string(id) + " out of range (N = " +
-                          std::to_string(begins_.back()) + ")");
+        throw ConfigError("tier: sample id " + std::to_string(id) +
+                          " out of range (N = " + std::to_string(begins_.back()) + ")");
     }
     if (id == g_failing_id.load(std::memory_order_relaxed)) {
         throw IoError("tier: injected read failure at sample " + std::to_string(id));
@@ -337,7 +337,8 @@ void MemoryTier::read(const std::uint64_t* ids, std::size_t count, BatchSink& si
         }
         std::string paths;
         for (const MappedRows& m : mapped_) {
-            if (paths.find(m.path()) == std::string::npos) paths += (paths.empty() ? "" : ", ") + m.path();
+            if (paths.find(m.path()) == std::string::npos)
+                paths += (paths.empty() ? "" : ", ") + m.path();
         }
         throw IoError("tier: a mapped page of " + paths +
                       " could not be read (SIGBUS): the file was truncated after it was staged");

@@ -65,6 +65,7 @@ PUBLIC = {
     "open": "sources",
     "convert": "sources",
     "plan": "plan",
+    "tier": "tier",  # Stage, StageRead: implemented by src/tier/memory_tier.cpp
     "state": "loader",
     "batch": "loader",
     "dlpack": "loader",

@@ -2,8 +2,8 @@
  *
  * On entering the call named by MPISTAGE_FAULT_CALL (one of MPI_File_open, H5Fopen,
  * MPI_Win_allocate_shared, MPI_File_read_at_all, H5Dread, pread, madvise), the process whose
- * world rank is MPISTAGE_FAULT_RANK (read from the launcher's environment: OMPI_COMM_WORLD_RANK, PMI_RANK or
- * SLURM_PROCID) stops itself (MPISTAGE_FAULT_ACTION=stop, SIGSTOP, the default) or dies
+ * world rank is MPISTAGE_FAULT_RANK (read from the launcher's environment: OMPI_COMM_WORLD_RANK,
+ * PMI_RANK or SLURM_PROCID) stops itself (MPISTAGE_FAULT_ACTION=stop, SIGSTOP, the default) or dies
  * (kill, SIGKILL), or, with MPISTAGE_FAULT_ACTION=truncate, cuts the file MPISTAGE_FAULT_FILE
  * to MPISTAGE_FAULT_SIZE bytes once and lets the call proceed (a file truncated during a read),
  * or, with MPISTAGE_FAULT_ACTION=enodev and MPISTAGE_FAULT_CALL=mmap, makes every mmap of the
@@ -23,10 +23,10 @@
 #include <hdf5.h>
 #include <mpi.h>
 #include <signal.h>
-#include <sys/mman.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 static int world_rank(void) {
@@ -103,9 +103,8 @@ void* mmap(void* addr, size_t length, int prot, int flags, int fd, off_t offset)
         snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
         n = readlink(link, path, sizeof path - 1);
     }
-    if (n > 0 && (path[n] = '\0', strcmp(path, file) == 0) && rank &&
-        atoi(rank) == world_rank() && action && strcmp(action, "enodev") == 0 &&
-        (!min || length >= (size_t)atoll(min))) {
+    if (n > 0 && (path[n] = '\0', strcmp(path, file) == 0) && rank && atoi(rank) == world_rank() &&
+        action && strcmp(action, "enodev") == 0 && (!min || length >= (size_t)atoll(min))) {
         fprintf(stderr, "fault_inject: world rank %d refused mmap of %zu bytes (ENODEV)\n",
                 world_rank(), length);
         fflush(stderr);

@@ -474,10 +474,8 @@ const std::map<std::string, Spec>& spec() {
           },
           [](const Context& c) {
               // Copied into the window, where `auto` maps a contiguous HDF5 dataset or IDX file.
-              return c.r["options"]["stage_read"] == "copy" &&
-                     c.r["stage"]["tier"] == "memory" &&
-                     c.r["stage"]["read_method"] != "mapped" &&
-                     c.r["stage"]["read_method"] != "";
+              return c.r["options"]["stage_read"] == "copy" && c.r["stage"]["tier"] == "memory" &&
+                     c.r["stage"]["read_method"] != "mapped" && c.r["stage"]["read_method"] != "";
           }}},
         {"--two-phase",
          {[](const std::string&, const std::string&) {

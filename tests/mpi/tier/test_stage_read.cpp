@@ -31,7 +31,9 @@ constexpr std::size_t kImage = 3 * 5;
 std::uint8_t pixel(std::uint64_t id, std::size_t k) {
     return static_cast<std::uint8_t>((id * 29 + k * 11 + (id >> 3)) & 0xFF);
 }
-std::int32_t label(std::uint64_t id) { return static_cast<std::int32_t>(id * 1000 - 77); }
+std::int32_t label(std::uint64_t id) {
+    return static_cast<std::int32_t>(id * 1000 - 77);
+}
 
 /// Collective: rank 0 writes images uint8 [kRows,3,5] and labels int32 [kRows] (little-endian,
 /// the native order here, or big-endian; contiguous, or images chunked).
@@ -46,11 +48,16 @@ std::string write_file(const h5t::TempDir& dir, const std::string& name, bool la
             for (std::size_t k = 0; k < kImage; ++k) images[i * kImage + k] = pixel(i, k);
             labels[i] = label(i);
         }
-        h5t::DatasetSpec img{"images", H5T_STD_U8LE, H5T_NATIVE_UINT8, {kRows, 3, 5},
-                             images.data(), {}, 0};
+        h5t::DatasetSpec img{
+            "images", H5T_STD_U8LE, H5T_NATIVE_UINT8, {kRows, 3, 5}, images.data(), {}, 0};
         if (images_chunked) img.chunk = {16, 3, 5};
-        h5t::DatasetSpec lab{"labels", labels_big_endian ? H5T_STD_I32BE : H5T_STD_I32LE,
-                             H5T_NATIVE_INT32, {kRows}, labels.data(), {}, 0};
+        h5t::DatasetSpec lab{"labels",
+                             labels_big_endian ? H5T_STD_I32BE : H5T_STD_I32LE,
+                             H5T_NATIVE_INT32,
+                             {kRows},
+                             labels.data(),
+                             {},
+                             0};
         ok = h5t::write_hdf5(path, {img, lab}) ? 1 : 0;
     }
     MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
@@ -104,8 +111,8 @@ LoaderOptions options_of(const Case& c, StageRead read, int ranks_per_node = 0) 
 std::string describe(const Case& c, StageRead read) {
     return "B=" + std::to_string(c.batch) + " " + to_string(c.remainder) + " " +
            to_string(c.sharding) + " " + to_string(c.shuffle) + " prefetch " +
-           std::to_string(c.prefetch) + " threads " + std::to_string(c.threads) +
-           " stage_read " + to_string(read);
+           std::to_string(c.prefetch) + " threads " + std::to_string(c.threads) + " stage_read " +
+           to_string(read);
 }
 
 }  // namespace
@@ -227,7 +234,8 @@ std::string write_raw(const h5t::TempDir& dir) {
     if (h5t::rank() == 0) {
         std::string bytes(kRawHeader, '\x7f');
         for (std::uint64_t i = 0; i < kRows; ++i) {
-            for (std::size_t k = 0; k < kImage; ++k) bytes.push_back(static_cast<char>(pixel(i, k)));
+            for (std::size_t k = 0; k < kImage; ++k)
+                bytes.push_back(static_cast<char>(pixel(i, k)));
         }
         std::ofstream(path, std::ios::binary)
             .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
@@ -284,8 +292,7 @@ TEST(StageRead, TruncationInsideAPageServesNoZeros) {
     expect_exactly_once(loader, before, kRows, true, "before the truncation");
     h5t::barrier();
     if (h5t::rank() == 0) {
-        ASSERT_EQ(::truncate(path.c_str(), static_cast<off_t>(kRawHeader + kRows * kImage - 7)),
-                  0);
+        ASSERT_EQ(::truncate(path.c_str(), static_cast<off_t>(kRawHeader + kRows * kImage - 7)), 0);
     }
     h5t::barrier();
     const Yield after = consume(loader, 1, raw_slot_is_generated);
