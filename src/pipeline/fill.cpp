@@ -56,6 +56,8 @@ void fill_slot(Slot& slot, const Source& source, const EpochPlan& plan, std::uin
     if (!fallback) return from(source);
     try {
         from(source);
+    } catch (const StagedFileChanged&) {
+        throw;  // the file holds other bytes than were staged: not a promise the file can keep
     } catch (...) {
         // The promise of the memory tier's reads is kept from the file (prepare() clears what
         // the failed read wrote); only if that fails too is the step's read a failure.

@@ -5,18 +5,28 @@
 #include <cstdint>
 #include <functional>
 
+#include "mpistage/error.hpp"
 #include "mpistage/plan.hpp"
 #include "mpistage/source.hpp"
 #include "pipeline/ring.hpp"
 
 namespace mpistage::detail {
 
+/// Thrown by a source whose promised copy of a file no longer matches the file (the memory
+/// tier's mapped pages after the file was truncated or rewritten): the file now holds other
+/// bytes than were staged, so `fill_slot` does not read its fallback, which would serve them.
+class StagedFileChanged final : public IoError {
+public:
+    using IoError::IoError;
+};
+
 /// Not collective (unless the source's reads are): fills `slot` with step `step` of `plan`
 /// read from `source`: index, valid mask, fixed fields (padding zeroed), ragged values and
 /// offsets. Thread-safe for distinct slots when the source's `read` is. With a `fallback`
 /// (the file behind a memory tier, whose reads are promised), a failed read of the step is
-/// made again from it, from scratch.
-/// @throws what the source's `read` throws (with a fallback: what the fallback's throws).
+/// made again from it, from scratch, unless it failed with `StagedFileChanged`.
+/// @throws what the source's `read` throws (with a fallback: `StagedFileChanged`, or what
+///         the fallback's throws).
 void fill_slot(Slot& slot, const Source& source, const EpochPlan& plan, std::uint64_t step,
                const Source* fallback = nullptr);
 

@@ -15,6 +15,7 @@
 
 #include "mpistage/dtype.hpp"
 #include "mpistage/error.hpp"
+#include "pipeline/fill.hpp"
 
 #ifndef MADV_POPULATE_READ
 #define MADV_POPULATE_READ 22  // Linux 5.14 (include/uapi/asm-generic/mman-common.h)
@@ -170,7 +171,7 @@ void MappedRows::check_file() const {
     };
     if (st.st_size != mapped_size_ || !same(st.st_mtim, mapped_mtime_) ||
         !same(st.st_ctim, mapped_ctime_)) {
-        throw IoError("tier: " + path_ + " changed after it was staged (" +
+        throw StagedFileChanged("tier: " + path_ + " changed after it was staged (" +
                       std::to_string(mapped_size_) + " bytes when mapped, " +
                       std::to_string(st.st_size) +
                       " now): a mapped file must not be truncated or rewritten while the loader "
@@ -184,20 +185,25 @@ __attribute__((tls_model("initial-exec"))) thread_local sigjmp_buf* t_guard = nu
 struct sigaction g_previous_bus {};
 
 void on_sigbus(int sig, siginfo_t* info, void* context) {
-    // Only a fault (si_code > 0: BUS_ADRERR and kin) inside a guarded copy; a SIGBUS sent by
-    // kill (si_code <= 0) is not the mapping's.
-    if (t_guard != nullptr && info != nullptr && info->si_code > 0) siglongjmp(*t_guard, 1);
-    if ((g_previous_bus.sa_flags & SA_SIGINFO) != 0 && g_previous_bus.sa_sigaction != nullptr) {
+    const int code = info != nullptr ? info->si_code : 0;
+    // Only a load past the end of a mapped file (BUS_ADRERR; BUS_OBJERR: the file's page
+    // could not be read) inside a guarded copy. Not a SIGBUS sent by kill (si_code <= 0), nor a
+    // machine-check notice (BUS_MCEERR_AO/AR), which are not the mapping's.
+    if (t_guard != nullptr && (code == BUS_ADRERR || code == BUS_OBJERR)) {
+        siglongjmp(*t_guard, 1);
+    }
+    const bool siginfo = (g_previous_bus.sa_flags & SA_SIGINFO) != 0;
+    if (siginfo && g_previous_bus.sa_sigaction != nullptr) {
         g_previous_bus.sa_sigaction(sig, info, context);
-    } else if ((g_previous_bus.sa_flags & SA_SIGINFO) == 0 &&
-               g_previous_bus.sa_handler != SIG_DFL && g_previous_bus.sa_handler != SIG_IGN) {
-        g_previous_bus.sa_handler(sig);
-    } else if ((g_previous_bus.sa_flags & SA_SIGINFO) != 0 ||
+    } else if (!siginfo && g_previous_bus.sa_handler != SIG_DFL &&
                g_previous_bus.sa_handler != SIG_IGN) {
-        // The default action: a fault re-runs its load on return and meets it; a sent signal
-        // is raised again.
+        g_previous_bus.sa_handler(sig);
+    } else if (siginfo || g_previous_bus.sa_handler == SIG_DFL || code > 0) {
+        // The default action (also for a fault where SIGBUS was ignored: the kernel would have
+        // reset it, and returning would re-run the load forever): a fault re-runs its load on
+        // return and meets it; a sent signal is raised again.
         ::signal(SIGBUS, SIG_DFL);
-        if (info == nullptr || info->si_code <= 0) ::raise(SIGBUS);
+        if (code <= 0) ::raise(SIGBUS);
     }
 }
 
@@ -210,16 +216,24 @@ struct GuardReset {
 
 void install_sigbus_guard() {
     static std::mutex mutex;
+    static bool saved = false;
     const std::lock_guard<std::mutex> lock(mutex);
     struct sigaction current {};
     ::sigaction(SIGBUS, nullptr, &current);
     if ((current.sa_flags & SA_SIGINFO) != 0 && current.sa_sigaction == on_sigbus) return;
+    // The disposition before the first install is the one every other SIGBUS goes to, kept
+    // once (written before the handler can run): a library that replaced the guard's handler
+    // since may chain to it, and keeping its handler instead would make a loop.
+    if (!saved) {
+        g_previous_bus = current;
+        saved = true;
+    }
     struct sigaction sa {};
     sa.sa_sigaction = on_sigbus;
     sigemptyset(&sa.sa_mask);
     // SA_NODEFER: SIGBUS stays unblocked after siglongjmp leaves the handler.
     sa.sa_flags = SA_SIGINFO | SA_NODEFER;
-    ::sigaction(SIGBUS, &sa, &g_previous_bus);
+    ::sigaction(SIGBUS, &sa, nullptr);
 }
 
 bool copy_guarded(void (*copy)(void* arg), void* arg) {

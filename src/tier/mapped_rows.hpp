@@ -51,9 +51,10 @@ public:
     /// never evicted and later reads never go to the file. Returns an empty string, or why the
     /// lock was refused (errno text and RLIMIT_MEMLOCK). Never throws.
     std::string lock(std::uint64_t first, std::uint64_t count) const noexcept;
-    /// Local, one `fstat`: @throws IoError naming the file when its size, modification or
-    /// change time differ from what they were at `map`: pages read since may be zeros (a
-    /// truncation inside a page zero-fills the rest of it, without SIGBUS) or another version's.
+    /// Local, one `fstat`: @throws StagedFileChanged (an IoError) naming the file when its
+    /// size, modification or change time differ from what they were at `map`: pages read since
+    /// may be zeros (a truncation inside a page zero-fills the rest of it, without SIGBUS) or
+    /// another version's.
     void check_file() const;
     const std::string& path() const noexcept { return path_; }
     int fd() const noexcept { return fd_; }
@@ -80,9 +81,11 @@ private:
 
 /// Local, thread-safe: makes sure the process's SIGBUS disposition is the guard's handler
 /// (`SA_SIGINFO | SA_NODEFER`), installing it when it is not (first call, or another library
-/// replaced it since), and keeping the disposition it replaces: every SIGBUS outside
-/// `copy_guarded`, or not raised by a fault (`si_code` ≤ 0: sent by `kill`), goes there
-/// (the default one ends the process, as before). Call before `copy_guarded`.
+/// replaced it since), and keeping the disposition it replaced the first time: every SIGBUS
+/// outside `copy_guarded`, or not a load past a mapped file's end (`BUS_ADRERR`,
+/// `BUS_OBJERR`; a signal sent by `kill`, a machine-check notice), goes there (the default
+/// one, or an ignored one for a fault, ends the process, as before). Call before
+/// `copy_guarded`.
 void install_sigbus_guard();
 
 /// Local, thread-safe: runs `copy(arg)` with SIGBUS faults caught on this thread; returns false

@@ -8,6 +8,7 @@
 
 #include "comm/agree.hpp"
 #include "comm/blocking_watch.hpp"
+#include "pipeline/fill.hpp"
 #include "tier/staging.hpp"
 
 namespace mpistage {
@@ -340,8 +341,9 @@ void MemoryTier::read(const std::uint64_t* ids, std::size_t count, BatchSink& si
             if (paths.find(m.path()) == std::string::npos)
                 paths += (paths.empty() ? "" : ", ") + m.path();
         }
-        throw IoError("tier: a mapped page of " + paths +
-                      " could not be read (SIGBUS): the file was truncated after it was staged");
+        throw StagedFileChanged("tier: a mapped page of " + paths +
+                                " could not be read (SIGBUS): the file was truncated after it "
+                                "was staged");
     }
     bool remote = false;
     try {
