@@ -68,5 +68,4 @@ fault staging_read_stop H5Dread stop "$h5_chunked" --stage memory
 fault mpiio_read_stop MPI_File_read_at_all stop "$h5_chunked" --stage memory
 fault hdf5_open_kill H5Fopen kill "$h5"
 fault window_kill MPI_Win_allocate_shared kill "$h5" --stage memory --stage-read copy
-fault mapped_read_kill madvise kill "$h5" --stage memory
 echo "watchdog_blocking: all passed"
