@@ -60,7 +60,9 @@ if [ "${MPISTAGE_SANITIZE:-1}" = "1" ]; then
     # slice; a SCHED_IDLE one is preempted at once. Measured on test_loader_hdf5 at 3 ranks
     # on 2 cores beside two busy loops: 15.8 s idle, 78.5 s at nice 19, 34.4 s SCHED_IDLE.
     # A clean clone's .ci/run on 2 idle cores (2026-12-03, with the tests on pml ob1): 1255
-    # to 1379 s in all, the main suite 524-551 s, the sanitizer suite 148-190 s.
+    # to 1379 s in all, the main suite 524-551 s, the sanitizer suite 148-190 s; after mapped
+    # staging (37e86c3, 0c2bfa4), on a host measured slower that evening: 1511 and 1555 s, the
+    # main suite 600 and 659 s, the sanitizer suite 187 and 190 s (over the 25 minutes).
     # Its output is shown once it ends.
     # libtorch is off here: the Debian libtorch is not instrumented, its headers triple the
     # build time on CI's 2 cores, and the torch-facing code is a thin wrapper the main suite
