@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <thread>
 
@@ -280,28 +281,45 @@ TEST(StageRead, RawRecordsAreMappedPastTheHeader) {
     comm.free();
 }
 
+namespace {
+
+/// Collective: maps a raw file, checks epoch 0, lets rank 0 `change` the file (its path), and
+/// returns what epoch 1 yielded on this rank.
+Yield epoch_after_change(const std::function<void(const std::string& path)>& change) {
+    h5t::TempDir dir;
+    const std::string path = write_raw(dir);
+    Communicator comm(MPI_COMM_WORLD);
+    Yield after;
+    {
+        RawSource src(comm, {raw_field(path)});
+        Loader loader(comm, src, options_of(kCases[0], StageRead::map));
+        EXPECT_EQ(loader.stats().stage_read_method, "mapped");
+        const Yield before = consume(loader, 0, raw_slot_is_generated);
+        expect_exactly_once(loader, before, kRows, true, "before the change");
+        // File times come from the kernel's coarse clock (a tick of 1-10 ms): let one pass
+        // since the mapping, as any change by a later job step would.
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        h5t::barrier();
+        if (h5t::rank() == 0) change(path);
+        h5t::barrier();
+        after = consume(loader, 1, raw_slot_is_generated);
+    }
+    comm.free();
+    return after;
+}
+
+}  // namespace
+
 // A truncation inside the file's last page raises no SIGBUS: the kernel zero-fills the rest of
 // that page, so the last rows would read as zeros. The size check after each mapped read sees
 // it: an error on every rank, and no slot with other bytes than the generator's.
 TEST(StageRead, TruncationInsideAPageServesNoZeros) {
-    h5t::TempDir dir;
-    const std::string path = write_raw(dir);
-    Communicator comm(MPI_COMM_WORLD);
-    RawSource src(comm, {raw_field(path)});
-    Loader loader(comm, src, options_of(kCases[0], StageRead::map));
-    ASSERT_EQ(loader.stats().stage_read_method, "mapped");
-    const Yield before = consume(loader, 0, raw_slot_is_generated);
-    expect_exactly_once(loader, before, kRows, true, "before the truncation");
-    h5t::barrier();
-    if (h5t::rank() == 0) {
+    const Yield after = epoch_after_change([](const std::string& path) {
         ASSERT_EQ(::truncate(path.c_str(), static_cast<off_t>(kRawHeader + kRows * kImage - 7)), 0);
-    }
-    h5t::barrier();
-    const Yield after = consume(loader, 1, raw_slot_is_generated);
+    });
     EXPECT_EQ(after.bad_slots, 0u) << "zeros of the truncated page were served";
     EXPECT_TRUE(h5t::all_true(!after.error.empty())) << after.error;
     EXPECT_NE(after.error.find("raw.bin"), std::string::npos) << after.error;
-    comm.free();
 }
 
 // A file rewritten in place after it was mapped (same size, other bytes): the mapped pages now
@@ -309,31 +327,16 @@ TEST(StageRead, TruncationInsideAPageServesNoZeros) {
 // after each mapped read sees the new times, and the tier's error is not retried from the
 // file: an error on every rank, and no slot with other bytes than the generator's.
 TEST(StageRead, FileRewrittenInPlaceIsAnErrorNotTheNewBytes) {
-    h5t::TempDir dir;
-    const std::string path = write_raw(dir);
-    Communicator comm(MPI_COMM_WORLD);
-    RawSource src(comm, {raw_field(path)});
-    Loader loader(comm, src, options_of(kCases[0], StageRead::map));
-    ASSERT_EQ(loader.stats().stage_read_method, "mapped");
-    const Yield before = consume(loader, 0, raw_slot_is_generated);
-    expect_exactly_once(loader, before, kRows, true, "before the rewrite");
-    // File times come from the kernel's coarse clock (a tick of 1-10 ms): let one pass since
-    // the mapping, as any rewrite by a later job step would.
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    h5t::barrier();
-    if (h5t::rank() == 0) {
+    const Yield after = epoch_after_change([](const std::string& path) {
         std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
         f.seekp(static_cast<std::streamoff>(kRawHeader));
         const std::string other(kRows * kImage, '\x5a');
         f.write(other.data(), static_cast<std::streamsize>(other.size()));
         ASSERT_TRUE(f.good());
-    }
-    h5t::barrier();
-    const Yield after = consume(loader, 1, raw_slot_is_generated);
+    });
     EXPECT_EQ(after.bad_slots, 0u) << "the rewritten bytes were served";
     EXPECT_TRUE(h5t::all_true(!after.error.empty())) << after.error;
     EXPECT_NE(after.error.find("changed after it was staged"), std::string::npos) << after.error;
-    comm.free();
 }
 
 // stage_read says how a staged shard is taken in: without staging it is refused, not ignored.
