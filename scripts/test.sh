@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The tests, from a fresh Debian 12 machine: install what is missing, build (warnings are
-# errors), run the main suite with ctest while a second build with ASan + UBSan
+# errors) and run the main suite with ctest, while a second build with ASan + UBSan
 # (MPISTAGE_SANITIZE=ON, in build-asan, without libtorch, benchmarks and examples) compiles
-# beside it in the idle scheduling class, then run the sanitizer suite there.
+# beside it in the idle scheduling class, then run the sanitizer suite there. The order, and
+# why, is below at the sanitizer build.
 #
 #   main suite       everything but the labels stress, fuzz and heavy: the serial tests (label
 #                    serial, one process each), every MPI test file at its rank counts (labels
@@ -31,16 +32,6 @@ asan_dir="${ASAN_BUILD_DIR:-$here/build-asan}"
 fuzz_dir="${FUZZ_BUILD_DIR:-$here/build-fuzz}"
 
 "$here/scripts/install-deps.sh"
-# Line tables only (-g1): enough for sanitizer and gdb backtraces, and a shorter build on CI's
-# two cores than full debug information.
-# The Python module and its pytest suites are required here, built for the interpreter the
-# Debian packages of scripts/install-deps.sh serve (PYTHON overrides it): a python3 earlier on
-# PATH without torch (pyenv, say) would otherwise leave them out silently.
-"$here/scripts/build.sh" "$build_dir" RelWithDebInfo -DMPISTAGE_WERROR=ON \
-    -DMPISTAGE_WITH_PYTHON=ON -DMPISTAGE_REQUIRE_PYTHON=ON \
-    -DPython3_EXECUTABLE="${PYTHON:-/usr/bin/python3}" \
-    "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG"
-
 if [ "$(id -u)" -eq 0 ]; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fi
@@ -52,17 +43,19 @@ if [ "${MPISTAGE_STRESS:-0}" = "1" ]; then
 fi
 status=0
 asan_pid=
+phase() { echo "== test.sh: $* (at ${SECONDS} s)"; }
 if [ "${MPISTAGE_SANITIZE:-1}" = "1" ]; then
-    # The sanitizer build runs beside the main suite in the idle scheduling class (SCHED_IDLE,
-    # `chrt --idle`): alone the suite leaves about a quarter of the cores idle (its e2e scripts
-    # wait on timeouts and on mpirun). Not at nice 19: the suite's ranks yield the CPU while
-    # they poll for a peer (Open MPI oversubscribed), and a niced process takes each yielded
-    # slice; a SCHED_IDLE one is preempted at once. Measured on test_loader_hdf5 at 3 ranks
-    # on 2 cores beside two busy loops: 15.8 s idle, 78.5 s at nice 19, 34.4 s SCHED_IDLE.
-    # A clean clone's .ci/run on 2 idle cores (2026-12-03, with the tests on pml ob1): 1255
-    # to 1379 s in all, the main suite 524-551 s, the sanitizer suite 148-190 s; after mapped
-    # staging (37e86c3, 0c2bfa4), on a host measured slower that evening: 1511 and 1555 s, the
-    # main suite 600 and 659 s, the sanitizer suite 187 and 190 s (over the 25 minutes).
+    # The sanitizer build starts at once, in the idle scheduling class (SCHED_IDLE, `chrt
+    # --idle`), so it takes only the CPU that the main build and the first part of the main
+    # suite leave: the gaps between the main build's dependent steps, and the e2e, install and
+    # hpc tests that wait on timeouts, mpirun and cmake. It does not run beside the MPI test
+    # binaries (the second part, below): their ranks poll for their peers and yield the CPU
+    # (Open MPI oversubscribed), and each yielded slice goes to the idle-class build for up to
+    # a scheduler tick, which doubled those tests (measured: test_loader_hdf5 at 3 ranks on 2
+    # cores took 15.8 s idle and 34.4 s beside two SCHED_IDLE busy loops; 78.5 s beside nice
+    # 19 ones). A clean clone's .ci/run with the build beside the whole main suite took 1511
+    # and 1555 s (2026-12-03, 37e86c3 and 0c2bfa4): the main suite 600-659 s against 390 s
+    # alone, and the sanitizer build still ran 290 s after it.
     # Its output is shown once it ends.
     # libtorch is off here: the Debian libtorch is not instrumented, its headers triple the
     # build time on CI's 2 cores, and the torch-facing code is a thin wrapper the main suite
@@ -72,27 +65,69 @@ if [ "${MPISTAGE_SANITIZE:-1}" = "1" ]; then
     asan_log="$(mktemp)"
     low_priority=(chrt --idle 0)
     chrt --idle 0 true 2>/dev/null || low_priority=(nice -n 19)   # a kernel without SCHED_IDLE
+    # Its own process group (set -m), so that an early exit stops the whole build.
+    set -m
     "${low_priority[@]}" "$here/scripts/build.sh" "$asan_dir" RelWithDebInfo -DMPISTAGE_SANITIZE=ON \
         -DMPISTAGE_WERROR=ON -DMPISTAGE_WITH_TORCH=OFF -DMPISTAGE_BUILD_BENCHMARKS=OFF \
         -DMPISTAGE_BUILD_EXAMPLES=OFF "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \
         "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" >"$asan_log" 2>&1 &
     asan_pid=$!
+    set +m
+    trap '[ -z "$asan_pid" ] || kill -- "-$asan_pid" 2>/dev/null || true' EXIT
 fi
-(cd "$build_dir" && ctest --output-on-failure -j"$(nproc)" "${exclude[@]}" "$@") || status=1
 
+phase "main build ($build_dir)"
+# Line tables only (-g1): enough for sanitizer and gdb backtraces, and a shorter build on CI's
+# two cores than full debug information.
+# The Python module and its pytest suites are required here, built for the interpreter the
+# Debian packages of scripts/install-deps.sh serve (PYTHON overrides it): a python3 earlier on
+# PATH without torch (pyenv, say) would otherwise leave them out silently.
+"$here/scripts/build.sh" "$build_dir" RelWithDebInfo -DMPISTAGE_WERROR=ON \
+    -DMPISTAGE_WITH_PYTHON=ON -DMPISTAGE_REQUIRE_PYTHON=ON \
+    -DPython3_EXECUTABLE="${PYTHON:-/usr/bin/python3}" \
+    "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG"
+
+# The main suite in two parts. First everything but the MPI test binaries and the Python
+# suites (the e2e scripts, install, hpc, examples, serial tests), beside the sanitizer build;
+# then, once that build has ended, the MPI test binaries and the Python suites alone (see
+# above). Extra ctest arguments select within one run of the whole main suite instead.
+mpi_binaries='^(mpi|python)\.'
+if [ "$#" -gt 0 ]; then
+    phase "main suite"
+    (cd "$build_dir" && ctest --output-on-failure -j"$(nproc)" "${exclude[@]}" "$@") || status=1
+else
+    phase "main suite, part 1: all but the MPI test binaries and the Python suites"
+    (cd "$build_dir" && ctest --output-on-failure -j"$(nproc)" "${exclude[@]}" -E "$mpi_binaries") \
+        || status=1
+fi
+
+asan_built=0
 if [ -n "$asan_pid" ]; then
+    phase "waiting for the sanitizer build"
     asan_built=1
     wait "$asan_pid" || asan_built=0
-    echo "== sanitizer build ($asan_dir), run beside the main suite:"
+    asan_pid=
+    echo "== sanitizer build ($asan_dir):"
     cat "$asan_log"
     rm -f "$asan_log"
+fi
+
+if [ "$#" -eq 0 ]; then
+    phase "main suite, part 2: the MPI test binaries and the Python suites"
+    (cd "$build_dir" && ctest --output-on-failure -j"$(nproc)" "${exclude[@]}" -R "$mpi_binaries") \
+        || status=1
+fi
+
+if [ "${MPISTAGE_SANITIZE:-1}" = "1" ]; then
     if [ "$asan_built" = 1 ]; then
+        phase "sanitizer suite ($asan_dir)"
         (cd "$asan_dir" && ctest --output-on-failure -j"$(nproc)" "${asan_select[@]}") || status=1
     else
         echo "test.sh: the sanitizer build failed (above)" >&2
         status=1
     fi
 fi
+phase "done"
 
 if [ "${MPISTAGE_FUZZ:-0}" = "1" ]; then
     "$here/scripts/build.sh" "$fuzz_dir" RelWithDebInfo -DMPISTAGE_BUILD_FUZZ=ON \
