@@ -55,7 +55,9 @@ if [ "${MPISTAGE_SANITIZE:-1}" = "1" ]; then
     # cores took 15.8 s idle and 34.4 s beside two SCHED_IDLE busy loops; 78.5 s beside nice
     # 19 ones). A clean clone's .ci/run with the build beside the whole main suite took 1511
     # and 1555 s (2026-12-03, 37e86c3 and 0c2bfa4): the main suite 600-659 s against 390 s
-    # alone, and the sanitizer build still ran 290 s after it.
+    # alone, and the sanitizer build still ran 290 s after it. In the order below (919bfe4),
+    # 1322 s (2026-12-03, 20:50 UTC): main build 362 s, part 1 240 s, then 331 s for the rest
+    # of the sanitizer build, part 2 213 s, the sanitizer suite 176 s.
     # Its output is shown once it ends.
     # libtorch is off here: the Debian libtorch is not instrumented, its headers triple the
     # build time on CI's 2 cores, and the torch-facing code is a thin wrapper the main suite
