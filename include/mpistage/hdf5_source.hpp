@@ -57,6 +57,8 @@ public:
     std::uint64_t num_samples() const override;
     std::uint64_t records_in_cut(int rank, int world_size) const override;
     std::string fingerprint() const override;
+    /// See `Source::read`. @throws ConfigError after `close()` (a read of a closed source)
+    /// or for an id >= `num_samples()`.
     void read(const std::uint64_t* ids, std::size_t count, BatchSink& sink) const override;
     /// True when some field is read through H5Dread (MPI-IO independent reads).
     bool reads_use_mpi() const override;
@@ -68,7 +70,8 @@ public:
     /// open (see `Source::check_unchanged`). @throws IoError naming the file.
     void check_unchanged() const override;
 
-    /// Collective: closes datasets and the file. Safe to call twice.
+    /// Collective: closes datasets and the file. Safe to call twice. Later reads throw
+    /// ConfigError; `fields()`, `num_samples()` and `path()` stay valid.
     void close() noexcept;
 
     /// The file path.

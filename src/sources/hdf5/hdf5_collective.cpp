@@ -26,6 +26,7 @@ std::uint64_t Hdf5Source::Impl::read_rows_collective(std::size_t field, std::uin
     std::uint64_t rows_per_piece = 1;
     LocalStatus status;
     try {
+        check_open();
         if (field >= fields.size()) {
             throw ConfigError("hdf5: field index " + std::to_string(field) + " out of range");
         }

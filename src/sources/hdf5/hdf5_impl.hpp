@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "mpistage/comm.hpp"
+#include "mpistage/error.hpp"
 #include "mpistage/hdf5_source.hpp"
 #include "sources/collective_rows.hpp"
 #include "sources/hdf5/hdf5_util.hpp"
@@ -43,6 +44,13 @@ struct Hdf5Source::Impl final : detail::CollectiveRows {
     std::uint64_t record_bytes = 0;
     detail::PosixFile raw;  // for the pread fast path
     std::string opened_identity;  // detail::file_identity(raw) at open (check_unchanged)
+    bool closed = false;          // after close(): every read throws (check_open)
+
+    /// @throws ConfigError after `close()`: a read of a closed source.
+    void check_open() const {
+        if (closed)
+            throw ConfigError("hdf5: " + path + ": read of a closed source (after close())");
+    }
 
     std::string where(const detail::Hdf5Field& f) const {
         return "hdf5: " + path + ": dataset '" + f.info.name + "'";

@@ -162,9 +162,13 @@ void Hdf5Source::Impl::open_field(const std::string& name) {
     // The pread fast path reads raw bytes at H5Dget_offset, so it is only taken when those
     // bytes are exactly the native type (or its byte-swapped twin: same precision, offset,
     // sign and float layout) and live in this very file: not behind an external link, not
-    // in external raw storage.
+    // in external raw storage; and only when its storage is allocated: for a dataset never
+    // written, H5Dget_offset is not always HADDR_UNDEF (in a file with a user block it is
+    // HADDR_UNDEF plus the block's size), and H5Dread serves the fill value there.
+    H5D_space_status_t storage = H5D_SPACE_STATUS_ERROR;
     if (layout == H5D_CONTIGUOUS && nfilters == 0 && H5Pget_external_count(dcpl.get()) == 0 &&
-        in_this_file(f.dataset.get())) {
+        in_this_file(f.dataset.get()) && H5Dget_space_status(f.dataset.get(), &storage) >= 0 &&
+        storage == H5D_SPACE_STATUS_ALLOCATED) {
         const haddr_t offset = H5Dget_offset(f.dataset.get());
         detail::hdf5_error_stack();
         bool swap = false;

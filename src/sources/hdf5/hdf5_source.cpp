@@ -71,6 +71,7 @@ void Hdf5Source::close() noexcept {
     const detail::Hdf5ErrorSilencer quiet;
     impl_->fields.clear();
     impl_->file.reset();
+    impl_->closed = true;
 }
 
 const std::string& Hdf5Source::path() const noexcept { return impl_->path; }
@@ -110,6 +111,7 @@ void Hdf5Source::check_unchanged() const {
 }
 
 void Hdf5Source::read(const std::uint64_t* ids, std::size_t count, BatchSink& sink) const {
+    impl_->check_open();
     for (std::size_t k = 0; k < count;) {
         if (ids[k] >= impl_->num_samples) {
             throw ConfigError("hdf5: " + impl_->path + ": sample id " + std::to_string(ids[k]) +

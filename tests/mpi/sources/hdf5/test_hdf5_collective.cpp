@@ -117,3 +117,31 @@ TEST(Hdf5Collective, InvalidRangeOnOneRankIsAgreed) {
     src.close();
     comm.free();
 }
+
+// A read of a closed source throws ConfigError naming the file, both the independent read and
+// the collective one (agreed on every rank), instead of returning without writing the rows.
+TEST(Hdf5Collective, ReadsAfterCloseThrow) {
+    H2File f;
+    ASSERT_TRUE(f.ok);
+    Communicator comm(MPI_COMM_WORLD);
+    Hdf5Source src(comm, f.path, fields_opt({"ten"}));
+    src.close();
+    EXPECT_EQ(src.num_samples(), 10u);  // still valid after close()
+    const std::vector<std::uint64_t> ids = {0, 1};
+    h5t::VectorSink sink(src.fields(), ids.size());
+    try {
+        src.read(ids.data(), ids.size(), sink);
+        ADD_FAILURE() << "read after close() did not throw";
+    } catch (const mpistage::ConfigError& e) {
+        EXPECT_NE(std::string(e.what()).find(f.path + ": read of a closed source"),
+                  std::string::npos)
+            << e.what();
+    }
+    std::vector<std::int32_t> out(30);
+    H5T_EXPECT_SAME_ERROR(mpistage::ConfigError,
+                          src.collective_rows()->read_rows_collective(
+                              0, 0, 2, reinterpret_cast<std::byte*>(out.data())),
+                          "read of a closed source", f.path);
+    src.close();  // a second close() is harmless
+    comm.free();
+}

@@ -2,7 +2,10 @@
 // it must never read bytes that are not exactly the native type in this very file.
 //  - an external link: H5Dget_offset is an offset in the *target* file;
 //  - an integer with 16-bit precision at bit offset 8, and a float with a non-IEEE exponent
-//    bias: same size as the native type, different bits.
+//    bias: same size as the native type, different bits;
+//  - a contiguous dataset never written (its storage not allocated) in a file with a user
+//    block: H5Dget_offset returned HADDR_UNDEF plus the user block's size (511), not
+//    HADDR_UNDEF, and the fast path served the superblock's bytes instead of the fill value.
 // Known answers come from h5dump.
 #include <gtest/gtest.h>
 #include <hdf5.h>
@@ -48,6 +51,7 @@ struct OddFiles {
     std::string target;
     std::string link;
     std::string odd;
+    std::string userblock;
 };
 
 // Rank 0 writes the files with the HDF5 C API (serial driver); everyone gets the paths.
@@ -60,6 +64,7 @@ const OddFiles& odd_files() {
         out.target = out.dir + "/target.h5";
         out.link = out.dir + "/link.h5";
         out.odd = out.dir + "/odd_types.h5";
+        out.userblock = out.dir + "/userblock.h5";
         int ok = 1;
         if (h5t::rank() == 0) {
             static std::string cleanup;
@@ -108,6 +113,29 @@ const OddFiles& odd_files() {
             H5Tclose(bias);
             H5Sclose(sp);
             H5Fclose(o);
+
+            // A 512-byte user block; "unwritten" (fill value 7, storage allocated late, never
+            // written) and "written" (0..9), both contiguous int32.
+            hid_t fcpl = H5Pcreate(H5P_FILE_CREATE);
+            ok = ok && H5Pset_userblock(fcpl, 512) >= 0;
+            hid_t u = H5Fcreate(out.userblock.c_str(), H5F_ACC_TRUNC, fcpl, H5P_DEFAULT);
+            H5Pclose(fcpl);
+            hsize_t ten = 10;
+            sp = H5Screate_simple(1, &ten, nullptr);
+            hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+            const std::int32_t fill = 7;
+            ok = ok && H5Pset_fill_value(dcpl, H5T_NATIVE_INT32, &fill) >= 0;
+            ok = ok && H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_LATE) >= 0;
+            d = H5Dcreate2(u, "unwritten", H5T_STD_I32LE, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+            ok = ok && d >= 0;
+            H5Dclose(d);
+            H5Pclose(dcpl);
+            const std::int32_t wv[10] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+            d = H5Dcreate2(u, "written", H5T_STD_I32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+            ok = ok && H5Dwrite(d, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, wv) >= 0;
+            H5Dclose(d);
+            H5Sclose(sp);
+            H5Fclose(u);
         }
         MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
         if (!ok) throw std::runtime_error("could not write the fast-path test files");
@@ -155,4 +183,21 @@ TEST(Hdf5FastPath, DuplicateFieldIsConfigError) {
     Hdf5Options o;
     o.fields = {"x", "x"};
     EXPECT_THROW(Hdf5Source(comm, odd_files().target, o), ConfigError);
+}
+
+// The fill value of a dataset whose storage was never allocated, not the bytes at
+// H5Dget_offset's answer; a written dataset in the same file (after the user block) still
+// takes the fast path and reads its rows.
+TEST(Hdf5FastPath, UnallocatedDatasetAfterUserBlockReadsTheFillValue) {
+    const OddFiles& f = odd_files();
+    expect_rows_match_h5dump<std::int32_t>(f.userblock, "unwritten", 10);
+    const auto want = h5t::parse_as<std::int32_t>(h5t::h5dump_values(f.userblock, "unwritten"));
+    EXPECT_EQ(want, std::vector<std::int32_t>(10, 7));  // h5dump: the fill value
+    expect_rows_match_h5dump<std::int32_t>(f.userblock, "written", 10);
+    Communicator comm(MPI_COMM_WORLD);
+    Hdf5Options o;
+    o.fields = {"written"};
+    EXPECT_FALSE(Hdf5Source(comm, f.userblock, o).reads_use_mpi());  // the fast path
+    o.fields = {"unwritten"};
+    EXPECT_TRUE(Hdf5Source(comm, f.userblock, o).reads_use_mpi());  // H5Dread
 }
