@@ -34,6 +34,7 @@ import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -70,7 +71,9 @@ def run_mpistage(build, np_, work, w, shuffle, stage, epochs, two_phase="off", c
     `two_phase`: --two-phase off|on|auto (the result says whether it was chosen).
     `stage_read`: --stage-read map|copy (default: the CLI's auto)."""
     sharding = "global" if shuffle == "global" else "byte_range"
-    out = os.path.join(work, "m.json")
+    # A report file of this run's own, so that runs sharing WORK never read each other's.
+    fd, out = tempfile.mkstemp(prefix="side_by_side.", suffix=".json", dir=work)
+    os.close(fd)
     cmd = [cli or os.path.join(build, "mpistage"), "stage", *w["files"], *w["flags"],
            "--batch-size", str(w["batch"]), "--epochs", str(epochs), "--shuffle", shuffle,
            "--sharding", sharding, "--remainder", "pad", "--threads", str(threads),
@@ -81,13 +84,16 @@ def run_mpistage(build, np_, work, w, shuffle, stage, epochs, two_phase="off", c
         cmd += ["--two-phase", two_phase]
     if stage_read:
         cmd += ["--stage-read", stage_read]
-    if cli:
-        return run_old_cli(np_, cmd, epochs, w)
-    if w.get("compute_us"):
-        cmd += ["--compute-us", str(w["compute_us"])]
-    subprocess.run(mpirun(np_, cmd), check=True)
-    with open(out) as f:
-        j = json.load(f)
+    try:
+        if cli:
+            return run_old_cli(np_, cmd, epochs, w)
+        if w.get("compute_us"):
+            cmd += ["--compute-us", str(w["compute_us"])]
+        subprocess.run(mpirun(np_, cmd), check=True)
+        with open(out) as f:
+            j = json.load(f)
+    finally:
+        os.unlink(out)
     ep = [e["seconds"] for e in j["epochs"]]
     if any(e["tier"] != ("memory" if stage == "memory" else "file") for e in j["epochs"]):
         raise SystemExit("unexpected tier in " + json.dumps(j["epochs"]))
