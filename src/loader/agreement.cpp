@@ -50,6 +50,11 @@ void Loader::Impl::resolve_mismatch(const detail::SyncTag& tag) {
     }
     diverged = true;
     divergence = detail::describe_mismatch(tags);
+    // A promised read that failed is why the ranks parted: its error is the one to report.
+    const std::uint64_t size = static_cast<std::uint64_t>(comm.size());
+    const std::uint64_t first =
+        comm.allreduce_min(failed_read.failed ? static_cast<std::uint64_t>(comm.rank()) : size);
+    if (first < size) throw_agreed_error(comm, failed_read, first);
     throw ConfigError(divergence);
 }
 

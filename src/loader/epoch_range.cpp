@@ -181,6 +181,13 @@ void EpochRange::Impl::agree_failed_read(const LocalStatus& status) {
     // the batches it did not yield count as consumed). A stop agreed on the way throws the
     // failure instead (`finish_all`).
     Loader::Impl& l = *loader;
+    // Known to `resolve_mismatch` while the protocol runs on (ranks found in different calls
+    // then report this failure); cleared however this call ends.
+    l.failed_read = status;
+    struct Clear {
+        LocalStatus& s;
+        ~Clear() { s = LocalStatus(); }
+    } clear{l.failed_read};
     for (std::uint64_t t = next_consume; t < limit; ++t) {
         next_consume = t;
         l.progress.consumed = t;

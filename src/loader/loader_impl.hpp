@@ -66,6 +66,10 @@ struct Loader::Impl {
     std::string divergence;
     /// Some rank closed (or destroyed) its loader: no collective of this loader is made again.
     bool peer_closed = false;
+    /// Promised reads: the failure of this rank's read that is being agreed (set while
+    /// `EpochRange::Impl::agree_failed_read` runs), so that ranks found in different calls on
+    /// the way get that error instead of the mismatch (`resolve_mismatch`).
+    LocalStatus failed_read;
     /// This rank closed the loader.
     bool closed = false;
     /// The window agreement of the epoch in flight, with its requests still pending (a range
@@ -155,7 +159,11 @@ struct Loader::Impl {
     /// Collective: ranks were found in different calls (`tag`: this rank's call). Completes
     /// this rank's requests in flight, then agrees in rounds until every rank reached here (a
     /// rank may have started more requests than another), gathers the tags and throws the
-    /// same ConfigError on every rank (`detail::describe_mismatch`).
+    /// same ConfigError on every rank (`detail::describe_mismatch`); when a promised read
+    /// failed on some rank (`failed_read`), the error of the lowest such rank instead (a loop
+    /// that breaks early, or stops calling `next()` after its last batch, while the failing
+    /// rank still runs the protocol towards the step where the failure is due).
+    /// @throws ConfigError (the mismatch) or the failed read's agreed error.
     [[noreturn]] void resolve_mismatch(const detail::SyncTag& tag);
     /// Not collective: the consumed-id digest is known up to plan step `until`.
     bool digest_covers(std::uint64_t until) const noexcept {

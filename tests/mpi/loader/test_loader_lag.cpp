@@ -305,3 +305,54 @@ TEST(LoaderLag, PromisedReadFailureIsTheSameErrorOnEveryRank) {
     inner.close();
     comm.free();
 }
+
+// The same double failure (tier and file) when the other ranks' loop breaks early, before the
+// failure is due, and they close the loader (or start the next epoch): the failing rank still
+// runs the protocol towards the due step, so the ranks meet in different calls; every rank
+// then throws the failed read's IoError (from `close()` / `epoch()` on the others, from `next()`
+// on the failing rank), not the ConfigError of ranks in different calls.
+TEST(LoaderLag, PromisedReadFailureThenAnEarlyBreakIsTheIoError) {
+    auto& files = h5t::shared_files();
+    ASSERT_TRUE(files.ok);
+    Communicator comm(MPI_COMM_WORLD);
+    Hdf5Source inner(comm, files.generated_contiguous);
+    loader_test::FaultySource src(inner);
+    const int w = h5t::size();
+    const int fail_rank = w - 1;
+    const std::uint64_t fail_step = 1;
+    for (const bool then_close : {true, false}) {
+        const auto o = opts(4, 0, Stage::memory);
+        Loader loader(comm, src, o);
+        ASSERT_EQ(loader.stats().tier, "memory");
+        const EpochPlan plan = plan_epoch(src.num_samples(), w, fail_rank, o.plan, 0);
+        ASSERT_GT(plan.steps, fail_step + 2);
+        const std::uint64_t failing_id = plan.ids[fail_step * o.plan.batch_size];
+        if (h5t::rank() == fail_rank) {
+            detail::fail_tier_reads_of(failing_id);
+            src.set_trigger(static_cast<std::int64_t>(failing_id));
+        }
+        std::uint64_t good = 0;
+        const auto out = h5t::catch_error<IoError>([&] {
+            {
+                auto range = loader.epoch(0);
+                HostBatch b;
+                while (range.next(b)) {
+                    if (++good == fail_step + 1) break;  // the others break here
+                }
+            }
+            if (then_close) {
+                loader.close();
+            } else {
+                (void)loader.epoch(1);
+            }
+        });
+        detail::fail_tier_reads_of(~std::uint64_t{0});
+        src.set_trigger(-1);
+        std::vector<std::string> expected = {"injected read failure"};
+        if (w > 1) expected.push_back("[rank " + std::to_string(fail_rank) + "]");
+        h5t::expect_same_error(out, "IoError", expected);
+        if (h5t::rank() == fail_rank) EXPECT_EQ(good, fail_step);
+    }
+    inner.close();
+    comm.free();
+}
