@@ -44,6 +44,13 @@ fi
 status=0
 asan_pid=
 phase() { echo "== test.sh: $* (at ${SECONDS} s)"; }
+# Both builds link with gold where binutils has it: about a third of the link time of the
+# default bfd (mpistage_mpi_loader: 0.33 s against 1.07 s), over the ~120 links of the two.
+link_flags=()
+if command -v ld.gold >/dev/null 2>&1; then
+    link_flags=(-DCMAKE_EXE_LINKER_FLAGS=-fuse-ld=gold -DCMAKE_SHARED_LINKER_FLAGS=-fuse-ld=gold
+                -DCMAKE_MODULE_LINKER_FLAGS=-fuse-ld=gold)
+fi
 if [ "${MPISTAGE_SANITIZE:-1}" = "1" ]; then
     # The sanitizer build starts at once, in the idle scheduling class (SCHED_IDLE, `chrt
     # --idle`), so it takes only the CPU that the main build and the first part of the main
@@ -72,7 +79,7 @@ if [ "${MPISTAGE_SANITIZE:-1}" = "1" ]; then
     "${low_priority[@]}" "$here/scripts/build.sh" "$asan_dir" RelWithDebInfo -DMPISTAGE_SANITIZE=ON \
         -DMPISTAGE_WERROR=ON -DMPISTAGE_WITH_TORCH=OFF -DMPISTAGE_BUILD_BENCHMARKS=OFF \
         -DMPISTAGE_BUILD_EXAMPLES=OFF "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \
-        "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" >"$asan_log" 2>&1 &
+        "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" "${link_flags[@]}" >"$asan_log" 2>&1 &
     asan_pid=$!
     set +m
     trap '[ -z "$asan_pid" ] || kill -- "-$asan_pid" 2>/dev/null || true' EXIT
@@ -87,7 +94,8 @@ phase "main build ($build_dir)"
 "$here/scripts/build.sh" "$build_dir" RelWithDebInfo -DMPISTAGE_WERROR=ON \
     -DMPISTAGE_WITH_PYTHON=ON -DMPISTAGE_REQUIRE_PYTHON=ON \
     -DPython3_EXECUTABLE="${PYTHON:-/usr/bin/python3}" \
-    "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG"
+    "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" \
+    "${link_flags[@]}"
 
 # The main suite in two parts. First everything but the MPI test binaries and the Python
 # suites (the e2e scripts, install, hpc, examples, serial tests), beside the sanitizer build;
