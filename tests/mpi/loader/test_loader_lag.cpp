@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -81,6 +82,24 @@ std::vector<std::int64_t> all_ids(const std::vector<std::vector<std::int64_t>>& 
                    MPI_INT64_T, MPI_COMM_WORLD);
     std::sort(all.begin(), all.end());
     return all;
+}
+
+/// Arms, on rank `fail_rank` only, a double failure of sample `id`: its read from the memory
+/// tier fails (detail::fail_tier_reads_of) and so does the read from the file behind it
+/// (FaultySource). Call after staging, before epoch() starts any I/O thread.
+void arm_double_failure(loader_test::FaultySource& src, int fail_rank, std::uint64_t id) {
+    if (h5t::rank() != fail_rank) return;
+    detail::fail_tier_reads_of(id);
+    src.set_trigger(static_cast<std::int64_t>(id));
+}
+
+/// Disarms `arm_double_failure` and returns the parts of the IoError every rank expects.
+std::vector<std::string> disarm_double_failure(loader_test::FaultySource& src, int fail_rank) {
+    detail::fail_tier_reads_of(~std::uint64_t{0});
+    src.set_trigger(-1);
+    std::vector<std::string> expected = {"injected read failure"};
+    if (h5t::size() > 1) expected.push_back("[rank " + std::to_string(fail_rank) + "]");
+    return expected;
 }
 
 }  // namespace
@@ -251,13 +270,7 @@ TEST(LoaderLag, PromisedReadFailureIsTheSameErrorOnEveryRank) {
                                  std::to_string(cs.threads) + (cs.delayed ? " delayed" : "");
         Loader loader(comm, src, o);
         ASSERT_EQ(loader.stats().tier, "memory");
-        // Armed after staging and before epoch() starts any I/O thread: the tier's read and
-        // the file's both fail.
-        const std::uint64_t failing_id = plan.ids[cs.fail_step * o.plan.batch_size];
-        if (h5t::rank() == cs.fail_rank) {
-            detail::fail_tier_reads_of(failing_id);
-            src.set_trigger(static_cast<std::int64_t>(failing_id));
-        }
+        arm_double_failure(src, cs.fail_rank, plan.ids[cs.fail_step * o.plan.batch_size]);
         std::uint64_t good = 0;
         const auto out = h5t::catch_error<IoError>([&] {
             auto range = loader.epoch(0);
@@ -267,11 +280,7 @@ TEST(LoaderLag, PromisedReadFailureIsTheSameErrorOnEveryRank) {
                 if (cs.delayed) std::this_thread::sleep_for(delay_of(h5t::rank(), b.step()));
             }
         });
-        detail::fail_tier_reads_of(~std::uint64_t{0});
-        src.set_trigger(-1);
-        std::vector<std::string> expected = {"injected read failure"};
-        if (w > 1) expected.push_back("[rank " + std::to_string(cs.fail_rank) + "]");
-        h5t::expect_same_error(out, "IoError", expected);
+        h5t::expect_same_error(out, "IoError", disarm_double_failure(src, cs.fail_rank));
         if (h5t::rank() == cs.fail_rank) {
             EXPECT_EQ(good, cs.fail_step) << what << ": the failing rank's batches";
         }
@@ -326,11 +335,7 @@ TEST(LoaderLag, PromisedReadFailureThenAnEarlyBreakIsTheIoError) {
         ASSERT_EQ(loader.stats().tier, "memory");
         const EpochPlan plan = plan_epoch(src.num_samples(), w, fail_rank, o.plan, 0);
         ASSERT_GT(plan.steps, fail_step + 2);
-        const std::uint64_t failing_id = plan.ids[fail_step * o.plan.batch_size];
-        if (h5t::rank() == fail_rank) {
-            detail::fail_tier_reads_of(failing_id);
-            src.set_trigger(static_cast<std::int64_t>(failing_id));
-        }
+        arm_double_failure(src, fail_rank, plan.ids[fail_step * o.plan.batch_size]);
         std::uint64_t good = 0;
         const auto out = h5t::catch_error<IoError>([&] {
             {
@@ -346,11 +351,7 @@ TEST(LoaderLag, PromisedReadFailureThenAnEarlyBreakIsTheIoError) {
                 (void)loader.epoch(1);
             }
         });
-        detail::fail_tier_reads_of(~std::uint64_t{0});
-        src.set_trigger(-1);
-        std::vector<std::string> expected = {"injected read failure"};
-        if (w > 1) expected.push_back("[rank " + std::to_string(fail_rank) + "]");
-        h5t::expect_same_error(out, "IoError", expected);
+        h5t::expect_same_error(out, "IoError", disarm_double_failure(src, fail_rank));
         if (h5t::rank() == fail_rank) EXPECT_EQ(good, fail_step);
     }
     inner.close();
