@@ -79,10 +79,11 @@ if [ "${MPISTAGE_SANITIZE:-1}" = "1" ]; then
     "${low_priority[@]}" "$here/scripts/build.sh" "$asan_dir" RelWithDebInfo -DMPISTAGE_SANITIZE=ON \
         -DMPISTAGE_WERROR=ON -DMPISTAGE_WITH_TORCH=OFF -DMPISTAGE_BUILD_BENCHMARKS=OFF \
         -DMPISTAGE_BUILD_EXAMPLES=OFF "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \
-        "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" "${link_flags[@]}" >"$asan_log" 2>&1 &
+        "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" "${link_flags[@]}" </dev/null >"$asan_log" 2>&1 &
     asan_pid=$!
     set +m
-    trap '[ -z "$asan_pid" ] || kill -- "-$asan_pid" 2>/dev/null || true' EXIT
+    # (A SIGKILL of the script cannot stop it: CI ends the whole job's processes then.)
+    trap '[ -z "$asan_pid" ] || kill -- "-$asan_pid" 2>/dev/null || true; rm -f "$asan_log"' EXIT
 fi
 
 phase "main build ($build_dir)"

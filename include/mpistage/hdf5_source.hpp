@@ -57,12 +57,15 @@ public:
     std::uint64_t num_samples() const override;
     std::uint64_t records_in_cut(int rank, int world_size) const override;
     std::string fingerprint() const override;
-    /// See `Source::read`. @throws ConfigError after `close()` (a read of a closed source)
-    /// or for an id >= `num_samples()`.
+    /// See `Source::read`. Rows never written read as the dataset's fill value, or as zeros
+    /// with fill time never (where HDF5 leaves them undefined).
+    /// @throws ConfigError after `close()` (a read of a closed source) or for an id >=
+    /// `num_samples()`.
     void read(const std::uint64_t* ids, std::size_t count, BatchSink& sink) const override;
     /// True when some field is read through H5Dread (MPI-IO independent reads).
     bool reads_use_mpi() const override;
-    /// Collective row reads over the source's own communicator (for the memory tier).
+    /// Collective row reads over the source's own communicator (for the memory tier); null
+    /// when some field's storage is not wholly allocated (a dataset not, or partly, written).
     const detail::CollectiveRows* collective_rows() const noexcept override;
     /// Contiguous datasets without filters, stored in native byte order.
     bool file_rows(std::size_t field, detail::FileRows& out) const override;

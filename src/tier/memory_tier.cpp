@@ -124,7 +124,7 @@ std::string mapping_refusal(const Source& source, const NodeMap& nodes) {
         if (!source.file_rows(f, where)) {
             return "field '" + info.name +
                    "' is not stored row after row in native byte order in one file (a chunked, "
-                   "filtered or byte-swapped HDF5 dataset, TFRecord, SQLite)";
+                   "filtered, byte-swapped or never written HDF5 dataset, TFRecord, SQLite)";
         }
     }
     return {};

@@ -8,6 +8,10 @@
 namespace mpistage {
 
 const detail::CollectiveRows* Hdf5Source::collective_rows() const noexcept {
+    // Not for partly allocated datasets (detail::Hdf5Field::allocated).
+    for (const auto& f : impl_->fields) {
+        if (!f.allocated) return nullptr;
+    }
     return impl_.get();
 }
 

@@ -25,6 +25,34 @@ herr_t visit_cb(hid_t, const char* name, const H5O_info_t* info, void* data) {
 }
 
 // " (datasets in the file: a, b/c)": what a user who named a missing dataset can choose from.
+/// Whether a dataset's storage is wholly allocated (every row written or given its fill value
+/// on disk). Contiguous: H5Dget_space_status. Chunked: every chunk exists (H5Dget_num_chunks;
+/// H5Dget_space_status compares the chunks' stored, compressed, bytes with the full size, so a
+/// wholly written gzip dataset reads as partly allocated). Compact and virtual: true.
+bool storage_allocated(hid_t dataset, H5D_layout_t layout, hid_t dcpl,
+                       const std::vector<hsize_t>& dims) {
+    if (layout == H5D_CONTIGUOUS) {
+        H5D_space_status_t status = H5D_SPACE_STATUS_ERROR;
+        return H5Dget_space_status(dataset, &status) >= 0 && status == H5D_SPACE_STATUS_ALLOCATED;
+    }
+    if (layout != H5D_CHUNKED) return true;
+    std::vector<hsize_t> chunk(dims.size(), 0);
+    if (H5Pget_chunk(dcpl, static_cast<int>(chunk.size()), chunk.data()) !=
+        static_cast<int>(chunk.size())) {
+        return false;
+    }
+    hsize_t expected = 1;
+    for (std::size_t d = 0; d < dims.size(); ++d) {
+        if (chunk[d] == 0) return false;
+        expected *= (dims[d] + chunk[d] - 1) / chunk[d];
+    }
+    // HDF5 1.10.8 refuses H5S_ALL here: the dataset's own dataspace.
+    const detail::H5Space space(H5Dget_space(dataset));
+    hsize_t stored = 0;
+    return space.get() >= 0 && H5Dget_num_chunks(dataset, space.get(), &stored) >= 0 &&
+           stored == expected;
+}
+
 std::string dataset_listing(hid_t file) {
     VisitData data;
     if (H5Ovisit2(file, H5_INDEX_NAME, H5_ITER_INC, visit_cb, &data, H5O_INFO_BASIC) < 0) return {};
@@ -165,10 +193,10 @@ void Hdf5Source::Impl::open_field(const std::string& name) {
     // in external raw storage; and only when its storage is allocated: for a dataset never
     // written, H5Dget_offset is not always HADDR_UNDEF (in a file with a user block it is
     // HADDR_UNDEF plus the block's size), and H5Dread serves the fill value there.
-    H5D_space_status_t storage = H5D_SPACE_STATUS_ERROR;
+    f.allocated = storage_allocated(f.dataset.get(), layout, dcpl.get(), f.dims);
+    detail::hdf5_error_stack();
     if (layout == H5D_CONTIGUOUS && nfilters == 0 && H5Pget_external_count(dcpl.get()) == 0 &&
-        in_this_file(f.dataset.get()) && H5Dget_space_status(f.dataset.get(), &storage) >= 0 &&
-        storage == H5D_SPACE_STATUS_ALLOCATED) {
+        in_this_file(f.dataset.get()) && f.allocated) {
         const haddr_t offset = H5Dget_offset(f.dataset.get());
         detail::hdf5_error_stack();
         bool swap = false;

@@ -1,6 +1,7 @@
 #include "mpistage/hdf5_source.hpp"
 
 #include <algorithm>
+#include <cstring>
 
 #include "sources/file_rows.hpp"
 #include "sources/hdf5/hdf5_impl.hpp"
@@ -31,6 +32,9 @@ void Hdf5Source::Impl::read_hdf5_rows(const detail::Hdf5Field& f, std::uint64_t 
     select_rows(f, fspace.get(), row, count);
     const hsize_t mem_elems = count * f.row_elements;
     detail::H5Space mspace(h5check(H5Screate_simple(1, &mem_elems, nullptr), "H5Screate_simple"));
+    // Rows whose storage was never allocated, with fill time never: H5Dread leaves the buffer
+    // as it was (a slot's or the tier's earlier bytes); zeros instead.
+    if (!f.allocated) std::memset(dst, 0, count * f.info.sample_bytes);
     h5check(H5Dread(f.dataset.get(), f.mem_type, mspace.get(), fspace.get(), dxpl, dst),
             where(f) + ": H5Dread(rows " + std::to_string(row) + ".." +
                 std::to_string(row + count - 1) + ")");

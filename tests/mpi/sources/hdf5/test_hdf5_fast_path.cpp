@@ -5,7 +5,11 @@
 //    bias: same size as the native type, different bits;
 //  - a contiguous dataset never written (its storage not allocated) in a file with a user
 //    block: H5Dget_offset returned HADDR_UNDEF plus the user block's size (511), not
-//    HADDR_UNDEF, and the fast path served the superblock's bytes instead of the fill value.
+//    HADDR_UNDEF, and the fast path served the superblock's bytes instead of the fill value;
+//  - the same never written with fill time never: H5Dread leaves the buffer as it was, and the
+//    memory tier served its earlier (heap) bytes; now zeros;
+//  - a chunked dataset written in part: the memory tier's collective H5Dread failed (HDF5
+//    1.10.8: MPI_File_set_view, MPI_ERR_TYPE); now staged with independent reads.
 // Known answers come from h5dump.
 #include <gtest/gtest.h>
 #include <hdf5.h>
@@ -25,6 +29,7 @@
 #include "h5t_mpi.hpp"
 #include "mpistage/comm.hpp"
 #include "mpistage/hdf5_source.hpp"
+#include "mpistage/loader.hpp"
 
 using namespace mpistage;
 
@@ -46,12 +51,25 @@ private:
     std::vector<std::byte> data_;
 };
 
+/// Rows of `row_bytes` into a buffer the caller owns (one field).
+class RowsSink final : public BatchSink {
+public:
+    RowsSink(std::vector<std::byte>& out, std::size_t row_bytes) : out_(out), row_(row_bytes) {}
+    std::byte* fixed(std::size_t, std::size_t slot) override { return out_.data() + slot * row_; }
+    std::byte* ragged(std::size_t, std::size_t, std::uint64_t) override { return nullptr; }
+
+private:
+    std::vector<std::byte>& out_;
+    std::size_t row_;
+};
+
 struct OddFiles {
     std::string dir;
     std::string target;
     std::string link;
     std::string odd;
     std::string userblock;
+    std::string partly;  // "never" (fill time never, never written), "chunks" (rows 0-1 of 8)
 };
 
 // Rank 0 writes the files with the HDF5 C API (serial driver); everyone gets the paths.
@@ -65,6 +83,7 @@ const OddFiles& odd_files() {
         out.link = out.dir + "/link.h5";
         out.odd = out.dir + "/odd_types.h5";
         out.userblock = out.dir + "/userblock.h5";
+        out.partly = out.dir + "/partly.h5";
         int ok = 1;
         if (h5t::rank() == 0) {
             static std::string cleanup;
@@ -136,6 +155,33 @@ const OddFiles& odd_files() {
             H5Dclose(d);
             H5Sclose(sp);
             H5Fclose(u);
+
+            hid_t pf = H5Fcreate(out.partly.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+            hsize_t eight[2] = {8, 3};
+            sp = H5Screate_simple(2, eight, nullptr);
+            dcpl = H5Pcreate(H5P_DATASET_CREATE);
+            ok = ok && H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER) >= 0;
+            d = H5Dcreate2(pf, "never", H5T_STD_I32LE, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+            ok = ok && d >= 0;
+            H5Dclose(d);
+            H5Pclose(dcpl);
+            dcpl = H5Pcreate(H5P_DATASET_CREATE);
+            hsize_t chunk[2] = {2, 3};
+            ok = ok && H5Pset_chunk(dcpl, 2, chunk) >= 0;
+            d = H5Dcreate2(pf, "chunks", H5T_STD_I32LE, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+            hsize_t start[2] = {0, 0};
+            hid_t fsel = H5Dget_space(d);
+            ok = ok &&
+                 H5Sselect_hyperslab(fsel, H5S_SELECT_SET, start, nullptr, chunk, nullptr) >= 0;
+            hid_t msel = H5Screate_simple(2, chunk, nullptr);
+            const std::int32_t rows01[6] = {1, 2, 3, 4, 5, 6};
+            ok = ok && H5Dwrite(d, H5T_NATIVE_INT32, msel, fsel, H5P_DEFAULT, rows01) >= 0;
+            H5Sclose(msel);
+            H5Sclose(fsel);
+            H5Dclose(d);
+            H5Pclose(dcpl);
+            H5Sclose(sp);
+            H5Fclose(pf);
         }
         MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
         if (!ok) throw std::runtime_error("could not write the fast-path test files");
@@ -200,4 +246,53 @@ TEST(Hdf5FastPath, UnallocatedDatasetAfterUserBlockReadsTheFillValue) {
     EXPECT_FALSE(Hdf5Source(comm, f.userblock, o).reads_use_mpi());  // the fast path
     o.fields = {"unwritten"};
     EXPECT_TRUE(Hdf5Source(comm, f.userblock, o).reads_use_mpi());  // H5Dread
+}
+
+// Fill time never on a dataset never written: HDF5 leaves the rows undefined (H5Dread does not
+// write them); they read as zeros, never as the bytes the destination held before.
+TEST(Hdf5FastPath, NeverWrittenWithFillTimeNeverReadsAsZeros) {
+    Communicator comm(MPI_COMM_WORLD);
+    Hdf5Options o;
+    o.fields = {"never"};
+    Hdf5Source src(comm, odd_files().partly, o);
+    ASSERT_EQ(src.num_samples(), 8u);
+    const std::vector<std::uint64_t> ids = {0, 1, 2, 3, 4, 5, 6, 7};
+    std::vector<std::byte> out(8 * 12, std::byte{0xab});  // what a slot held before
+    RowsSink sink(out, 12);
+    src.read(ids.data(), ids.size(), sink);
+    EXPECT_EQ(out, std::vector<std::byte>(8 * 12, std::byte{0}));
+}
+
+// A chunked dataset written in part (rows 0-1 of 8): not read collectively, and staged in
+// memory it serves h5dump's values (the written rows, the fill value 0 elsewhere).
+TEST(Hdf5FastPath, PartlyWrittenChunkedDatasetIsStagedInMemory) {
+    const std::string file = odd_files().partly;
+    const auto want = h5t::parse_as<std::int32_t>(h5t::h5dump_values(file, "chunks"));
+    ASSERT_EQ(want.size(), 24u);
+    Communicator comm(MPI_COMM_WORLD);
+    Hdf5Options ho;
+    ho.fields = {"chunks"};
+    Hdf5Source src(comm, file, ho);
+    EXPECT_EQ(src.collective_rows(), nullptr);
+    LoaderOptions o;
+    o.plan.batch_size = 1;
+    o.plan.remainder = Remainder::mask;
+    o.stage = Stage::memory;
+    o.pin_memory = false;
+    o.device = "cpu";
+    Loader loader(comm, src, o);
+    EXPECT_EQ(loader.stats().tier, "memory");
+    std::uint64_t rows = 0;
+    for (const HostBatch& b : loader.epoch(0)) {
+        if (b.num_valid() == 0) continue;
+        const std::int64_t id = b.index()[0];
+        const std::int32_t* v = b.fields()[0].as<std::int32_t>();
+        for (std::size_t e = 0; e < 3; ++e) {
+            EXPECT_EQ(v[e], want[static_cast<std::size_t>(id) * 3 + e]) << "row " << id;
+        }
+        ++rows;
+    }
+    std::uint64_t total = rows;
+    MPI_Allreduce(MPI_IN_PLACE, &total, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+    EXPECT_EQ(total, 8u);
 }
