@@ -64,7 +64,9 @@ if [ "${MPISTAGE_SANITIZE:-1}" = "1" ]; then
     # and 1555 s (2026-12-03, 37e86c3 and 0c2bfa4): the main suite 600-659 s against 390 s
     # alone, and the sanitizer build still ran 290 s after it. In the order below (919bfe4),
     # 1322 s (2026-12-03, 20:50 UTC): main build 362 s, part 1 240 s, then 331 s for the rest
-    # of the sanitizer build, part 2 213 s, the sanitizer suite 176 s.
+    # of the sanitizer build, part 2 213 s, the sanitizer suite 176 s; with gold links
+    # (24ca8d3, 21:58 UTC, every phase 3-10 % slower on the host), 1412 s: 399, 259, 355,
+    # 217 and 182 s.
     # Its output is shown once it ends.
     # libtorch is off here: the Debian libtorch is not instrumented, its headers triple the
     # build time on CI's 2 cores, and the torch-facing code is a thin wrapper the main suite
