@@ -27,10 +27,10 @@ struct Hdf5Field {
     bool fast_path = false;            // contiguous, raw pread at base_offset
     bool byte_swap = false;            // file order differs from native (fast path only)
     std::uint64_t base_offset = 0;     // H5Dget_offset
-    /// Its storage is wholly allocated (H5Dget_space_status). Otherwise H5Dread serves the
-    /// fill value for the rest, or with fill time never leaves the buffer as it was (the reads
-    /// zero it first), and the collective reads are not used (HDF5 1.10.8's collective H5Dread
-    /// of a partly allocated chunked dataset fails in MPI_File_set_view, MPI_ERR_TYPE).
+    /// Its storage is wholly allocated (`storage_allocated` in hdf5_open.cpp). Otherwise H5Dread
+    /// serves the fill value for the rest, or with fill time never leaves the buffer as it was (the
+    /// reads zero it first), and the collective reads are not used (HDF5 1.10.8's collective
+    /// H5Dread of a partly allocated chunked dataset fails in MPI_File_set_view, MPI_ERR_TYPE).
     bool allocated = false;
     std::string layout;                // for messages and the fingerprint
 };

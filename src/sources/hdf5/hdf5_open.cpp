@@ -24,7 +24,6 @@ herr_t visit_cb(hid_t, const char* name, const H5O_info_t* info, void* data) {
     return 0;
 }
 
-// " (datasets in the file: a, b/c)": what a user who named a missing dataset can choose from.
 /// Whether a dataset's storage is wholly allocated (every row written or given its fill value
 /// on disk). Contiguous: H5Dget_space_status. Chunked: every chunk exists (H5Dget_num_chunks;
 /// H5Dget_space_status compares the chunks' stored, compressed, bytes with the full size, so a
@@ -53,6 +52,7 @@ bool storage_allocated(hid_t dataset, H5D_layout_t layout, hid_t dcpl,
            stored == expected;
 }
 
+// " (datasets in the file: a, b/c)": what a user who named a missing dataset can choose from.
 std::string dataset_listing(hid_t file) {
     VisitData data;
     if (H5Ovisit2(file, H5_INDEX_NAME, H5_ITER_INC, visit_cb, &data, H5O_INFO_BASIC) < 0) return {};
