@@ -158,9 +158,6 @@ bool NodeSegment::populate_node() const noexcept {
         // const_cast: madvise takes a non-const pointer; MADV_POPULATE_READ writes nothing.
         all =
             populate_pages(const_cast<std::byte*>(bases_[r]), sizes_[r], PopulateFor::read) && all;
-        // Measured (benchmarks/README.md, "Staging read"): on the benchmark machine the first
-        // load of each page still cost ~4 us after the madvise, paid in the first epochs.
-        touch_pages(bases_[r], sizes_[r]);
     }
     return all;
 }

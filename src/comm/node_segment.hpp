@@ -51,6 +51,12 @@ public:
     const std::byte* base(int node_rank) const noexcept {
         return bases_[static_cast<std::size_t>(node_rank)];
     }
+    /// Ranks of the node (0 for a segment never allocated).
+    int node_size() const noexcept { return static_cast<int>(bases_.size()); }
+    /// Bytes of the segment of node rank `node_rank`.
+    std::uint64_t size_bytes(int node_rank) const noexcept {
+        return sizes_[static_cast<std::size_t>(node_rank)];
+    }
     /// With `SegmentLayout::contiguous`: the first byte of the node's array (the segments of
     /// node ranks 0, 1, ... back to back); null when every segment of the node is empty.
     const std::byte* node_base() const noexcept { return node_base_; }
@@ -75,9 +81,9 @@ public:
     /// lacks MADV_POPULATE_WRITE and a touch pass did it. Never throws.
     bool populate_mine() const noexcept;
     /// Local: maps the segments of every rank of the node into this process's page table for
-    /// reading (MADV_POPULATE_READ), then loads one byte of every page (`touch_pages`), so the
-    /// first epoch does not pay a first access per page of its peers' samples. Call after
-    /// `publish`. Returns false when the kernel lacks MADV_POPULATE_READ.
+    /// reading (MADV_POPULATE_READ; a load per page where the kernel lacks it), so the first
+    /// epoch does not fault per page of its peers' samples. Call after `publish`. Returns false
+    /// when the kernel lacks MADV_POPULATE_READ.
     bool populate_node() const noexcept;
     /// True when a cross-node window exists (the job spans several nodes).
     bool remote() const noexcept { return remote_win_ != MPI_WIN_NULL; }

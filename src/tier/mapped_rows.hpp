@@ -39,6 +39,8 @@ public:
     std::string map() noexcept;
     /// First byte of row `r` (r < num_rows), after `map`.
     const std::byte* row(std::uint64_t r) const noexcept { return rows_ + r * row_bytes_; }
+    /// Bytes of all rows (`row(0)` starts them), after `map`.
+    std::uint64_t bytes() const noexcept { return rows_ != nullptr ? bytes_ : 0; }
     /// Local: reads the pages of rows `[first, first + count)` in from the file and maps them
     /// into this process (`madvise(MADV_POPULATE_READ)`, Linux ≥ 5.14), which reports a failed
     /// read instead of a later SIGBUS. Returns an empty string, or why the kernel refused for a

@@ -13,6 +13,7 @@
 #include "mpistage/loader.hpp"
 #include "mpistage/source.hpp"
 #include "tier/mapped_rows.hpp"
+#include "tier/touch_pass.hpp"
 
 namespace mpistage::detail {
 
@@ -35,8 +36,9 @@ struct StageTimes {
     std::chrono::duration<double> populate{0};
     /// The read of the shard from the files into the window, unchanged-file check included.
     std::chrono::duration<double> read{0};
-    /// Mapping every segment of the node for reading after the read (MADV_POPULATE_READ and a
-    /// load per page; global sharding only).
+    /// Mapping every segment of the node for reading after the read (MADV_POPULATE_READ;
+    /// global sharding only). The touch pass that follows runs beside the first epoch and is
+    /// not counted.
     std::chrono::duration<double> map_node{0};
     /// "mapped" (the files' pages, `StageRead::map`), "independent" (preads of the rank's
     /// contiguous range) or "collective" (MPI-IO).
@@ -57,9 +59,10 @@ public:
     /// one copy. Copied (`copy`, or `automatic` otherwise): the shard is read into a node
     /// shared-memory window (its pages mapped in one call first). With `map_node` (global
     /// sharding: every rank reads its peers' samples) it then maps every rank's part of the
-    /// node into this process for reading, so the first epochs read peers' samples at the
+    /// node into this process for reading and starts a thread that loads one byte per page of
+    /// it beside the first epoch (the touch pass), so later epochs read peers' samples at the
     /// steady rate; the process's RSS then counts the node's whole tier (shared pages: the node
-    /// holds one copy).
+    /// holds one copy). Destruction stops and joins that thread first.
     /// @throws what the source's reads throw, IoError (mapping: a failed read-in, naming the
     /// file and bytes), ConfigError (`map` where it does not apply, naming why), MpiError;
     /// identically on every rank.
@@ -91,6 +94,10 @@ private:
     /// does not apply, with the agreed reason in `times_.read_note`.
     bool stage_mapped(const Communicator& comm, StageRead stage_read, bool map_node);
     void stage_ragged(const Communicator& comm, struct RaggedStaging& staged);
+    /// Local: starts `touch_` over everything this rank may read (every mapped field, or every
+    /// segment of the node). Called last in staging with global sharding (nothing after it
+    /// throws). Never throws.
+    void start_touch_pass() noexcept;
     /// @throws ConfigError for an id out of range; IoError from `fail_tier_reads_of`.
     void check_id(std::uint64_t id) const;
     void read_local(std::uint64_t id, int owner, std::size_t k, BatchSink& sink) const;
@@ -112,6 +119,9 @@ private:
     /// Indices into `mapped_` of one field per file (checked after every mapped read).
     std::vector<std::size_t> checked_;
     StageTimes times_;
+    /// The touch pass (`start_touch_pass`; global sharding only). Last, so it is stopped and
+    /// joined before the mappings and windows it reads go.
+    TouchPass touch_;
 };
 
 /// Fault injection for tests (tests/mpi/loader/test_loader_lag.cpp): from now on this

@@ -2,7 +2,8 @@
 // files' pages or copied into a shared-memory window. Both serve every sample exactly once with
 // the generator's bytes and the same batches; `auto` maps where it applies and says why it
 // copied elsewhere; `map` where it does not apply is the same ConfigError on every rank, naming
-// why; `stage_read` without staging is refused.
+// why; `stage_read` without staging is refused; a truncation while the touch pass runs is an
+// error, not a crash.
 #include <gtest/gtest.h>
 #include <mpi.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@
 #include <functional>
 #include <map>
 #include <thread>
+#include <vector>
 
 #include "h5t_checks.hpp"
 #include "h5t_files.hpp"
@@ -337,6 +339,68 @@ TEST(StageRead, FileRewrittenInPlaceIsAnErrorNotTheNewBytes) {
     EXPECT_EQ(after.bad_slots, 0u) << "the rewritten bytes were served";
     EXPECT_TRUE(h5t::all_true(!after.error.empty())) << after.error;
     EXPECT_NE(after.error.find("changed after it was staged"), std::string::npos) << after.error;
+}
+
+namespace {
+
+constexpr std::uint64_t kBigRows = 16384;  // of one 4 KiB page each: 64 MiB
+constexpr std::size_t kPageRow = 4096;
+
+std::byte big_byte(std::uint64_t id, std::size_t k) {
+    return static_cast<std::byte>((id * 131 + k * 7) & 0xFF);
+}
+
+}  // namespace
+
+// With global sharding the tier starts a thread that loads one byte per page of the node's
+// mapped rows beside the first epoch (the touch pass). A file truncated while that pass runs
+// faults in it (SIGBUS); the pass catches the fault and ends, and the reads report the
+// truncation: an error naming the file on every rank, no slot with other bytes than the
+// generator's, and a loader that is then destroyed without a hang (the destructor stops and
+// joins the pass). The file is 64 MiB so that the pass (about a microsecond per page on a
+// virtual machine) is usually still running at the truncation; where it has ended, this is
+// the truncation check of the reads alone.
+TEST(StageRead, TruncatedWhileTheTouchPassRunsIsAnErrorNotACrash) {
+    h5t::TempDir dir;
+    const std::string path = dir.file("big.bin");
+    if (h5t::rank() == 0) {
+        std::vector<std::byte> row(kPageRow);
+        std::ofstream out(path, std::ios::binary);
+        for (std::uint64_t i = 0; i < kBigRows; ++i) {
+            for (std::size_t k = 0; k < kPageRow; ++k) row[k] = big_byte(i, k);
+            out.write(reinterpret_cast<const char*>(row.data()),
+                      static_cast<std::streamsize>(row.size()));
+        }
+        ASSERT_TRUE(out.good());
+    }
+    h5t::barrier();
+    RawField f;
+    f.name = "rows";
+    f.path = path;
+    f.sample_shape = {kPageRow};
+    Communicator comm(MPI_COMM_WORLD);
+    {
+        RawSource src(comm, {f});
+        LoaderOptions o = options_of(kCases[0], StageRead::map);
+        o.plan.batch_size = 64;
+        Loader loader(comm, src, o);
+        ASSERT_EQ(loader.stats().stage_read_method, "mapped");
+        h5t::barrier();
+        // At once (a size change needs no clock tick to be seen), while the pass runs.
+        if (h5t::rank() == 0) ASSERT_EQ(::truncate(path.c_str(), 0), 0);
+        h5t::barrier();
+        const Yield y = consume(loader, 0, [](const HostBatch& b, std::size_t s) {
+            const auto id = static_cast<std::uint64_t>(b.index()[s]);
+            for (std::size_t k = 0; k < kPageRow; ++k) {
+                if (b.fields()[0].data[s * kPageRow + k] != big_byte(id, k)) return false;
+            }
+            return true;
+        });
+        EXPECT_EQ(y.bad_slots, 0u) << "a slot served other bytes than the generator's";
+        EXPECT_TRUE(h5t::all_true(!y.error.empty())) << y.error;
+        EXPECT_NE(y.error.find("big.bin"), std::string::npos) << y.error;
+    }
+    comm.free();
 }
 
 // stage_read says how a staged shard is taken in: without staging it is refused, not ignored.

@@ -1,0 +1,46 @@
+#pragma once
+// The memory tier's touch pass (internal; docs/architecture.md, "Touch pass"): one load per
+// page of what a rank may read, in a thread beside the first epoch.
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <thread>
+#include <vector>
+
+namespace mpistage::detail {
+
+/// Bytes `[begin, begin + bytes)` the touch pass loads from (read-only).
+struct TouchSpan {
+    const std::byte* begin = nullptr;
+    std::uint64_t bytes = 0;
+};
+
+/// A thread (`mpistage-touch`) that loads one byte of every page of its spans, in 1 MiB
+/// pieces, each under the SIGBUS guard (`copy_guarded`; call `install_sigbus_guard` first when
+/// a span is a mapped file): a fault (the file truncated since it was mapped) ends the pass,
+/// and the tier's reads report the change. Why: on some machines a process's first load of
+/// each page costs about a microsecond even after MADV_POPULATE_READ mapped it (the benchmark
+/// machine, a virtual machine; benchmarks/README.md, "Touch pass"); a global shuffle reaches
+/// about half of the pages it has not read yet per epoch, so left to the epochs this cost keeps
+/// the first several below the steady rate, and paid at staging it multiplies the mapped
+/// staging. Normal priority: in the idle scheduling class the pass fell behind busy epochs.
+/// Local, never collective. The spans must stay readable until the destructor returns: it
+/// stops the pass within one piece and joins it, so declare the pass after what it reads.
+class TouchPass {
+public:
+    TouchPass() = default;
+    TouchPass(const TouchPass&) = delete;
+    TouchPass& operator=(const TouchPass&) = delete;
+    ~TouchPass();
+
+    /// Starts the pass over `spans` (once). Never throws: without a thread (std::system_error)
+    /// the epochs pay the first loads themselves.
+    void start(std::vector<TouchSpan> spans) noexcept;
+
+private:
+    std::thread thread_;
+    std::atomic<bool> stop_{false};
+};
+
+}  // namespace mpistage::detail
