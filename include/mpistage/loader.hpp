@@ -203,8 +203,8 @@ struct LoaderStats {
     /// in and locking them, MADV_POPULATE_READ + mlock).
     std::chrono::duration<double> stage_read_time{0};
     /// Part of `stage_time` spent mapping every segment of the node for reading (one
-    /// MADV_POPULATE_READ, and for the window a load per page; global sharding only), so the
-    /// first epochs run at the steady rate.
+    /// MADV_POPULATE_READ; global sharding only). The touch pass that follows (a thread
+    /// loading one byte per page, from the first epoch on) is not counted.
     std::chrono::duration<double> stage_map_node_time{0};
     /// How the shard was taken in: "mapped" (the files' pages mapped, read in and locked:
     /// `StageRead::map`), "independent" (large preads of the rank's contiguous byte range

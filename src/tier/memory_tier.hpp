@@ -37,7 +37,7 @@ struct StageTimes {
     /// The read of the shard from the files into the window, unchanged-file check included.
     std::chrono::duration<double> read{0};
     /// Mapping every segment of the node for reading after the read (MADV_POPULATE_READ;
-    /// global sharding only). The touch pass that follows runs beside the first epoch and is
+    /// global sharding only). The touch pass that follows runs from the first epoch on and is
     /// not counted.
     std::chrono::duration<double> map_node{0};
     /// "mapped" (the files' pages, `StageRead::map`), "independent" (preads of the rank's
@@ -60,7 +60,7 @@ public:
     /// shared-memory window (its pages mapped in one call first). With `map_node` (global
     /// sharding: every rank reads its peers' samples) it then maps every rank's part of the
     /// node into this process for reading and starts a thread that loads one byte per page of
-    /// it beside the first epoch (the touch pass), so later epochs read peers' samples at the
+    /// it from the first epoch on (the touch pass), so later epochs read peers' samples at the
     /// steady rate; the process's RSS then counts the node's whole tier (shared pages: the node
     /// holds one copy). Destruction stops and joins that thread first.
     /// @throws what the source's reads throw, IoError (mapping: a failed read-in, naming the

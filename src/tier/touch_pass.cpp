@@ -3,6 +3,7 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <chrono>
 #include <exception>
 #include <utility>
 
@@ -10,6 +11,21 @@
 #include "util/page_populate.hpp"
 
 namespace mpistage::detail {
+
+namespace {
+
+std::atomic<bool> g_hold{false};
+std::atomic<std::uint64_t> g_faults{0};
+
+}  // namespace
+
+void hold_touch_passes(bool hold) noexcept {
+    g_hold.store(hold);
+}
+
+std::uint64_t touch_pass_faults() noexcept {
+    return g_faults.load();
+}
 
 void TouchPass::start(std::vector<TouchSpan> spans) noexcept {
     if (thread_.joinable()) return;
@@ -27,7 +43,13 @@ void TouchPass::start(std::vector<TouchSpan> spans) noexcept {
                             touch_pages(p->begin, static_cast<std::size_t>(p->bytes));
                         },
                         &piece);
-                    if (!loaded) return;  // a mapped file truncated: the reads report it
+                    if (!loaded) {  // a mapped file truncated: the reads report it
+                        g_faults.fetch_add(1);
+                        return;
+                    }
+                    while (g_hold.load() && !stop_.load(std::memory_order_relaxed)) {
+                        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+                    }
                 }
             }
         });

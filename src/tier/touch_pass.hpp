@@ -1,6 +1,6 @@
 #pragma once
 // The memory tier's touch pass (internal; docs/architecture.md, "Touch pass"): one load per
-// page of what a rank may read, in a thread beside the first epoch.
+// page of what a rank may read, in a thread that starts beside the first epoch.
 
 #include <atomic>
 #include <cstddef>
@@ -17,16 +17,17 @@ struct TouchSpan {
 };
 
 /// A thread (`mpistage-touch`) that loads one byte of every page of its spans, in 1 MiB
-/// pieces, each under the SIGBUS guard (`copy_guarded`; call `install_sigbus_guard` first when
-/// a span is a mapped file): a fault (the file truncated since it was mapped) ends the pass,
-/// and the tier's reads report the change. Why: on some machines a process's first load of
-/// each page costs about a microsecond even after MADV_POPULATE_READ mapped it (the benchmark
-/// machine, a virtual machine; benchmarks/README.md, "Touch pass"); a global shuffle reaches
-/// about half of the pages it has not read yet per epoch, so left to the epochs this cost keeps
-/// the first several below the steady rate, and paid at staging it multiplies the mapped
-/// staging. Normal priority: in the idle scheduling class the pass fell behind busy epochs.
-/// Local, never collective. The spans must stay readable until the destructor returns: it
-/// stops the pass within one piece and joins it, so declare the pass after what it reads.
+/// pieces, each through `copy_guarded` (a guard against SIGBUS where `install_sigbus_guard`
+/// was called first, as the mapped staging does; shared-memory windows cannot fault): a fault (the
+/// file truncated since it was mapped) ends the pass, and the tier's reads report the change. Why:
+/// on some machines a process's first load of each page costs about a microsecond even after
+/// MADV_POPULATE_READ mapped it (the benchmark machine, a virtual machine; benchmarks/README.md,
+/// "Touch pass"); a global shuffle reaches about half of the pages it has not read yet per epoch,
+/// so left to the epochs this cost keeps the first several below the steady rate, and paid at
+/// staging it multiplies the mapped staging. Normal priority: in the idle scheduling class the pass
+/// fell behind busy epochs. Local, never collective. The spans must stay readable until the
+/// destructor returns: it stops the pass within one piece and joins it, so declare the pass after
+/// what it reads.
 class TouchPass {
 public:
     TouchPass() = default;
@@ -42,5 +43,14 @@ private:
     std::thread thread_;
     std::atomic<bool> stop_{false};
 };
+
+/// Fault injection for tests (tests/mpi/tier/test_stage_read.cpp): while `hold` is true, every
+/// touch pass of this process waits after the piece it is loading (until released or
+/// stopped), so a
+/// test can change a file while a pass is certainly running. Thread-safe (an atomic).
+void hold_touch_passes(bool hold) noexcept;
+/// Touch passes of this process ended by a fault (a mapped file truncated under them).
+/// Thread-safe (an atomic).
+std::uint64_t touch_pass_faults() noexcept;
 
 }  // namespace mpistage::detail
