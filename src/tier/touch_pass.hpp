@@ -17,17 +17,17 @@ struct TouchSpan {
 };
 
 /// A thread (`mpistage-touch`) that loads one byte of every page of its spans, in 1 MiB
-/// pieces, each through `copy_guarded` (a guard against SIGBUS where `install_sigbus_guard`
-/// was called first, as the mapped staging does; shared-memory windows cannot fault): a fault (the
-/// file truncated since it was mapped) ends the pass, and the tier's reads report the change. Why:
-/// on some machines a process's first load of each page costs about a microsecond even after
-/// MADV_POPULATE_READ mapped it (the benchmark machine, a virtual machine; benchmarks/README.md,
-/// "Touch pass"); a global shuffle reaches about half of the pages it has not read yet per epoch,
-/// so left to the epochs this cost keeps the first several below the steady rate, and paid at
-/// staging it multiplies the mapped staging. Normal priority: in the idle scheduling class the pass
-/// fell behind busy epochs. Local, never collective. The spans must stay readable until the
-/// destructor returns: it stops the pass within one piece and joins it, so declare the pass after
-/// what it reads.
+/// pieces, each through `copy_guarded`: a guard against SIGBUS where `install_sigbus_guard` was
+/// called first, as the mapped staging does (shared-memory windows cannot fault). A fault (a
+/// file truncated since it was mapped) ends the pass, and the tier's reads report the change.
+/// Why: on some machines a process's first load of each page costs about a microsecond even
+/// after MADV_POPULATE_READ mapped it (the benchmark machine, a virtual machine; benchmarks/
+/// README.md, "Touch pass"). A global shuffle reaches about half of the pages it has not read
+/// yet per epoch, so left to the epochs this cost keeps the first several below the steady
+/// rate; paid at staging it multiplies the mapped staging. Normal priority: in the idle
+/// scheduling class the pass fell behind busy epochs. Local, never collective. The spans must
+/// stay readable until the destructor returns: it stops the pass within one piece and joins
+/// it, so declare the pass after what it reads.
 class TouchPass {
 public:
     TouchPass() = default;
