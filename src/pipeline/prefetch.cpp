@@ -1,5 +1,7 @@
 #include "pipeline/prefetch.hpp"
 
+#include <cstdio>
+#include <mutex>
 #include <system_error>
 
 #include "comm/agree.hpp"
@@ -16,14 +18,26 @@ Prefetcher::Prefetcher(std::shared_ptr<Ring> ring, const Source& source, const E
       epoch_(epoch),
       step_reader_(std::move(step_reader)) {}
 
-void Prefetcher::start(std::size_t count) {
-    if (step_reader_) return;  // the step reader reads inside take()
-    try {
-        for (std::size_t t = 0; t < count; ++t) threads_.emplace_back([this] { worker(); });
-    } catch (const std::system_error& e) {
-        throw IoError("loader: cannot start I/O thread " + std::to_string(threads_.size()) +
-                      " of " + std::to_string(count) + ": " + e.what());
+std::size_t Prefetcher::start(std::size_t count) noexcept {
+    if (step_reader_) return 0;  // the step reader reads inside take()
+    for (std::size_t t = 0; t < count; ++t) {
+        try {
+            threads_.emplace_back([this] { worker(); });
+        } catch (const std::system_error& e) {
+            // Fewer threads read the same steps, and none reads on the caller's thread: the
+            // batches are the same, only slower, so the rank goes on and says so once.
+            static std::once_flag said;
+            std::call_once(said, [&] {
+                std::fprintf(stderr,
+                             "mpistage: cannot start I/O thread %zu of %zu (%s): reading with "
+                             "%zu%s\n",
+                             threads_.size() + 1, count, e.what(), threads_.size(),
+                             threads_.empty() ? " (on the caller's thread)" : "");
+            });
+            break;
+        }
     }
+    return threads_.size();
 }
 
 void Prefetcher::worker() {

@@ -39,10 +39,12 @@ public:
     Prefetcher& operator=(const Prefetcher&) = delete;
     ~Prefetcher() { shutdown(); }
 
-    /// Starts `count` I/O threads (0: `take` reads on the caller's thread).
-    /// @throws IoError when a thread cannot be started (the started ones keep running until
-    /// `shutdown`).
-    void start(std::size_t count);
+    /// Starts up to `count` I/O threads (0: `take` reads on the caller's thread) and returns
+    /// how many run. A thread that cannot be started (e.g. `RLIMIT_NPROC`) is not an error:
+    /// the ones started read every step (none: the caller's thread does), the batches are the
+    /// same, and the first such failure of the process is printed once to stderr. So no rank
+    /// needs to agree on it, and an epoch starts without a collective after its threads.
+    std::size_t start(std::size_t count) noexcept;
     /// The slot of step `step` (steps must be taken in order), or nullptr with a failed
     /// `status` when every slot is held by the caller. A failed read yields its slot with the
     /// read's error in `status`.

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
@@ -234,6 +235,78 @@ void install_sigbus_guard() {
     // SA_NODEFER: SIGBUS stays unblocked after siglongjmp leaves the handler.
     sa.sa_flags = SA_SIGINFO | SA_NODEFER;
     ::sigaction(SIGBUS, &sa, nullptr);
+}
+
+void MappedRows::pread_row(std::uint64_t r, std::byte* dst) const {
+    const std::uint64_t at = file_offset_ + r * row_bytes_;
+    std::uint64_t done = 0;
+    while (done < row_bytes_) {
+        const ssize_t n = ::pread(fd_, dst + done, static_cast<std::size_t>(row_bytes_ - done),
+                                  static_cast<off_t>(at + done));
+        if (n > 0) {
+            done += static_cast<std::uint64_t>(n);
+            continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        const std::string where = range_text(at, at + row_bytes_) + " of " + path_;
+        if (n == 0) {
+            throw StagedFileChanged("tier: " + path_ + " ends at byte " +
+                                    std::to_string(at + done) + ", inside " + where +
+                                    ": the file was truncated after it was staged");
+        }
+        throw IoError("tier: reading " + where + " failed: " + std::strerror(errno));
+    }
+}
+
+namespace {
+
+std::atomic<std::uint64_t> g_kernel_row_reads{0};
+
+/// One `read_mapped` of the rows read by loads, for `copy_guarded`.
+struct LoadCopy {
+    const std::vector<MappedRows>* fields;
+    const std::uint64_t* ids;
+    std::size_t count;
+    BatchSink* sink;
+};
+
+void copy_loaded_rows(void* arg) {
+    const auto& c = *static_cast<const LoadCopy*>(arg);
+    for (std::size_t f = 0; f < c.fields->size(); ++f) {
+        const MappedRows& m = (*c.fields)[f];
+        if (m.reads_through_kernel()) continue;
+        for (std::size_t k = 0; k < c.count; ++k) {
+            std::memcpy(c.sink->fixed(f, k), m.row(c.ids[k]), m.row_bytes());
+        }
+    }
+}
+
+}  // namespace
+
+void read_mapped(const std::vector<MappedRows>& fields, const std::uint64_t* ids, std::size_t count,
+                 BatchSink& sink) {
+    std::uint64_t through_kernel = 0;
+    for (std::size_t f = 0; f < fields.size(); ++f) {
+        if (!fields[f].reads_through_kernel()) continue;
+        for (std::size_t k = 0; k < count; ++k) fields[f].pread_row(ids[k], sink.fixed(f, k));
+        through_kernel += count;
+    }
+    if (through_kernel > 0) g_kernel_row_reads.fetch_add(through_kernel, std::memory_order_relaxed);
+    if (through_kernel == count * fields.size()) return;
+    LoadCopy c{&fields, ids, count, &sink};
+    if (copy_guarded(copy_loaded_rows, &c)) return;
+    std::string paths;
+    for (const MappedRows& m : fields) {
+        if (paths.find(m.path()) == std::string::npos)
+            paths += (paths.empty() ? "" : ", ") + m.path();
+    }
+    throw StagedFileChanged("tier: a mapped page of " + paths +
+                            " could not be read (SIGBUS): the file was truncated after it "
+                            "was staged");
+}
+
+std::uint64_t kernel_row_reads() noexcept {
+    return g_kernel_row_reads.load(std::memory_order_relaxed);
 }
 
 bool copy_guarded(void (*copy)(void* arg), void* arg) {

@@ -8,10 +8,21 @@
 #include <cstdint>
 #include <ctime>
 #include <string>
+#include <vector>
 
+#include "mpistage/source.hpp"
 #include "sources/file_rows.hpp"
 
 namespace mpistage::detail {
+
+/// Rows of at least this many bytes are copied out of a mapped field with `pread` from its
+/// file, whose pages the mapping keeps locked in the page cache, instead of with loads through
+/// the mapping. The kernel copies through its own mapping of memory (large pages), so a row
+/// costs one system call and no load through this process's page tables. Measured here
+/// (benchmarks/README.md, "Large rows through the kernel"): from 16 KiB on, `pread` is as fast
+/// as the loads back to back and 2-3x faster after the reader slept (a trainer's compute
+/// between steps); below, the system call dominates. 64 KiB leaves a margin.
+constexpr std::uint64_t kKernelCopyRowBytes = std::uint64_t{64} << 10;
 
 /// Rows `[0, num_rows)` of one fixed field, mapped read-only (`MAP_SHARED`) from the file that
 /// holds them back to back, so every rank of a node reads the same page-cache pages. `map`
@@ -39,6 +50,7 @@ public:
     std::string map() noexcept;
     /// First byte of row `r` (r < num_rows), after `map`.
     const std::byte* row(std::uint64_t r) const noexcept { return rows_ + r * row_bytes_; }
+    std::uint64_t row_bytes() const noexcept { return row_bytes_; }
     /// Bytes of all rows (`row(0)` starts them), after `map`.
     std::uint64_t bytes() const noexcept { return rows_ != nullptr ? bytes_ : 0; }
     /// Local: reads the pages of rows `[first, first + count)` in from the file and maps them
@@ -60,6 +72,13 @@ public:
     void check_file() const;
     const std::string& path() const noexcept { return path_; }
     int fd() const noexcept { return fd_; }
+    /// True when rows are copied with `pread` (`row_bytes >= kKernelCopyRowBytes`), not loads.
+    bool reads_through_kernel() const noexcept { return row_bytes_ >= kKernelCopyRowBytes; }
+    /// Local, thread-safe: copies row `r` (r < num_rows) into `dst` with `pread` from the file
+    /// (retried on EINTR and short reads). @throws StagedFileChanged naming the file and byte
+    /// range when the file ends inside the row (truncated since staging); IoError naming them
+    /// on a read error.
+    void pread_row(std::uint64_t r, std::byte* dst) const;
 
 private:
     /// The page-aligned span `[begin, begin + bytes)` of the mapping that holds rows
@@ -80,6 +99,20 @@ private:
     timespec mapped_mtime_{};
     timespec mapped_ctime_{};
 };
+
+/// Local, thread-safe: copies the rows `ids[0, count)` of every field `f` (`fields[f]`, the
+/// source's fixed fields in order) into `sink.fixed(f, k)`: rows of fields that read through the
+/// kernel with `pread_row`, the others with loads from the mapping under the SIGBUS guard.
+/// `ids` must be below every field's row count. @throws StagedFileChanged naming the files when
+/// a mapped page could not be loaded (SIGBUS) or a row lies past its file's end: the file was
+/// truncated after staging; IoError on a read error. Does not check the files' sizes and times
+/// afterwards (`check_file`).
+void read_mapped(const std::vector<MappedRows>& fields, const std::uint64_t* ids, std::size_t count,
+                 BatchSink& sink);
+
+/// Rows this process copied with `pread_row` since it started (a test hook: which way a field
+/// was read). Thread-safe (an atomic, counted per `read_mapped` call).
+std::uint64_t kernel_row_reads() noexcept;
 
 /// Local, thread-safe: makes sure the process's SIGBUS disposition is the guard's handler
 /// (`SA_SIGINFO | SA_NODEFER`), installing it when it is not (first call, or another library

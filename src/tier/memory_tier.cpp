@@ -214,7 +214,10 @@ bool MemoryTier::stage_mapped(const Communicator& comm, StageRead stage_read, bo
 void MemoryTier::start_touch_pass() noexcept {
     try {
         std::vector<TouchSpan> spans;
-        for (const MappedRows& m : mapped_) spans.push_back({m.row(0), m.bytes()});
+        // Rows read through the kernel never load through this process's page tables.
+        for (const MappedRows& m : mapped_) {
+            if (!m.reads_through_kernel()) spans.push_back({m.row(0), m.bytes()});
+        }
         for (const NodeSegment* s : {&fixed_, &ragged_}) {
             for (int r = 0; r < s->node_size(); ++r)
                 spans.push_back({s->base(r), s->size_bytes(r)});
@@ -307,29 +310,6 @@ void fail_tier_reads_of(std::uint64_t id) noexcept {
     g_failing_id.store(id, std::memory_order_relaxed);
 }
 
-namespace {
-
-/// One `read` of the mapped tier, for `copy_guarded`.
-struct MappedCopy {
-    const std::vector<MappedRows>* mapped;
-    const std::vector<FieldInfo>* fields;
-    const std::uint64_t* ids;
-    std::size_t count;
-    BatchSink* sink;
-};
-
-void copy_mapped(void* arg) {
-    const auto& c = *static_cast<const MappedCopy*>(arg);
-    for (std::size_t k = 0; k < c.count; ++k) {
-        for (std::size_t f = 0; f < c.fields->size(); ++f) {
-            std::memcpy(c.sink->fixed(f, k), (*c.mapped)[f].row(c.ids[k]),
-                        (*c.fields)[f].sample_bytes);
-        }
-    }
-}
-
-}  // namespace
-
 void MemoryTier::check_id(std::uint64_t id) const {
     if (id >= begins_.back()) {
         throw ConfigError("tier: sample id " + std::to_string(id) +
@@ -343,21 +323,11 @@ void MemoryTier::check_id(std::uint64_t id) const {
 void MemoryTier::read(const std::uint64_t* ids, std::size_t count, BatchSink& sink) const {
     if (!mapped_.empty()) {
         for (std::size_t k = 0; k < count; ++k) check_id(ids[k]);
-        MappedCopy c{&mapped_, &source_.fields(), ids, count, &sink};
-        if (copy_guarded(copy_mapped, &c)) {
-            // After the copy: a truncation inside a page zero-fills the rest of it without a
-            // SIGBUS, and its new size is visible before those zeros are.
-            for (std::size_t f : checked_) mapped_[f].check_file();
-            return;
-        }
-        std::string paths;
-        for (const MappedRows& m : mapped_) {
-            if (paths.find(m.path()) == std::string::npos)
-                paths += (paths.empty() ? "" : ", ") + m.path();
-        }
-        throw StagedFileChanged("tier: a mapped page of " + paths +
-                                " could not be read (SIGBUS): the file was truncated after it "
-                                "was staged");
+        read_mapped(mapped_, ids, count, sink);
+        // After the copy: a truncation inside a page zero-fills the rest of it without a
+        // SIGBUS, and its new size is visible before those zeros are.
+        for (std::size_t f : checked_) mapped_[f].check_file();
+        return;
     }
     bool remote = false;
     try {
