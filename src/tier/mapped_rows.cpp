@@ -262,9 +262,13 @@ namespace {
 
 std::atomic<std::uint64_t> g_kernel_row_reads{0};
 
+/// When this thread's previous `read_mapped` ended (the epoch of the clock: never).
+thread_local std::chrono::steady_clock::time_point t_last_read{};
+
 /// One `read_mapped` of the rows read by loads, for `copy_guarded`.
 struct LoadCopy {
     const std::vector<MappedRows>* fields;
+    const std::vector<bool>* by_kernel;
     const std::uint64_t* ids;
     std::size_t count;
     BatchSink* sink;
@@ -273,8 +277,8 @@ struct LoadCopy {
 void copy_loaded_rows(void* arg) {
     const auto& c = *static_cast<const LoadCopy*>(arg);
     for (std::size_t f = 0; f < c.fields->size(); ++f) {
+        if ((*c.by_kernel)[f]) continue;
         const MappedRows& m = (*c.fields)[f];
-        if (m.reads_through_kernel()) continue;
         for (std::size_t k = 0; k < c.count; ++k) {
             std::memcpy(c.sink->fixed(f, k), m.row(c.ids[k]), m.row_bytes());
         }
@@ -285,15 +289,22 @@ void copy_loaded_rows(void* arg) {
 
 void read_mapped(const std::vector<MappedRows>& fields, const std::uint64_t* ids, std::size_t count,
                  BatchSink& sink) {
+    const auto now = std::chrono::steady_clock::now();
+    const auto idle = now - t_last_read;
+    struct Stamp {  // however the read ends
+        ~Stamp() { t_last_read = std::chrono::steady_clock::now(); }
+    } stamp;
+    std::vector<bool> by_kernel(fields.size(), false);
     std::uint64_t through_kernel = 0;
     for (std::size_t f = 0; f < fields.size(); ++f) {
-        if (!fields[f].reads_through_kernel()) continue;
+        if (!copy_through_kernel(fields[f].row_bytes(), idle)) continue;
+        by_kernel[f] = true;
         for (std::size_t k = 0; k < count; ++k) fields[f].pread_row(ids[k], sink.fixed(f, k));
         through_kernel += count;
     }
     if (through_kernel > 0) g_kernel_row_reads.fetch_add(through_kernel, std::memory_order_relaxed);
     if (through_kernel == count * fields.size()) return;
-    LoadCopy c{&fields, ids, count, &sink};
+    LoadCopy c{&fields, &by_kernel, ids, count, &sink};
     if (copy_guarded(copy_loaded_rows, &c)) return;
     std::string paths;
     for (const MappedRows& m : fields) {

@@ -4,6 +4,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <ctime>
@@ -15,14 +16,24 @@
 
 namespace mpistage::detail {
 
-/// Rows of at least this many bytes are copied out of a mapped field with `pread` from its
-/// file, whose pages the mapping keeps locked in the page cache, instead of with loads through
-/// the mapping. The kernel copies through its own mapping of memory (large pages), so a row
-/// costs one system call and no load through this process's page tables. Measured here
-/// (benchmarks/README.md, "Large rows through the kernel"): from 16 KiB on, `pread` is as fast
-/// as the loads back to back and 2-3x faster after the reader slept (a trainer's compute
-/// between steps); below, the system call dominates. 64 KiB leaves a margin.
+/// How a mapped field's rows are copied out (`read_mapped`). Rows of at least
+/// `kKernelCopyRowBytes`, read by a thread that was idle for at least `kKernelCopyIdle` since its
+/// previous read, are copied with `pread` from the file, whose pages the mapping keeps locked in
+/// the page cache; all others with loads through the mapping. Measured on this project's 2-core
+/// VM (benchmarks/README.md, "Large rows after an idle reader"): back to back, loads of 150 KB
+/// rows ran 3x faster than `pread`; after the reader slept (a trainer computing between steps),
+/// they ran at a third of the kernel's copy, which goes through the kernel's own mapping of
+/// memory. Below 16 KiB the system call dominates; 64 KiB leaves a margin.
 constexpr std::uint64_t kKernelCopyRowBytes = std::uint64_t{64} << 10;
+/// See `kKernelCopyRowBytes`: a prefetching thread that keeps up with its consumer waits far
+/// less between reads; one that waits for a trainer's compute waits milliseconds.
+constexpr std::chrono::microseconds kKernelCopyIdle{1000};
+
+/// True when rows of `row_bytes` read after `idle` since the thread's previous read are copied
+/// with `pread` (`kKernelCopyRowBytes`). Pure.
+inline bool copy_through_kernel(std::uint64_t row_bytes, std::chrono::nanoseconds idle) noexcept {
+    return row_bytes >= kKernelCopyRowBytes && idle >= kKernelCopyIdle;
+}
 
 /// Rows `[0, num_rows)` of one fixed field, mapped read-only (`MAP_SHARED`) from the file that
 /// holds them back to back, so every rank of a node reads the same page-cache pages. `map`
@@ -72,8 +83,6 @@ public:
     void check_file() const;
     const std::string& path() const noexcept { return path_; }
     int fd() const noexcept { return fd_; }
-    /// True when rows are copied with `pread` (`row_bytes >= kKernelCopyRowBytes`), not loads.
-    bool reads_through_kernel() const noexcept { return row_bytes_ >= kKernelCopyRowBytes; }
     /// Local, thread-safe: copies row `r` (r < num_rows) into `dst` with `pread` from the file
     /// (retried on EINTR and short reads). @throws StagedFileChanged naming the file and byte
     /// range when the file ends inside the row (truncated since staging); IoError naming them
@@ -101,8 +110,9 @@ private:
 };
 
 /// Local, thread-safe: copies the rows `ids[0, count)` of every field `f` (`fields[f]`, the
-/// source's fixed fields in order) into `sink.fixed(f, k)`: rows of fields that read through the
-/// kernel with `pread_row`, the others with loads from the mapping under the SIGBUS guard.
+/// source's fixed fields in order) into `sink.fixed(f, k)`: with `pread_row` where
+/// `copy_through_kernel` says so for the calling thread, else with loads from the mapping under
+/// the SIGBUS guard.
 /// `ids` must be below every field's row count. @throws StagedFileChanged naming the files when
 /// a mapped page could not be loaded (SIGBUS) or a row lies past its file's end: the file was
 /// truncated after staging; IoError on a read error. Does not check the files' sizes and times

@@ -214,10 +214,7 @@ bool MemoryTier::stage_mapped(const Communicator& comm, StageRead stage_read, bo
 void MemoryTier::start_touch_pass() noexcept {
     try {
         std::vector<TouchSpan> spans;
-        // Rows read through the kernel never load through this process's page tables.
-        for (const MappedRows& m : mapped_) {
-            if (!m.reads_through_kernel()) spans.push_back({m.row(0), m.bytes()});
-        }
+        for (const MappedRows& m : mapped_) spans.push_back({m.row(0), m.bytes()});
         for (const NodeSegment* s : {&fixed_, &ragged_}) {
             for (int r = 0; r < s->node_size(); ++r)
                 spans.push_back({s->base(r), s->size_bytes(r)});

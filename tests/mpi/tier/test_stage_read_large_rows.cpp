@@ -1,12 +1,14 @@
 // Mapped fields with rows of at least 64 KiB (`kKernelCopyRowBytes`) are copied with `pread`
-// from their files' locked pages, smaller ones with loads from the mapping (issue 21: after a
-// trainer's compute the loads ran at a third of the kernel's copy here). Both ways serve every
-// sample exactly once with the generator's bytes, in one batch, and a file truncated or
-// rewritten after staging is an error naming it on every rank, never other bytes.
+// from their files' locked pages when the reading thread was idle before the read (a trainer
+// computing between steps: issue 21, where loads then ran at a third of the kernel's copy here),
+// with loads from the mapping otherwise and for smaller rows. Both ways serve every sample
+// exactly once with the generator's bytes, in one batch, and a file truncated or rewritten after
+// staging is an error naming it on every rank, never other bytes.
 #include <gtest/gtest.h>
 #include <mpi.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -27,7 +29,7 @@ using namespace tier_test;
 
 namespace {
 
-constexpr std::uint64_t kRows = 41;
+constexpr std::uint64_t kRows = 97;    // 6.4 MB: under an 8 MiB `ulimit -l` at one rank
 constexpr std::uint64_t kHeader = 13;  // the rows start inside a page, as IDX rows do
 constexpr std::size_t kBig = detail::kKernelCopyRowBytes + 24;  // rows cross pages unaligned
 
@@ -108,8 +110,27 @@ LoaderOptions options(Sharding sharding, Shuffle shuffle, std::uint64_t batch) {
     return o;
 }
 
+/// Like `consume`, but sleeps `compute` after every batch, as a trainer computing would.
+Yield consume_computing(Loader& loader, std::uint64_t e, std::chrono::milliseconds compute) {
+    Yield y;
+    try {
+        for (const HostBatch& b : loader.epoch(e)) {
+            ++y.batches;
+            for (std::size_t s = 0; s < b.size(); ++s) {
+                if (b.valid()[s]) y.valid_ids.push_back(b.index()[s]);
+                if (b.index()[s] >= 0 && !slot_is_generated(b, s)) ++y.bad_slots;
+            }
+            std::this_thread::sleep_for(compute);
+        }
+    } catch (const std::exception& ex) {
+        y.error = ex.what();
+    }
+    return y;
+}
+
 /// Collective: stages both fields mapped, checks epoch 0, sleeps past a clock tick (file times
-/// are coarse), lets rank 0 `change` big.bin (its path), and returns what epoch 1 yielded.
+/// are coarse), lets rank 0 `change` big.bin (its path), and returns what epoch 1 yielded
+/// with 2 ms of compute per step (big rows through the kernel).
 Yield epoch_after_change(const std::function<void(const std::string& path)>& change) {
     h5t::TempDir dir;
     write_files(dir);
@@ -125,7 +146,7 @@ Yield epoch_after_change(const std::function<void(const std::string& path)>& cha
         h5t::barrier();
         if (h5t::rank() == 0) change(dir.file("big.bin"));
         h5t::barrier();
-        after = consume(loader, 1, slot_is_generated);
+        after = consume_computing(loader, 1, std::chrono::milliseconds(2));
     }
     comm.free();
     return after;
@@ -133,10 +154,11 @@ Yield epoch_after_change(const std::function<void(const std::string& path)>& cha
 
 }  // namespace
 
-// A batch of a big field and a small one: the big rows come through the kernel, the small ones
-// by loads, both with the generator's bytes, exactly once, for global and byte-range shards.
-// A loader of the small field alone reads nothing through the kernel.
-TEST(StageReadLargeRows, BigRowsThroughTheKernelSmallOnesByLoadsInOneBatch) {
+// A batch of a big field and a small one, read back to back (loads) and with 3 ms of compute
+// per step (a reader idle for at least `kKernelCopyIdle` before each read: every big row through
+// the kernel): the generator's bytes, exactly once, for global and byte-range shards. A loader
+// of the small field alone reads nothing through the kernel.
+TEST(StageReadLargeRows, BigRowsAfterComputeThroughTheKernelSmallOnesByLoads) {
     h5t::TempDir dir;
     write_files(dir);
     Communicator comm(MPI_COMM_WORLD);
@@ -151,22 +173,23 @@ TEST(StageReadLargeRows, BigRowsThroughTheKernelSmallOnesByLoadsInOneBatch) {
         RawSource src(comm, fields_of(dir, true));
         Loader loader(comm, src, options(c.sharding, c.shuffle, c.batch));
         ASSERT_EQ(loader.stats().stage_read_method, "mapped") << what;
+        expect_exactly_once(loader, consume(loader, 0, slot_is_generated), kRows, true, what);
         const std::uint64_t before = detail::kernel_row_reads();
-        std::uint64_t served = 0;
-        for (std::uint64_t e = 0; e < 2; ++e) {
-            const Yield y = consume(loader, e, slot_is_generated);
-            expect_exactly_once(loader, y, kRows, true, what);
-            served += y.valid_ids.size();
-        }
-        // Every valid sample of this rank read its big row through the kernel (padding slots
-        // may read one more each).
-        EXPECT_GE(detail::kernel_row_reads() - before, served) << what;
+        const Yield y = consume_computing(loader, 1, std::chrono::milliseconds(3));
+        expect_exactly_once(loader, y, kRows, true, what + ", computing");
+        // Every read after a step's compute goes through the kernel. The reads that fill the
+        // free slots back to back at the epoch's start (at most `prefetch` batches) load.
+        const std::uint64_t ahead = loader.options().prefetch * c.batch;
+        const std::uint64_t valid = y.valid_ids.size();
+        EXPECT_GE(detail::kernel_row_reads() - before, valid - std::min(valid, ahead)) << what;
+        EXPECT_GT(detail::kernel_row_reads() - before, 0u) << what;
     }
     RawSource small(comm, fields_of(dir, false));
     Loader loader(comm, small, options(Sharding::global, Shuffle::global, 4));
     ASSERT_EQ(loader.stats().stage_read_method, "mapped");
     const std::uint64_t before = detail::kernel_row_reads();
-    expect_exactly_once(loader, consume(loader, 0, slot_is_generated), kRows, true, "small");
+    const Yield y = consume_computing(loader, 0, std::chrono::milliseconds(3));
+    expect_exactly_once(loader, y, kRows, true, "small");
     EXPECT_EQ(detail::kernel_row_reads(), before) << "4-byte rows were read through the kernel";
     comm.free();
 }
