@@ -20,10 +20,12 @@ namespace mpistage::detail {
 /// `kKernelCopyRowBytes`, read by a thread that was idle for at least `kKernelCopyIdle` since its
 /// previous read, are copied with `pread` from the file, whose pages the mapping keeps locked in
 /// the page cache; all others with loads through the mapping. Measured on this project's 2-core
-/// VM (benchmarks/README.md, "Large rows after an idle reader"): back to back, loads of 150 KB
-/// rows ran 3x faster than `pread`; after the reader slept (a trainer computing between steps),
-/// they ran at a third of the kernel's copy, which goes through the kernel's own mapping of
-/// memory. Below 16 KiB the system call dominates; 64 KiB leaves a margin.
+/// VM (benchmarks/README.md, "Large rows after an idle reader"): in the loader, back to back,
+/// loads of 150 KB rows ran 3x faster than `pread`; after the reader slept 25.75 ms (a trainer
+/// computing between steps) loads ran at a half to a quarter of `pread`, which copies through
+/// the kernel's own mapping of memory, at every row size measured. Small rows stay on loads: a
+/// system call per row (about 2 µs here) would cost more than copying a row of a few hundred
+/// bytes. 64 KiB is a conservative bound, not a measured crossover.
 constexpr std::uint64_t kKernelCopyRowBytes = std::uint64_t{64} << 10;
 /// See `kKernelCopyRowBytes`: a prefetching thread that keeps up with its consumer waits far
 /// less between reads; one that waits for a trainer's compute waits milliseconds.

@@ -110,24 +110,6 @@ LoaderOptions options(Sharding sharding, Shuffle shuffle, std::uint64_t batch) {
     return o;
 }
 
-/// Like `consume`, but sleeps `compute` after every batch, as a trainer computing would.
-Yield consume_computing(Loader& loader, std::uint64_t e, std::chrono::milliseconds compute) {
-    Yield y;
-    try {
-        for (const HostBatch& b : loader.epoch(e)) {
-            ++y.batches;
-            for (std::size_t s = 0; s < b.size(); ++s) {
-                if (b.valid()[s]) y.valid_ids.push_back(b.index()[s]);
-                if (b.index()[s] >= 0 && !slot_is_generated(b, s)) ++y.bad_slots;
-            }
-            std::this_thread::sleep_for(compute);
-        }
-    } catch (const std::exception& ex) {
-        y.error = ex.what();
-    }
-    return y;
-}
-
 /// Collective: stages both fields mapped, checks epoch 0, sleeps past a clock tick (file times
 /// are coarse), lets rank 0 `change` big.bin (its path), and returns what epoch 1 yielded
 /// with 2 ms of compute per step (big rows through the kernel).
@@ -146,7 +128,7 @@ Yield epoch_after_change(const std::function<void(const std::string& path)>& cha
         h5t::barrier();
         if (h5t::rank() == 0) change(dir.file("big.bin"));
         h5t::barrier();
-        after = consume_computing(loader, 1, std::chrono::milliseconds(2));
+        after = consume(loader, 1, slot_is_generated, std::chrono::milliseconds(2));
     }
     comm.free();
     return after;
@@ -175,7 +157,7 @@ TEST(StageReadLargeRows, BigRowsAfterComputeThroughTheKernelSmallOnesByLoads) {
         ASSERT_EQ(loader.stats().stage_read_method, "mapped") << what;
         expect_exactly_once(loader, consume(loader, 0, slot_is_generated), kRows, true, what);
         const std::uint64_t before = detail::kernel_row_reads();
-        const Yield y = consume_computing(loader, 1, std::chrono::milliseconds(3));
+        const Yield y = consume(loader, 1, slot_is_generated, std::chrono::milliseconds(3));
         expect_exactly_once(loader, y, kRows, true, what + ", computing");
         // Every read after a step's compute goes through the kernel. The reads that fill the
         // free slots back to back at the epoch's start (at most `prefetch` batches) load.
@@ -188,7 +170,7 @@ TEST(StageReadLargeRows, BigRowsAfterComputeThroughTheKernelSmallOnesByLoads) {
     Loader loader(comm, small, options(Sharding::global, Shuffle::global, 4));
     ASSERT_EQ(loader.stats().stage_read_method, "mapped");
     const std::uint64_t before = detail::kernel_row_reads();
-    const Yield y = consume_computing(loader, 0, std::chrono::milliseconds(3));
+    const Yield y = consume(loader, 0, slot_is_generated, std::chrono::milliseconds(3));
     expect_exactly_once(loader, y, kRows, true, "small");
     EXPECT_EQ(detail::kernel_row_reads(), before) << "4-byte rows were read through the kernel";
     comm.free();

@@ -5,12 +5,14 @@
 #include <mpi.h>
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <functional>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "h5t_mpi.hpp"
@@ -80,9 +82,11 @@ struct Yield {
     std::string error;
 };
 
-/// Consumes epoch `e` of `loader`, checking every slot with a real id by `slot_ok`.
+/// Consumes epoch `e` of `loader`, checking every slot with a real id by `slot_ok`, sleeping
+/// `compute` after each batch (as a trainer's step would).
 inline Yield consume(Loader& loader, std::uint64_t e,
-                     const std::function<bool(const HostBatch&, std::size_t slot)>& slot_ok) {
+                     const std::function<bool(const HostBatch&, std::size_t slot)>& slot_ok,
+                     std::chrono::microseconds compute = std::chrono::microseconds(0)) {
     Yield y;
     try {
         for (const HostBatch& b : loader.epoch(e)) {
@@ -91,6 +95,7 @@ inline Yield consume(Loader& loader, std::uint64_t e,
                 if (b.valid()[s]) y.valid_ids.push_back(b.index()[s]);
                 if (b.index()[s] >= 0 && !slot_ok(b, s)) ++y.bad_slots;
             }
+            if (compute.count() > 0) std::this_thread::sleep_for(compute);
         }
     } catch (const std::exception& ex) {
         y.error = ex.what();
