@@ -69,8 +69,9 @@ def window_group(p, steps):
 
 def loader_collectives(steps, p, two_phase=False, inline=True, promised=False):
     """Collectives of one epoch of a Loader, by MPI call, for `steps` steps:
-    - epoch start: one tagged agreement (Loader::epoch, src/loader/loader.cpp: d.sync), the
-      plan and the I/O threads' start each agreed with run_agreed (one 1-word allreduce each);
+    - epoch start: one tagged agreement (Loader::epoch, src/loader/loader.cpp: d.sync) and the
+      plan agreed with run_agreed (one 1-word allreduce); the I/O threads start after them
+      without an agreement (Prefetcher::start);
     - window agreements (EpochRange::Impl::agree_step, src/loader/epoch_range.cpp): a
       non-blocking tagged allreduce started every g = window_group(P, S) steps and completed
       up to P // 2 steps later, plus one at the digest's step when no regular one started
@@ -107,7 +108,7 @@ def loader_collectives(steps, p, two_phase=False, inline=True, promised=False):
             windows = (regular + extra,) * 2 if inline else (regular + extra, steps + regular)
     c = {f"MPI_Iallreduce/{TAG_WORDS}": (1 + windows[0] + (steps if two_phase else 0),
                                          1 + windows[1] + (steps if two_phase else 0)),
-         "MPI_Iallreduce/1": (2 + (steps + 1 if two_phase else 0),) * 2,
+         "MPI_Iallreduce/1": (1 + (steps + 1 if two_phase else 0),) * 2,
          f"MPI_Iallreduce/{min(steps, DIGEST_BLOCK)}": (digest, digest)}
     if two_phase:
         c.update({"MPI_Iallgather": (1, 1), "MPI_Ialltoall": (steps, steps),

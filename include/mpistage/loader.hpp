@@ -67,9 +67,8 @@ struct LoaderOptions {
     /// Sources whose reads call MPI (`Source::reads_use_mpi`) run with 0 threads unless MPI
     /// provides MPI_THREAD_MULTIPLE. A memory tier (`stage`) within one node copies batches of
     /// up to 1 MiB on the consumer thread whatever this says (plain loads: a thread hand-over
-    /// costs more than the copy); across nodes the threads fetch remote samples ahead. A
-    /// thread that the system refuses to start is not an error: fewer threads (or the consumer
-    /// thread) read the same batches, and the process says so once on stderr.
+    /// costs more than the copy); across nodes the threads fetch remote samples ahead. A thread
+    /// the system refuses is not an error: fewer (or none) read the same batches; said once.
     std::size_t io_threads = 1;
     /// Where batches are delivered (docs/gpu.md): "auto" (node-local rank mod visible CUDA
     /// devices, else the CPU), "cpu", "cuda" (a device is required) or "cuda:N". The resolved

@@ -384,10 +384,9 @@ EpochRange Loader::epoch(std::uint64_t e, EpochOptions eo) {
     d.epoch_active = true;
     d.active = impl.get();
     EpochRange range(std::move(impl));
-    // No more threads than batches. Started last, after the epoch's collectives: a thread
-    // that reads while its rank waits in a collective delays the collective on shared cores
-    // (issue 21: 1-2.5 ms per epoch start here). A thread that cannot start is not agreed on:
-    // fewer threads (or the caller's thread) read the same steps (`Prefetcher::start`).
+    // No more threads than batches, started after the epoch's collectives (a thread reading
+    // beside a collective delays it on shared cores: 1-2.5 ms per epoch start here, issue 21);
+    // one that cannot start is not agreed on (`Prefetcher::start`).
     EpochRange::Impl* raw = range.impl_.get();
     const std::uint64_t count =
         d.use_threads ? std::min<std::uint64_t>(d.options.io_threads, raw->plan.steps) : 0;

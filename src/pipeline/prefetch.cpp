@@ -20,22 +20,20 @@ Prefetcher::Prefetcher(std::shared_ptr<Ring> ring, const Source& source, const E
 
 std::size_t Prefetcher::start(std::size_t count) noexcept {
     if (step_reader_) return 0;  // the step reader reads inside take()
-    for (std::size_t t = 0; t < count; ++t) {
-        try {
-            threads_.emplace_back([this] { worker(); });
-        } catch (const std::system_error& e) {
-            // Fewer threads read the same steps, and none reads on the caller's thread: the
-            // batches are the same, only slower, so the rank goes on and says so once.
-            static std::once_flag said;
-            std::call_once(said, [&] {
-                std::fprintf(stderr,
-                             "mpistage: cannot start I/O thread %zu of %zu (%s): reading with "
-                             "%zu%s\n",
-                             threads_.size() + 1, count, e.what(), threads_.size(),
-                             threads_.empty() ? " (on the caller's thread)" : "");
-            });
-            break;
-        }
+    try {
+        threads_.reserve(count);
+        while (threads_.size() < count) threads_.emplace_back([this] { worker(); });
+    } catch (const std::exception& e) {
+        // std::system_error (no thread: RLIMIT_NPROC) or std::bad_alloc: the threads that did
+        // start read every step (with none, `take` reads on the caller's thread). The batches
+        // are the same, only slower, so the rank goes on and says so once.
+        static std::once_flag said;
+        std::call_once(said, [&] {
+            std::fprintf(stderr,
+                         "mpistage: cannot start I/O thread %zu of %zu (%s): reading with %zu%s\n",
+                         threads_.size() + 1, count, e.what(), threads_.size(),
+                         threads_.empty() ? " (on the caller's thread)" : "");
+        });
     }
     return threads_.size();
 }

@@ -182,6 +182,12 @@ void MappedRows::check_file() const {
 
 namespace {
 
+// The only thread_local of this file, and it must stay so. Initial-exec: the SIGBUS handler
+// reads it, and __tls_get_addr is not async-signal-safe. gold (binutils 2.40, which
+// scripts/test.sh links with) resolves an initial-exec access to a local thread_local of a
+// shared library against the start of its object's .tbss: with a second thread_local here,
+// stores to t_guard landed on another library variable (RawSource's scratch guard; a double
+// free at exit, found when one was added).
 __attribute__((tls_model("initial-exec"))) thread_local sigjmp_buf* t_guard = nullptr;
 struct sigaction g_previous_bus {};
 
@@ -247,23 +253,21 @@ void MappedRows::pread_row(std::uint64_t r, std::byte* dst) const {
             done += static_cast<std::uint64_t>(n);
             continue;
         }
-        if (n < 0 && errno == EINTR) continue;
+        const int err = errno;
+        if (n < 0 && err == EINTR) continue;
         const std::string where = range_text(at, at + row_bytes_) + " of " + path_;
         if (n == 0) {
             throw StagedFileChanged("tier: " + path_ + " ends at byte " +
                                     std::to_string(at + done) + ", inside " + where +
                                     ": the file was truncated after it was staged");
         }
-        throw IoError("tier: reading " + where + " failed: " + std::strerror(errno));
+        throw IoError("tier: reading " + where + " failed: " + std::strerror(err));
     }
 }
 
 namespace {
 
 std::atomic<std::uint64_t> g_kernel_row_reads{0};
-
-/// When this thread's previous `read_mapped` ended (the epoch of the clock: never).
-thread_local std::chrono::steady_clock::time_point t_last_read{};
 
 /// One `read_mapped` of the rows read by loads, for `copy_guarded`.
 struct LoadCopy {
@@ -288,12 +292,7 @@ void copy_loaded_rows(void* arg) {
 }  // namespace
 
 void read_mapped(const std::vector<MappedRows>& fields, const std::uint64_t* ids, std::size_t count,
-                 BatchSink& sink) {
-    const auto now = std::chrono::steady_clock::now();
-    const auto idle = now - t_last_read;
-    struct Stamp {  // however the read ends
-        ~Stamp() { t_last_read = std::chrono::steady_clock::now(); }
-    } stamp;
+                 BatchSink& sink, std::chrono::nanoseconds idle) {
     std::vector<bool> by_kernel(fields.size(), false);
     std::uint64_t through_kernel = 0;
     for (std::size_t f = 0; f < fields.size(); ++f) {

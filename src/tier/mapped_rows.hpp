@@ -17,21 +17,21 @@
 namespace mpistage::detail {
 
 /// How a mapped field's rows are copied out (`read_mapped`). Rows of at least
-/// `kKernelCopyRowBytes`, read by a thread that was idle for at least `kKernelCopyIdle` since its
-/// previous read, are copied with `pread` from the file, whose pages the mapping keeps locked in
+/// `kKernelCopyRowBytes`, read at least `kKernelCopyIdle` after the tier's previous read ended
+/// (by any thread), are copied with `pread` from the file, whose pages the mapping keeps locked in
 /// the page cache; all others with loads through the mapping. Measured on this project's 2-core
 /// VM (benchmarks/README.md, "Large rows after an idle reader"): in the loader, back to back,
 /// loads of 150 KB rows ran 3x faster than `pread`; after the reader slept 25.75 ms (a trainer
-/// computing between steps) loads ran at a half to a quarter of `pread`, which copies through
-/// the kernel's own mapping of memory, at every row size measured. Small rows stay on loads: a
-/// system call per row (about 2 µs here) would cost more than copying a row of a few hundred
-/// bytes. 64 KiB is a conservative bound, not a measured crossover.
+/// computing between steps) loads ran at about a third of `pread` (a half to a quarter), which
+/// copies through the kernel's own mapping of memory, at every row size measured. Small rows stay
+/// on loads: a system call per row (about 2 µs here) would cost more than copying a row of a few
+/// hundred bytes. 64 KiB is a conservative bound, not a measured crossover.
 constexpr std::uint64_t kKernelCopyRowBytes = std::uint64_t{64} << 10;
-/// See `kKernelCopyRowBytes`: a prefetching thread that keeps up with its consumer waits far
-/// less between reads; one that waits for a trainer's compute waits milliseconds.
+/// See `kKernelCopyRowBytes`: I/O threads that keep up with their consumer read back to back;
+/// ones that wait for a trainer's compute wait milliseconds between reads.
 constexpr std::chrono::microseconds kKernelCopyIdle{1000};
 
-/// True when rows of `row_bytes` read after `idle` since the thread's previous read are copied
+/// True when rows of `row_bytes` read `idle` after the tier's previous read ended are copied
 /// with `pread` (`kKernelCopyRowBytes`). Pure.
 inline bool copy_through_kernel(std::uint64_t row_bytes, std::chrono::nanoseconds idle) noexcept {
     return row_bytes >= kKernelCopyRowBytes && idle >= kKernelCopyIdle;
@@ -113,14 +113,14 @@ private:
 
 /// Local, thread-safe: copies the rows `ids[0, count)` of every field `f` (`fields[f]`, the
 /// source's fixed fields in order) into `sink.fixed(f, k)`: with `pread_row` where
-/// `copy_through_kernel` says so for the calling thread, else with loads from the mapping under
-/// the SIGBUS guard.
+/// `copy_through_kernel` says so for `idle` (since the tier's previous read ended), else with
+/// loads from the mapping under the SIGBUS guard.
 /// `ids` must be below every field's row count. @throws StagedFileChanged naming the files when
 /// a mapped page could not be loaded (SIGBUS) or a row lies past its file's end: the file was
 /// truncated after staging; IoError on a read error. Does not check the files' sizes and times
 /// afterwards (`check_file`).
 void read_mapped(const std::vector<MappedRows>& fields, const std::uint64_t* ids, std::size_t count,
-                 BatchSink& sink);
+                 BatchSink& sink, std::chrono::nanoseconds idle);
 
 /// Rows this process copied with `pread_row` since it started (a test hook: which way a field
 /// was read). Thread-safe (an atomic, counted per `read_mapped` call).

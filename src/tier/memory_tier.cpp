@@ -320,7 +320,20 @@ void MemoryTier::check_id(std::uint64_t id) const {
 void MemoryTier::read(const std::uint64_t* ids, std::size_t count, BatchSink& sink) const {
     if (!mapped_.empty()) {
         for (std::size_t k = 0; k < count; ++k) check_id(ids[k]);
-        read_mapped(mapped_, ids, count, sink);
+        // Idle since the tier's previous read ended, by any thread (the clock's epoch: never).
+        const auto start = std::chrono::steady_clock::now().time_since_epoch();
+        const std::chrono::nanoseconds idle =
+            start - std::chrono::nanoseconds(last_read_end_ns_.load(std::memory_order_relaxed));
+        struct Stamp {  // however the read ends
+            std::atomic<std::int64_t>& end;
+            ~Stamp() {
+                end.store(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                              std::chrono::steady_clock::now().time_since_epoch())
+                              .count(),
+                          std::memory_order_relaxed);
+            }
+        } stamp{last_read_end_ns_};
+        read_mapped(mapped_, ids, count, sink, idle);
         // After the copy: a truncation inside a page zero-fills the rest of it without a
         // SIGBUS, and its new size is visible before those zeros are.
         for (std::size_t f : checked_) mapped_[f].check_file();

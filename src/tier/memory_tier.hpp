@@ -2,6 +2,7 @@
 // The memory tier (LoaderOptions::stage): the dataset staged once in node memory, read back as
 // a Source by the prefetch pipeline (internal; docs/architecture.md, "Memory tier").
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -118,6 +119,9 @@ private:
     std::vector<MappedRows> mapped_;
     /// Indices into `mapped_` of one field per file (checked after every mapped read).
     std::vector<std::size_t> checked_;
+    /// When the last mapped read ended (steady clock, ns since its epoch; 0: never), written by
+    /// every reading thread: how long the tier was idle before a read (`read_mapped`).
+    mutable std::atomic<std::int64_t> last_read_end_ns_{0};
     StageTimes times_;
     /// The touch pass (`start_touch_pass`; global sharding only). Last, so it is stopped and
     /// joined before the mappings and windows it reads go.
