@@ -272,7 +272,7 @@ std::atomic<std::uint64_t> g_kernel_row_reads{0};
 /// One `read_mapped` of the rows read by loads, for `copy_guarded`.
 struct LoadCopy {
     const std::vector<MappedRows>* fields;
-    const std::vector<bool>* by_kernel;
+    std::chrono::nanoseconds idle;  ///< rows `copy_through_kernel` takes are skipped
     const std::uint64_t* ids;
     std::size_t count;
     BatchSink* sink;
@@ -281,8 +281,8 @@ struct LoadCopy {
 void copy_loaded_rows(void* arg) {
     const auto& c = *static_cast<const LoadCopy*>(arg);
     for (std::size_t f = 0; f < c.fields->size(); ++f) {
-        if ((*c.by_kernel)[f]) continue;
         const MappedRows& m = (*c.fields)[f];
+        if (copy_through_kernel(m.row_bytes(), c.idle)) continue;
         for (std::size_t k = 0; k < c.count; ++k) {
             std::memcpy(c.sink->fixed(f, k), m.row(c.ids[k]), m.row_bytes());
         }
@@ -293,17 +293,15 @@ void copy_loaded_rows(void* arg) {
 
 void read_mapped(const std::vector<MappedRows>& fields, const std::uint64_t* ids, std::size_t count,
                  BatchSink& sink, std::chrono::nanoseconds idle) {
-    std::vector<bool> by_kernel(fields.size(), false);
     std::uint64_t through_kernel = 0;
     for (std::size_t f = 0; f < fields.size(); ++f) {
         if (!copy_through_kernel(fields[f].row_bytes(), idle)) continue;
-        by_kernel[f] = true;
         for (std::size_t k = 0; k < count; ++k) fields[f].pread_row(ids[k], sink.fixed(f, k));
         through_kernel += count;
     }
     if (through_kernel > 0) g_kernel_row_reads.fetch_add(through_kernel, std::memory_order_relaxed);
     if (through_kernel == count * fields.size()) return;
-    LoadCopy c{&fields, &by_kernel, ids, count, &sink};
+    LoadCopy c{&fields, idle, ids, count, &sink};
     if (copy_guarded(copy_loaded_rows, &c)) return;
     std::string paths;
     for (const MappedRows& m : fields) {
