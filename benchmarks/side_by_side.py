@@ -22,6 +22,13 @@ bytes/s per process (default 2e9); mpistage then also runs with 8 I/O threads
 full table would take hours: WORKLOADS=name,name (default all), MAX_EPOCHS=E (caps every
 workload's epochs, >= 2), WARMUP=0 (no warm-up run).
 
+COLD=1: before each method's first run, the workload's files leave the page cache
+(posix_fadvise(POSIX_FADV_DONTNEED); dropped only where no process maps them), so each method
+reads them in itself, as a job does on its first run, and its timed runs find them cached the
+way its own reads left them: in 2 MiB folios after the mapped tier (MADV_HUGEPAGE), in the
+kernel's readahead sizes after `read`s (benchmarks/README.md, "Huge pages of the page cache").
+Without COLD the files stay cached as whatever read or wrote them last left them.
+
 Usage: side_by_side.py BUILD_DIR WORK_DIR NP RUNS OUT_PREFIX
 Writes OUT_PREFIX.json (every run), OUT_PREFIX.md (the table), OUT_PREFIX.dat (plot data).
 ONLY=REGEX (environment) runs only the rows whose "workload | method" matches it (re.search),
@@ -52,6 +59,16 @@ def pfs_env():
     if not PFS_MODEL:
         return {}
     return {"LD_PRELOAD": PFS_MODEL, **{k: os.environ[k] for k in PFS_VARS if k in os.environ}}
+
+
+def evict(paths):
+    """Drops the clean, unmapped page-cache pages of `paths` (COLD=1)."""
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
 
 
 def mpirun(np_, args):
@@ -283,6 +300,7 @@ def main():
     if PFS_MODEL:
         os.environ.setdefault("MPISTAGE_PFS_ROOT", os.path.abspath(work))
     warmup = 0 if os.environ.get("WARMUP") == "0" else 1
+    cold = os.environ.get("COLD") == "1"
     results = {}
     only = re.compile(os.environ.get("ONLY", ""))
     for w in workloads(work):
@@ -293,6 +311,8 @@ def main():
             results[key] = []
             naive = "naive" in name
             first = 0 if naive else warmup  # run 0 is the warm-up (none for the naive one)
+            if cold:
+                evict(w["files"])
             t0 = time.perf_counter()
             for i in range(min(runs, NAIVE_RUNS) if naive else runs + first):
                 r = fn(build, np_, work)
