@@ -6,7 +6,9 @@
 # CONTENTION=0 skips contention.py). Then the Fashion-MNIST table under the parallel-file-system
 # model (1 ms per request, 2 GB/s per process; OUT-pfs.md/.json; PFS=0 skips it, about 15
 # minutes) and the scale model (OUT-scale.md: the table at W = 64 ... 4096, N = 10^9, and its
-# check against real runs at W = 2, 3, 4).
+# check against real runs at W = 2, 3, 4). The side-by-side table runs with COLD=1 unless COLD=0
+# is set: each method's files leave the page cache before its warm-up run, so each method reads
+# them in itself (side_by_side.py; benchmarks/README.md, "Huge pages of the page cache").
 #
 #   benchmarks/run.sh [BUILD_DIR] [NP] [RUNS]      (defaults: build, 2, 5)
 set -euo pipefail
@@ -36,7 +38,7 @@ fm=/usr/share/datasets/fashion-mnist
 [ -s "$work/resnet50.h5" ] || "$py" "$here/make_workload.py" "$work/resnet50.h5" 2000
 
 echo "np=$np, $runs runs after a warm-up, $(nproc) cores, $(date -u '+%Y-%m-%d %H:%M UTC')"
-"$py" "$here/side_by_side.py" "$build" "$work" "$np" "$runs" "$out"
+COLD="${COLD:-1}" "$py" "$here/side_by_side.py" "$build" "$work" "$np" "$runs" "$out"
 
 # Under contention (README "Binding and shared cores"): staged Fashion-MNIST and PyTorch in
 # memory, idle and with a busy process per core, default binding and --bind-to none.
@@ -68,7 +70,7 @@ if [ "${PFS:-1}" != 0 ]; then
     PFS_MODEL="$build/benchmarks/pfs/libmpistage_pfs_model.so" \
         MPISTAGE_PFS_LATENCY_US="${MPISTAGE_PFS_LATENCY_US:-1000}" \
         MPISTAGE_PFS_BANDWIDTH="${MPISTAGE_PFS_BANDWIDTH:-2e9}" MPISTAGE_PFS_ROOT="$work" \
-        WORKLOADS=fmnist MAX_EPOCHS=3 WARMUP=0 \
+        WORKLOADS=fmnist MAX_EPOCHS=3 WARMUP=0 COLD=0 \
         "$py" "$here/side_by_side.py" "$build" "$work" "$np" 1 "$out-pfs"
 fi
 

@@ -1,5 +1,8 @@
 #include "pipeline/prefetch.hpp"
 
+#include <atomic>
+#include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <mutex>
 #include <system_error>
@@ -8,6 +11,21 @@
 #include "pipeline/fill.hpp"
 
 namespace mpistage::detail {
+
+namespace {
+
+std::atomic<std::size_t> g_max_started{SIZE_MAX};
+std::atomic<std::uint64_t> g_refused{0};
+
+}  // namespace
+
+void limit_io_thread_starts(std::size_t max_started) noexcept {
+    g_max_started.store(max_started);
+}
+
+std::uint64_t refused_io_thread_starts() noexcept {
+    return g_refused.load();
+}
 
 Prefetcher::Prefetcher(std::shared_ptr<Ring> ring, const Source& source, const EpochPlan& plan,
                        std::uint64_t epoch, StepReader step_reader, const Source* fallback)
@@ -22,7 +40,14 @@ std::size_t Prefetcher::start(std::size_t count) noexcept {
     if (step_reader_) return 0;  // the step reader reads inside take()
     try {
         threads_.reserve(count);
-        while (threads_.size() < count) threads_.emplace_back([this] { worker(); });
+        while (threads_.size() < count) {
+            if (threads_.size() >= g_max_started.load()) {
+                g_refused.fetch_add(1);
+                throw std::system_error(EAGAIN, std::generic_category(),
+                                        "refused by limit_io_thread_starts (a test)");
+            }
+            threads_.emplace_back([this] { worker(); });
+        }
     } catch (const std::exception& e) {
         // std::system_error (no thread: RLIMIT_NPROC) or std::bad_alloc: the threads that did
         // start read every step (with none, `take` reads on the caller's thread). The batches

@@ -3,6 +3,7 @@
 // the consumer takes them strictly in plan order. Exceptions of the threads travel to the
 // consumer as std::exception_ptr. No MPI call is made here; the caller agrees on the outcome.
 
+#include <cstddef>
 #include <cstdint>
 #include <exception>
 #include <functional>
@@ -78,5 +79,13 @@ private:
     std::size_t in_flight_ = 0;
     bool stop_ = false;
 };
+
+/// Fault injection for tests (tests/mpi/loader/test_loader_io_threads.cpp), as an
+/// `RLIMIT_NPROC` would: every later `Prefetcher::start` of this process starts at most
+/// `max_started` threads, and the next start fails with `std::system_error` (EAGAIN).
+/// SIZE_MAX (the default) lifts the limit. Thread-safe (an atomic).
+void limit_io_thread_starts(std::size_t max_started) noexcept;
+/// Thread starts this process refused under `limit_io_thread_starts`. Thread-safe.
+std::uint64_t refused_io_thread_starts() noexcept;
 
 }  // namespace mpistage::detail
