@@ -2,15 +2,17 @@
 // MADV_POPULATE_READ mapped the page, against a second load: the cost the memory tier's touch
 // pass takes off the epochs (benchmarks/README.md, "Touch pass").
 //
-//   build/benchmarks/first_load FILE [ROUNDS]     (default 3)
+//   build/benchmarks/first_load FILE [ROUNDS] [no-advice]     (default 3 rounds)
 //
 // Each round maps FILE read-only (MAP_SHARED, as the mapped tier does), advises huge pages
 // (MADV_HUGEPAGE, as the tier does), maps its pages with one madvise(MADV_POPULATE_READ)
 // (reading from the file what is not cached), loads one byte per 4 KiB page, loads again, and
-// unmaps. Prints microseconds per page of each step, the minor page faults of each (getrusage)
-// and how much of the file the kernel mapped 2 MiB at a time (FilePmdMapped of
-// /proc/self/smaps_rollup: the part of the page cache held in 2 MiB folios). Single-threaded,
-// not MPI.
+// unmaps. `no-advice` leaves out MADV_HUGEPAGE (the tier before it advised). Prints
+// microseconds per page of each step, the minor page faults of each (getrusage) and how much
+// of the process's file mappings the kernel mapped 2 MiB at a time (FilePmdMapped of
+// /proc/self/smaps_rollup over the file's size; the shared libraries add next to nothing):
+// a share of the file's page cache held in 2 MiB folios, mapped whole. Single-threaded, not
+// MPI.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -73,8 +75,9 @@ unsigned load_pass(const volatile unsigned char* p, std::size_t bytes) {
 
 int main(int argc, char** argv) {
     const int rounds = argc > 2 ? std::atoi(argv[2]) : 3;
-    if (argc < 2 || rounds <= 0) {
-        std::fprintf(stderr, "usage: first_load FILE [ROUNDS > 0]\n");
+    const bool advise = argc <= 3 || std::string(argv[3]) != "no-advice";
+    if (argc < 2 || argc > 4 || rounds <= 0 || (argc == 4 && advise)) {
+        std::fprintf(stderr, "usage: first_load FILE [ROUNDS > 0] [no-advice]\n");
         return 2;
     }
     const int fd = ::open(argv[1], O_RDONLY);
@@ -93,7 +96,7 @@ int main(int argc, char** argv) {
             return 1;
         }
         const auto* p = static_cast<const volatile unsigned char*>(m);
-        (void)::madvise(m, bytes, MADV_HUGEPAGE);
+        if (advise) (void)::madvise(m, bytes, MADV_HUGEPAGE);
         const Step populate = timed([&] {
             if (::madvise(m, bytes, MADV_POPULATE_READ) != 0) std::perror("first_load: madvise");
         });

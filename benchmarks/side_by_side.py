@@ -22,8 +22,9 @@ bytes/s per process (default 2e9); mpistage then also runs with 8 I/O threads
 full table would take hours: WORKLOADS=name,name (default all), MAX_EPOCHS=E (caps every
 workload's epochs, >= 2), WARMUP=0 (no warm-up run).
 
-COLD=1: before each method's first run, the workload's files leave the page cache
-(posix_fadvise(POSIX_FADV_DONTNEED); dropped only where no process maps them), so each method
+COLD=1: before each method's first run (its warm-up; the naive baseline has none, so its first
+timed run reads cold), the workload's files leave the page cache (fdatasync, then
+posix_fadvise(POSIX_FADV_DONTNEED); dropped only where no process maps them), so each method
 reads them in itself, as a job does on its first run, and its timed runs find them cached the
 way its own reads left them: in 2 MiB folios after the mapped tier (MADV_HUGEPAGE), in the
 kernel's readahead sizes after `read`s (benchmarks/README.md, "Huge pages of the page cache").
@@ -62,10 +63,12 @@ def pfs_env():
 
 
 def evict(paths):
-    """Drops the clean, unmapped page-cache pages of `paths` (COLD=1)."""
+    """Drops the page-cache pages of `paths` that no process maps (COLD=1), written back first
+    (DONTNEED skips dirty pages)."""
     for path in paths:
         fd = os.open(path, os.O_RDONLY)
         try:
+            os.fdatasync(fd)
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         finally:
             os.close(fd)

@@ -82,10 +82,12 @@ private:
 
 /// Fault injection for tests (tests/mpi/loader/test_loader_io_threads.cpp), as an
 /// `RLIMIT_NPROC` would: every later `Prefetcher::start` of this process starts at most
-/// `max_started` threads, and the next start fails with `std::system_error` (EAGAIN).
-/// SIZE_MAX (the default) lifts the limit. Thread-safe (an atomic).
+/// `max_started` threads, and its next thread start fails with `std::system_error` (EAGAIN),
+/// which ends that call's starts. SIZE_MAX (the default) lifts the limit. Thread-safe (an
+/// atomic).
 void limit_io_thread_starts(std::size_t max_started) noexcept;
-/// Thread starts this process refused under `limit_io_thread_starts`. Thread-safe.
+/// `Prefetcher::start` calls of this process cut short by `limit_io_thread_starts` (one per
+/// call, however many threads it then lacks). Thread-safe.
 std::uint64_t refused_io_thread_starts() noexcept;
 
 }  // namespace mpistage::detail

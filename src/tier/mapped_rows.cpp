@@ -65,13 +65,16 @@ std::string MappedRows::map() noexcept {
         return "mmap of " + range_text(start, file_offset_ + bytes_) + " of " + path_ +
                " refused (" + std::strerror(errno) + ")";
     }
-    // Where the kernel supports it, file pages read in through this mapping come in 2 MiB
-    // folios and are mapped 2 MiB at a time; the kernel aligns the address with the file
-    // offset for that. On the benchmark VM a process's first load of a 4 KiB-mapped page costs
-    // 0.2–1.6 µs even after MADV_POPULATE_READ, and of a 2 MiB-mapped file 0.04 µs per 4 KiB
-    // (benchmarks/README.md, "Huge pages of the page cache"). Pages already cached in smaller
-    // folios stay as they are. Advice only: a kernel without transparent huge pages refuses
-    // it (EINVAL) and nothing changes.
+    // Where the kernel supports it (transparent huge pages, and large page-cache folios in the
+    // file system: XFS since Linux 5.18, ext4 since 6.16), file pages read in through this
+    // mapping come in 2 MiB folios and are mapped 2 MiB at a time; the kernel aligns the
+    // address with the file offset for that. On the benchmark VM a process's first load of a
+    // 4 KiB-mapped page costs 0.2–1.6 µs even after MADV_POPULATE_READ, and of a 2 MiB-mapped
+    // file 0.04 µs per 4 KiB (benchmarks/README.md, "Huge pages of the page cache"). Pages
+    // already cached in smaller folios may stay as they are. A read-in also reads the rest of
+    // the 2 MiB blocks at a shard's edges (pages of the neighbours' shards, on the same node).
+    // Advice only: a kernel without transparent huge pages refuses it (EINVAL) and nothing
+    // changes.
     (void)::madvise(p, bytes, MADV_HUGEPAGE);
     map_ = static_cast<std::byte*>(p);
     map_bytes_ = bytes;
@@ -156,6 +159,20 @@ std::string MappedRows::lock(std::uint64_t first, std::uint64_t count) const noe
     std::byte* begin = nullptr;
     std::size_t bytes = 0;
     span(first, count, begin, bytes);
+    if (bytes != 0) {
+        // Out to 2 MiB boundaries (within the mapping): Linux mlocks a large folio only when
+        // the locked range holds all of it, so a folio across a shard's edge, half locked by
+        // each neighbour, would stay evictable; and a lock ending inside a 2 MiB mapping
+        // splits it into 4 KiB entries.
+        constexpr std::uintptr_t kHuge = std::uintptr_t{2} << 20;
+        const auto lo = reinterpret_cast<std::uintptr_t>(begin);
+        const auto map_lo = reinterpret_cast<std::uintptr_t>(map_);
+        const std::uintptr_t map_hi = map_lo + map_bytes_;
+        const std::uintptr_t wide_lo = std::max(map_lo, lo / kHuge * kHuge);
+        const std::uintptr_t wide_hi = std::min(map_hi, (lo + bytes + kHuge - 1) / kHuge * kHuge);
+        begin = map_ + (wide_lo - map_lo);
+        bytes = static_cast<std::size_t>(wide_hi - wide_lo);
+    }
     if (bytes == 0 || ::mlock(begin, bytes) == 0) return {};
     const int err = errno;
     std::string why = "mlock of " + std::to_string(bytes) + " bytes of " + path_ + " refused (" +

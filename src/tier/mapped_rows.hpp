@@ -39,11 +39,11 @@ inline bool copy_through_kernel(std::uint64_t row_bytes, std::chrono::nanosecond
 
 /// Rows `[0, num_rows)` of one fixed field, mapped read-only (`MAP_SHARED`) from the file that
 /// holds them back to back, so every rank of a node reads the same page-cache pages. `map`
-/// reserves address space only; `read_in` brings a range of rows into memory and `lock` keeps
-/// it there. Move-only; unmaps (and so unlocks) on destruction. `row` and `check_file` are
-/// thread-safe. Refusals that are the system's, not the file's (a file system that cannot map,
-/// address space or lock limits, an old kernel), come back as text so the caller can copy
-/// instead; faults of the file are IoErrors.
+/// reserves address space only (advised `MADV_HUGEPAGE`); `read_in` brings a range of rows into
+/// memory and `lock` keeps it there. Move-only; unmaps (and so unlocks) on destruction. `row` and
+/// `check_file` are thread-safe. Refusals that are the system's, not the file's (a file system that
+/// cannot map, address space or lock limits, an old kernel), come back as text so the caller can
+/// copy instead; faults of the file are IoErrors.
 class MappedRows {
 public:
     MappedRows() = default;
@@ -56,8 +56,10 @@ public:
     MappedRows& operator=(const MappedRows&) = delete;
     ~MappedRows();
 
-    /// Local: maps the rows (`mmap`) and notes the file's size and times (`fstat`) for
-    /// `check_file`. Returns an empty string, or why the mapping was refused (errno text:
+    /// Local: maps the rows (`mmap`), advises huge pages on the mapping (`MADV_HUGEPAGE`: pages
+    /// read in later come in 2 MiB page-cache folios where the kernel and file system support
+    /// them; a refusal of the advice is ignored) and notes the file's size and times (`fstat`)
+    /// for `check_file`. Returns an empty string, or why the mapping was refused (errno text:
     /// ENODEV on a file system that cannot map, ENOMEM under an address-space limit). Never
     /// throws.
     std::string map() noexcept;
@@ -74,9 +76,11 @@ public:
     /// be read: a file shorter than the rows (EFAULT: truncated since it was opened), a read
     /// error (EIO, EHWPOISON).
     std::string read_in(std::uint64_t first, std::uint64_t count) const;
-    /// Local: locks the pages of rows `[first, first + count)` in memory (`mlock`), so they are
-    /// never evicted and later reads never go to the file. Returns an empty string, or why the
-    /// lock was refused (errno text and RLIMIT_MEMLOCK). Never throws.
+    /// Local: locks the pages of rows `[first, first + count)` in memory (`mlock`), widened to
+    /// 2 MiB boundaries within the mapping (so a 2 MiB folio across the edge of the rows is
+    /// locked whole: up to 4 MiB more than the rows), so they are never evicted and later reads
+    /// never go to the file. Returns an empty string, or why the lock was refused (errno text
+    /// and RLIMIT_MEMLOCK). Never throws.
     std::string lock(std::uint64_t first, std::uint64_t count) const noexcept;
     /// Local, one `fstat`: @throws StagedFileChanged (an IoError) naming the file when its
     /// size, modification or change time differ from what they were at `map`: pages read since

@@ -41,6 +41,14 @@ std::vector<std::vector<std::int64_t>> run(const Communicator& comm, const Sourc
     return ids;
 }
 
+/// Lifts the limit of `limit_io_thread_starts` when it goes, however the test ends.
+struct ThreadLimit {
+    explicit ThreadLimit(std::size_t max_started) { detail::limit_io_thread_starts(max_started); }
+    ~ThreadLimit() { detail::limit_io_thread_starts(SIZE_MAX); }
+    ThreadLimit(const ThreadLimit&) = delete;
+    ThreadLimit& operator=(const ThreadLimit&) = delete;
+};
+
 }  // namespace
 
 // Rank r starts no I/O thread (r % 3 == 0), one of two (r % 3 == 1) or both (r % 3 == 2), on
@@ -61,9 +69,11 @@ TEST(LoaderIoThreads, RefusedThreadStartsLeaveTheSameBatches) {
     for (const Config& c : configs) {
         const auto all_started = run(comm, src, c, c.str() + " all threads");
         const std::uint64_t refused_before = detail::refused_io_thread_starts();
-        detail::limit_io_thread_starts(limit);
-        const auto some_refused = run(comm, src, c, c.str() + " limited");
-        detail::limit_io_thread_starts(SIZE_MAX);
+        std::vector<std::vector<std::int64_t>> some_refused;
+        {
+            const ThreadLimit limited(limit);
+            some_refused = run(comm, src, c, c.str() + " limited");
+        }
         const std::uint64_t refused = detail::refused_io_thread_starts() - refused_before;
         // One refusal per epoch where the limit is below the 2 threads asked for. The memory
         // tier starts no I/O thread within one node (W = 1 here: its batches of under 1 MiB

@@ -2,7 +2,8 @@
 // least 64 KiB go through `pread` only after the tier was idle for `kKernelCopyIdle` (a trainer
 // computing), back-to-back reads and small rows load from the mapping, both with the file's
 // bytes; a row cut by a truncation is a StagedFileChanged naming the file and where it ends,
-// not a short row; the mapping asks for huge pages.
+// not a short row; the mapping asks for huge pages and its locks
+// cover whole 2 MiB blocks.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -185,4 +186,77 @@ TEST(MappedRows, TheMappingAsksForHugePages) {
     const std::string flags = vm_flags_of(file.fields()[0].row(0));
     ASSERT_FALSE(flags.empty()) << "no mapping holds row 0 in /proc/self/smaps";
     EXPECT_NE(flags.find(" hg"), std::string::npos) << flags;
+}
+
+namespace {
+
+/// The bounds [lo, hi) and VmFlags of the mapping in /proc/self/smaps that contains `p`.
+struct Vma {
+    std::uintptr_t lo = 0, hi = 0;
+    std::string flags;
+};
+
+Vma vma_of(const void* p) {
+    std::ifstream smaps("/proc/self/smaps");
+    const auto at = reinterpret_cast<std::uintptr_t>(p);
+    std::string line;
+    Vma v;
+    bool inside = false;
+    while (std::getline(smaps, line)) {
+        unsigned long lo = 0, hi = 0;
+        char dash = 0;
+        if (std::sscanf(line.c_str(), "%lx%c%lx", &lo, &dash, &hi) == 3 && dash == '-') {
+            inside = lo <= at && at < hi;
+            if (inside) v = {lo, hi, {}};
+        } else if (inside && line.rfind("VmFlags:", 0) == 0) {
+            v.flags = line;
+            return v;
+        }
+    }
+    return {};
+}
+
+}  // namespace
+
+// `lock` widens the rows' pages to 2 MiB boundaries within the mapping: Linux locks a 2 MiB
+// folio only when the locked range holds all of it, so a folio across a shard's edge, half
+// locked by each neighbour, would stay evictable. The locked part of the mapping is its own
+// mapping in /proc/self/smaps (VmFlags "lo"), starting and ending on 2 MiB boundaries or at
+// the mapping's ends.
+TEST(MappedRows, LockWidensToTwoMiBBoundaries) {
+    constexpr std::uint64_t kRow = 4096;
+    constexpr std::uint64_t kCount = 1600;  // 6.25 MiB
+    constexpr std::uintptr_t kHuge = std::uintptr_t{2} << 20;
+    char tmpl[] = "/tmp/mpistage_mapped_lock_XXXXXX";
+    const int fd = ::mkstemp(tmpl);
+    ASSERT_GE(fd, 0);
+    const std::string path = tmpl;
+    ASSERT_EQ(::ftruncate(fd, static_cast<off_t>(kHeader + kRow * kCount)), 0);
+    {
+        MappedRows rows(detail::FileRows{fd, path, kHeader, kHeader + kRow * kCount}, kRow, kCount);
+        ASSERT_EQ(rows.map(), "");
+        const std::uint64_t first = 700, count = 300;  // about 2.7 MiB to 3.9 MiB
+        ASSERT_EQ(rows.read_in(first, count), "");
+        const std::string why = rows.lock(first, count);
+        if (!why.empty()) {
+            ::close(fd);
+            std::remove(path.c_str());
+            GTEST_SKIP() << "mlock refused here: " << why;
+        }
+        const Vma locked = vma_of(rows.row(first));
+        const Vma start = vma_of(rows.row(0));
+        const Vma end = vma_of(rows.row(kCount - 1));
+        const auto row_lo = reinterpret_cast<std::uintptr_t>(rows.row(first));
+        const auto row_hi = reinterpret_cast<std::uintptr_t>(rows.row(first + count));
+        EXPECT_NE(locked.flags.find(" lo"), std::string::npos) << locked.flags;
+        EXPECT_LE(locked.lo, row_lo);
+        EXPECT_GE(locked.hi, row_hi);
+        EXPECT_TRUE(locked.lo % kHuge == 0 || locked.lo == start.lo) << std::hex << locked.lo;
+        EXPECT_TRUE(locked.hi % kHuge == 0 || locked.hi == end.hi) << std::hex << locked.hi;
+        // Widened by less than 2 MiB on each side.
+        EXPECT_LT(row_lo - locked.lo, kHuge);
+        EXPECT_LT(locked.hi - row_hi, kHuge);
+    }
+    ::close(fd);
+    std::remove(path.c_str());
 }
