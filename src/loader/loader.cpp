@@ -185,10 +185,6 @@ Loader::Loader(const Communicator& comm, const Source& source, LoaderOptions opt
     d.comm.set_context({"loader: content fingerprint", -1, -1, "", -1});
     detail::check_same_contents(d.comm, source, d.num_samples, d.options.verify_files);
     d.comm.set_context({"loader: construction", -1, -1, "", -1});
-    d.comm.set_context(
-        {"loader: dataset fingerprint (" + to_string(d.options.fingerprint) + ")", -1, -1, "", -1});
-    d.record_identity();
-    d.comm.set_context({"loader: construction", -1, -1, "", -1});
     std::uint64_t capacity = d.options.plan.batch_size;
     run_agreed(d.comm, [&] {
         d.make_cost_functions();
@@ -220,6 +216,15 @@ Loader::Loader(const Communicator& comm, const Source& source, LoaderOptions opt
     d.comm.set_context({"loader: stage " + to_string(d.options.stage), -1, -1, "", -1});
     d.tier =
         detail::build_memory_tier(d.comm, source, d.options, detail::ring_bytes(*d.ring), d.stats);
+    // After the staging: the fingerprint reads up to 1024 spread samples from the files
+    // (`FingerprintLevel::sampled`), half of a 2000-sample file of 150 KB rows. Read first, they
+    // came into the page cache in the kernel's readahead folios, and a mapped tier could not
+    // have them in 2 MiB folios (benchmarks/README.md, "Huge pages of the page cache"); read
+    // now, they come from the pages the staging read in.
+    d.comm.set_context(
+        {"loader: dataset fingerprint (" + to_string(d.options.fingerprint) + ")", -1, -1, "", -1});
+    d.record_identity();
+    d.comm.set_context({"loader: construction", -1, -1, "", -1});
     int level = MPI_THREAD_SINGLE;
     MPI_Query_thread(&level);
     // A tier within one node serves a small batch with plain loads (a few µs of memcpy):
