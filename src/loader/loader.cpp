@@ -216,11 +216,9 @@ Loader::Loader(const Communicator& comm, const Source& source, LoaderOptions opt
     d.comm.set_context({"loader: stage " + to_string(d.options.stage), -1, -1, "", -1});
     d.tier =
         detail::build_memory_tier(d.comm, source, d.options, detail::ring_bytes(*d.ring), d.stats);
-    // After the staging: the fingerprint reads up to 1024 spread samples from the files
-    // (`FingerprintLevel::sampled`), half of a 2000-sample file of 150 KB rows. Read first, they
-    // came into the page cache in the kernel's readahead folios, and a mapped tier could not
-    // have them in 2 MiB folios (benchmarks/README.md, "Huge pages of the page cache"); read
-    // now, they come from the pages the staging read in.
+    // After the staging, so the fingerprint's 1026 sample reads (half of a file of 2000 150 KB
+    // rows) come from the staged pages instead of caching the file first in readahead folios
+    // (benchmarks/README.md, "Huge pages of the page cache").
     d.comm.set_context(
         {"loader: dataset fingerprint (" + to_string(d.options.fingerprint) + ")", -1, -1, "", -1});
     d.record_identity();

@@ -154,42 +154,6 @@ TEST(MappedRows, ARowCutByATruncationIsStagedFileChangedNamingTheFile) {
 
 namespace {
 
-/// The VmFlags line of the mapping in /proc/self/smaps that contains `p`, or "" when none does.
-std::string vm_flags_of(const void* p) {
-    std::ifstream smaps("/proc/self/smaps");
-    const auto at = reinterpret_cast<std::uintptr_t>(p);
-    std::string line;
-    bool inside = false;
-    while (std::getline(smaps, line)) {
-        unsigned long lo = 0, hi = 0;
-        char dash = 0;
-        if (std::sscanf(line.c_str(), "%lx%c%lx", &lo, &dash, &hi) == 3 && dash == '-') {
-            inside = lo <= at && at < hi;
-        } else if (inside && line.rfind("VmFlags:", 0) == 0) {
-            return line;
-        }
-    }
-    return {};
-}
-
-}  // namespace
-
-// The mapping asks for the page cache's 2 MiB folios (MADV_HUGEPAGE): a cold file is read in
-// 2 MiB at a time and every process maps it 2 MiB at a time, instead of paying a first load per
-// 4 KiB page (benchmarks/README.md, "Huge pages of the page cache"). Linux shows the advice as
-// "hg" in the mapping's VmFlags.
-TEST(MappedRows, TheMappingAsksForHugePages) {
-    if (::access("/sys/kernel/mm/transparent_hugepage/enabled", F_OK) != 0) {
-        GTEST_SKIP() << "this kernel has no transparent huge pages: the advice is refused";
-    }
-    MappedFile file;
-    const std::string flags = vm_flags_of(file.fields()[0].row(0));
-    ASSERT_FALSE(flags.empty()) << "no mapping holds row 0 in /proc/self/smaps";
-    EXPECT_NE(flags.find(" hg"), std::string::npos) << flags;
-}
-
-namespace {
-
 /// The bounds [lo, hi) and VmFlags of the mapping in /proc/self/smaps that contains `p`.
 struct Vma {
     std::uintptr_t lo = 0, hi = 0;
@@ -217,6 +181,20 @@ Vma vma_of(const void* p) {
 }
 
 }  // namespace
+
+// The mapping asks for the page cache's 2 MiB folios (MADV_HUGEPAGE): a cold file is read in
+// 2 MiB at a time and every process maps it 2 MiB at a time, instead of paying a first load per
+// 4 KiB page (benchmarks/README.md, "Huge pages of the page cache"). Linux shows the advice as
+// "hg" in the mapping's VmFlags.
+TEST(MappedRows, TheMappingAsksForHugePages) {
+    if (::access("/sys/kernel/mm/transparent_hugepage/enabled", F_OK) != 0) {
+        GTEST_SKIP() << "this kernel has no transparent huge pages: the advice is refused";
+    }
+    MappedFile file;
+    const std::string flags = vma_of(file.fields()[0].row(0)).flags;
+    ASSERT_FALSE(flags.empty()) << "no mapping holds row 0 in /proc/self/smaps";
+    EXPECT_NE(flags.find(" hg"), std::string::npos) << flags;
+}
 
 // `lock` widens the rows' pages to 2 MiB boundaries within the mapping: Linux locks a 2 MiB
 // folio only when the locked range holds all of it, so a folio across a shard's edge, half
