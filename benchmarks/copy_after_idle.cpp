@@ -5,10 +5,11 @@
 // kKernelCopyIdle (src/tier/mapped_rows.hpp; benchmarks/README.md, "Large rows after an idle
 // reader").
 //
-//   build/benchmarks/copy_after_idle FILE [STEPS] [ROUNDS]     (defaults 40 and 3)
+//   build/benchmarks/copy_after_idle FILE [STEPS] [ROUNDS] [no-advice]   (defaults 40 and 3)
 //
-// FILE is mapped read-only (MAP_SHARED), its pages mapped with madvise(MADV_POPULATE_READ) and
-// loaded once (the touch pass), so neither method reads storage or pays a first load. For each
+// FILE is mapped read-only (MAP_SHARED), advised huge pages (MADV_HUGEPAGE, as the tier does;
+// `no-advice` leaves it out), its pages mapped with madvise(MADV_POPULATE_READ) and loaded once
+// (the touch pass), so neither method reads storage or pays a first load. For each
 // row size and idle time, each round runs STEPS steps of 16 random rows (one "batch"): sleep the
 // idle time, then copy the rows into one buffer, timing only the copy; loads and pread
 // alternate step by step, after one warm-up round. Prints the median GB/s of each method over
@@ -26,6 +27,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -92,11 +94,12 @@ double median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
     if (argc < 2) {
-        std::fprintf(stderr, "usage: %s FILE [STEPS] [ROUNDS]\n", argv[0]);
+        std::fprintf(stderr, "usage: %s FILE [STEPS] [ROUNDS] [no-advice]\n", argv[0]);
         return 2;
     }
     const int steps = argc > 2 ? std::atoi(argv[2]) : 40;
     const int rounds = argc > 3 ? std::atoi(argv[3]) : 3;
+    const bool advise = argc <= 4 || std::string(argv[4]) != "no-advice";
     Mapped m;
     m.fd = ::open(argv[1], O_RDONLY);
     struct stat st {};
@@ -111,11 +114,13 @@ int main(int argc, char** argv) {
         return 1;
     }
     m.data = static_cast<const char*>(p);
+    if (advise) (void)::madvise(p, m.bytes, MADV_HUGEPAGE);  // refused without THP: no matter
     (void)::madvise(p, m.bytes, MADV_POPULATE_READ);
     volatile char sink = 0;
     for (std::size_t i = 0; i < m.bytes; i += 4096) sink = sink + m.data[i];
-    std::printf("%s: %.1f MB, %d steps of %zu rows, median of %d rounds\n", argv[1],
-                static_cast<double>(m.bytes) / 1e6, steps, kRowsPerStep, rounds);
+    std::printf("%s: %.1f MB, %d steps of %zu rows, median of %d rounds, %s\n", argv[1],
+                static_cast<double>(m.bytes) / 1e6, steps, kRowsPerStep, rounds,
+                advise ? "MADV_HUGEPAGE" : "no advice");
     std::printf("%10s %10s %12s %12s %14s\n", "row bytes", "idle us", "loads GB/s", "pread GB/s",
                 "pread / loads");
     std::mt19937_64 rng(7);
@@ -123,7 +128,7 @@ int main(int argc, char** argv) {
          {std::size_t{4096}, std::size_t{16384}, std::size_t{65536}, std::size_t{224 * 224 * 3}}) {
         if (row * kRowsPerStep > m.bytes) continue;
         std::vector<char> out(row * kRowsPerStep);
-        for (const int idle_us : {0, 100, 1000, 25750}) {
+        for (const int idle_us : {0, 100, 1000, 2000, 5000, 10000, 25750}) {
             const std::chrono::microseconds idle(idle_us);
             std::vector<double> loads, preads;
             (void)round_rates(m, row, idle, steps, rng, out);  // warm-up, not counted

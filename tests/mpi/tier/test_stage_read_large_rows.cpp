@@ -32,6 +32,9 @@ namespace {
 constexpr std::uint64_t kRows = 97;    // 6.4 MB: under an 8 MiB `ulimit -l` at one rank
 constexpr std::uint64_t kHeader = 13;  // the rows start inside a page, as IDX rows do
 constexpr std::size_t kBig = detail::kKernelCopyRowBytes + 24;  // rows cross pages unaligned
+/// A step's emulated compute: longer than kKernelCopyIdle, so the reads after it go through the
+/// kernel.
+constexpr auto kCompute = detail::kKernelCopyIdle + std::chrono::milliseconds(1);
 
 std::byte big_byte(std::uint64_t id, std::size_t k) {
     return static_cast<std::byte>((id * 29 + k * 11 + (k >> 9)) & 0xFF);
@@ -112,7 +115,7 @@ LoaderOptions options(Sharding sharding, Shuffle shuffle, std::uint64_t batch) {
 
 /// Collective: stages both fields mapped, checks epoch 0, sleeps past a clock tick (file times
 /// are coarse), lets rank 0 `change` big.bin (its path), and returns what epoch 1 yielded
-/// with 2 ms of compute per step (big rows through the kernel).
+/// with `kCompute` per step (big rows through the kernel).
 Yield epoch_after_change(const std::function<void(const std::string& path)>& change) {
     h5t::TempDir dir;
     write_files(dir);
@@ -128,7 +131,7 @@ Yield epoch_after_change(const std::function<void(const std::string& path)>& cha
         h5t::barrier();
         if (h5t::rank() == 0) change(dir.file("big.bin"));
         h5t::barrier();
-        after = consume(loader, 1, slot_is_generated, std::chrono::milliseconds(2));
+        after = consume(loader, 1, slot_is_generated, kCompute);
     }
     comm.free();
     return after;
@@ -136,7 +139,7 @@ Yield epoch_after_change(const std::function<void(const std::string& path)>& cha
 
 }  // namespace
 
-// A batch of a big field and a small one, read back to back (loads) and with 3 ms of compute
+// A batch of a big field and a small one, read back to back (loads) and with `kCompute`
 // per step (the tier idle for at least `kKernelCopyIdle` before each read: every big row through
 // the kernel): the generator's bytes, exactly once, for global and byte-range shards. A loader
 // of the small field alone reads nothing through the kernel.
@@ -165,11 +168,11 @@ TEST(StageReadLargeRows, BigRowsAfterComputeThroughTheKernelSmallOnesByLoads) {
         ASSERT_EQ(loader.stats().stage_read_method, "mapped") << what;
         expect_exactly_once(loader, consume(loader, 0, slot_is_generated), kRows, true, what);
         const std::uint64_t before = detail::kernel_row_reads();
-        const Yield y = consume(loader, 1, slot_is_generated, std::chrono::milliseconds(3));
+        const Yield y = consume(loader, 1, slot_is_generated, kCompute);
         expect_exactly_once(loader, y, kRows, true, what + ", computing");
         // Every read after a step's compute goes through the kernel. The reads that fill the
         // free slots at the epoch's start (at most `prefetch` batches) may follow the last
-        // epoch's reads within 1 ms and load.
+        // epoch's reads within kKernelCopyIdle and load.
         const std::uint64_t ahead = loader.options().prefetch * c.batch;
         const std::uint64_t valid = y.valid_ids.size();
         EXPECT_GE(detail::kernel_row_reads() - before, valid - std::min(valid, ahead)) << what;
@@ -179,7 +182,7 @@ TEST(StageReadLargeRows, BigRowsAfterComputeThroughTheKernelSmallOnesByLoads) {
     Loader loader(comm, small, options(Sharding::global, Shuffle::global, 4));
     ASSERT_EQ(loader.stats().stage_read_method, "mapped");
     const std::uint64_t before = detail::kernel_row_reads();
-    const Yield y = consume(loader, 0, slot_is_generated, std::chrono::milliseconds(3));
+    const Yield y = consume(loader, 0, slot_is_generated, kCompute);
     expect_exactly_once(loader, y, kRows, true, "small");
     EXPECT_EQ(detail::kernel_row_reads(), before) << "4-byte rows were read through the kernel";
     comm.free();
