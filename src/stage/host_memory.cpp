@@ -1,6 +1,7 @@
 // Host blocks of the batch ring (host_memory.hpp).
 #include "stage/host_memory.hpp"
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +13,10 @@
 
 #if MPISTAGE_STAGE_CUDA
 #include <cuda_runtime_api.h>
+#endif
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23  // Linux 5.14
 #endif
 
 namespace mpistage {
@@ -40,6 +45,16 @@ HostBlock::HostBlock(std::size_t size_bytes, bool pinned) : size_(size_bytes) {
     const std::size_t rounded = (n + kAlign - 1) / kAlign * kAlign;
     data_ = static_cast<std::byte*>(std::aligned_alloc(kAlign, rounded));
     if (!data_) throw std::bad_alloc();
+    populate(data_, rounded);
+}
+
+void HostBlock::populate(std::byte* data, std::size_t bytes) noexcept {
+    // One call maps every page for writing (Linux 5.14); the memory may also come from the
+    // heap, already mapped in part, which the call leaves as it is. Refused (an older kernel),
+    // one written byte per page does the same: it is not yet handed to anyone.
+    if (::madvise(data, bytes, MADV_POPULATE_WRITE) == 0) return;
+    const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+    for (std::size_t i = 0; i < bytes; i += page) data[i] = std::byte{0};
 }
 
 HostBlock::HostBlock(HostBlock&& o) noexcept

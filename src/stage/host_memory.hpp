@@ -1,6 +1,7 @@
 #pragma once
 // Host blocks of the batch ring: pinned (cudaHostAlloc) when a device is usable, aligned
-// pageable memory otherwise. Allocated once per loader, never in steady state. Pinned blocks
+// pageable memory otherwise, its pages mapped at allocation. Allocated once per loader, never in
+// steady state. Pinned blocks
 // are portable (usable from every device); allocate them under a DeviceGuard of the chosen
 // device so no other device gets a context.
 
@@ -15,6 +16,11 @@ namespace mpistage::detail {
 class HostBlock {
 public:
     HostBlock() = default;
+    /// `size_bytes` bytes, pinned (`cudaHostAlloc`, portable) or pageable (4096-aligned). A
+    /// pageable block's pages are mapped for writing here (`MADV_POPULATE_WRITE`), as pinned
+    /// memory's are, so the first epoch does not pay a page fault per 4 KiB of the ring: on the
+    /// benchmark machine, a virtual machine, these faults cost about 13 µs each and made a
+    /// 150 KB-sample first epoch 1.5x longer (benchmarks/README.md, "The ring's pages").
     /// @throws CudaError when pinned allocation fails, std::bad_alloc for pageable memory.
     HostBlock(std::size_t size_bytes, bool pinned);
     HostBlock(HostBlock&& o) noexcept;
@@ -26,6 +32,10 @@ public:
     std::byte* data() const noexcept { return data_; }
     std::size_t size_bytes() const noexcept { return size_; }
     bool pinned() const noexcept { return pinned_; }
+
+    /// Maps the pages of `[data, data + bytes)` (page-aligned, writable, not yet shared with
+    /// another thread) for writing; never fails: what the kernel refuses is written instead.
+    static void populate(std::byte* data, std::size_t bytes) noexcept;
 
 private:
     void release() noexcept;
