@@ -20,7 +20,7 @@ public:
     /// pageable block's pages are mapped for writing here (`MADV_POPULATE_WRITE`), as pinned
     /// memory's are, so the first epoch does not pay a page fault per 4 KiB of the ring: on the
     /// benchmark machine, a virtual machine, these faults cost about 13 µs each and made a
-    /// 150 KB-sample first epoch 1.5x longer (benchmarks/README.md, "The ring's pages").
+    /// 150 KB-sample first epoch 1.1–1.8x longer (benchmarks/README.md, "Warm epochs").
     /// @throws CudaError when pinned allocation fails, std::bad_alloc for pageable memory.
     HostBlock(std::size_t size_bytes, bool pinned);
     HostBlock(HostBlock&& o) noexcept;

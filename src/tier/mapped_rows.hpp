@@ -20,13 +20,13 @@ namespace mpistage::detail {
 /// `kKernelCopyRowBytes`, read at least `kKernelCopyIdle` after the tier's previous read ended
 /// (by any thread), are copied with `pread` from the file, whose pages the mapping keeps locked in
 /// the page cache; all others with loads through the mapping. Measured on this project's 2-core
-/// VM (benchmarks/README.md, "Large rows after an idle reader" and "The idle bound of the kernel
-/// copy"): after the reader slept 10–25.75 ms (a trainer computing between steps) loads of
-/// 64–150 KB rows ran at 0.56–0.82x `pread`, which copies through the kernel's own mapping of
-/// memory; after 0.1–2 ms idle loads were faster (1.2–1.5x), and back to back the loader's own
-/// steady epochs ran about 3x faster with loads (the microbenchmark is erratic there). Small rows
-/// stay on loads: a system call per row (about 2 µs here) would cost more than copying a row of a
-/// few hundred bytes. 64 KiB is a conservative bound, not a measured crossover.
+/// VM (benchmarks/README.md, "Large rows after an idle reader" and "Warm epochs"): after the
+/// reader slept 10–25.75 ms (a trainer computing between steps) loads of 64–150 KB rows ran at
+/// 0.56–0.82x `pread`, which copies through the kernel's own mapping of memory; after 0.1–2 ms
+/// idle loads were faster (1.2–1.5x), and back to back the loader's own steady epochs ran about
+/// 3x faster with loads (the microbenchmark is erratic there). Small rows stay on loads: a system
+/// call per row (about 2 µs here) would cost more than copying a row of a few hundred bytes.
+/// 64 KiB is a conservative bound, not a measured crossover.
 constexpr std::uint64_t kKernelCopyRowBytes = std::uint64_t{64} << 10;
 /// See `kKernelCopyRowBytes`: I/O threads that keep up with their consumer read back to back or
 /// wait a few milliseconds for a peer's step; ones that wait for a trainer's compute wait
