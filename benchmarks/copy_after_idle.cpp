@@ -3,7 +3,7 @@
 // same file's cached pages, back to back and after the thread was idle between steps (a
 // trainer computing). The evidence behind the mapped tier's kKernelCopyRowBytes and
 // kKernelCopyIdle (src/tier/mapped_rows.hpp; benchmarks/README.md, "Large rows after an idle
-// reader").
+// reader" and "Warm epochs").
 //
 //   build/benchmarks/copy_after_idle FILE [STEPS] [ROUNDS] [no-advice]   (defaults 40 and 3)
 //
@@ -99,7 +99,11 @@ int main(int argc, char** argv) {
     }
     const int steps = argc > 2 ? std::atoi(argv[2]) : 40;
     const int rounds = argc > 3 ? std::atoi(argv[3]) : 3;
-    const bool advise = argc <= 4 || std::string(argv[4]) != "no-advice";
+    if (argc > 4 && std::string(argv[4]) != "no-advice") {
+        std::fprintf(stderr, "%s: unknown option '%s' (no-advice)\n", argv[0], argv[4]);
+        return 2;
+    }
+    const bool advise = argc <= 4;
     Mapped m;
     m.fd = ::open(argv[1], O_RDONLY);
     struct stat st {};

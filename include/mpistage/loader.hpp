@@ -57,10 +57,10 @@ struct LoaderOptions {
     /// is the same.
     PlanOptions plan;
     /// Batches read ahead of the consumer: the ring has this many host buffers (at most one per
-    /// batch of an epoch), allocated once. 1 ≤ prefetch ≤ kMaxPrefetch. Resident batch memory is
-    /// prefetch × batch bytes; a ring larger than half of the node's memory per rank is a
-    /// ConfigError. Also how far a rank may run ahead of a peer that is descheduled (the
-    /// window agreement's lag is ⌊min over ranks / 2⌋ steps): raise it where cores are shared.
+    /// batch of an epoch), allocated once with their pages mapped. 1 ≤ prefetch ≤ kMaxPrefetch.
+    /// Resident batch memory is prefetch × batch bytes; a ring larger than half of the node's
+    /// memory per rank is a ConfigError. Also how far a rank may run ahead of a descheduled peer
+    /// (the window agreement's lag is ⌊min over ranks / 2⌋ steps): raise it where cores are shared.
     std::size_t prefetch = 2;
     /// Background I/O threads filling the ring (at most kMaxIoThreads; no more are started than
     /// an epoch has batches). 0 reads on the consumer thread inside `next()`.

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <new>
 #include <utility>
@@ -22,6 +23,15 @@
 namespace mpistage {
 
 namespace detail {
+
+namespace {
+
+std::size_t page_bytes() noexcept {
+    const long page = ::sysconf(_SC_PAGESIZE);
+    return page > 0 ? static_cast<std::size_t>(page) : 4096;
+}
+
+}  // namespace
 
 HostBlock::HostBlock(std::size_t size_bytes, bool pinned) : size_(size_bytes) {
     const std::size_t n = size_bytes == 0 ? 1 : size_bytes;
@@ -41,7 +51,7 @@ HostBlock::HostBlock(std::size_t size_bytes, bool pinned) : size_(size_bytes) {
 #else
     (void)pinned;
 #endif
-    constexpr std::size_t kAlign = 4096;
+    const std::size_t kAlign = std::max<std::size_t>(4096, page_bytes());
     const std::size_t rounded = (n + kAlign - 1) / kAlign * kAlign;
     data_ = static_cast<std::byte*>(std::aligned_alloc(kAlign, rounded));
     if (!data_) throw std::bad_alloc();
@@ -49,11 +59,13 @@ HostBlock::HostBlock(std::size_t size_bytes, bool pinned) : size_(size_bytes) {
 }
 
 void HostBlock::populate(std::byte* data, std::size_t bytes) noexcept {
-    // One call maps every page for writing (Linux 5.14); the memory may also come from the
-    // heap, already mapped in part, which the call leaves as it is. Refused (an older kernel),
-    // one written byte per page does the same: it is not yet handed to anyone.
-    if (::madvise(data, bytes, MADV_POPULATE_WRITE) == 0) return;
-    const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+    // The memory may come from the heap, already mapped in part: the call leaves that as it is.
+    if (::madvise(data, bytes, MADV_POPULATE_WRITE) == 0 || errno != EINVAL) return;
+    write_pages(data, bytes);  // a kernel before 5.14
+}
+
+void HostBlock::write_pages(std::byte* data, std::size_t bytes) noexcept {
+    const std::size_t page = page_bytes();
     for (std::size_t i = 0; i < bytes; i += page) data[i] = std::byte{0};
 }
 

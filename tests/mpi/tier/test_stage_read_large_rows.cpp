@@ -1,6 +1,7 @@
 // Mapped fields with rows of at least 64 KiB (`kKernelCopyRowBytes`) are copied with `pread`
 // from their files' locked pages when the reading thread was idle before the read (a trainer
-// computing between steps: issue 21, where loads then ran at a third of the kernel's copy here),
+// computing between steps: issue 21, where loads then ran at 0.56–0.82x the kernel's copy here;
+// benchmarks/README.md, "Warm epochs"),
 // with loads from the mapping otherwise and for smaller rows. Both ways serve every sample
 // exactly once with the generator's bytes, in one batch, and a file truncated or rewritten after
 // staging is an error naming it on every rank, never other bytes.

@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -35,24 +36,34 @@ TEST(HostBlock, PageablePagesAreMappedAtAllocation) {
         const HostBlock block(bytes, /*pinned=*/false);
         ASSERT_NE(block.data(), nullptr);
         EXPECT_FALSE(block.pinned());
-        EXPECT_EQ(reinterpret_cast<std::uintptr_t>(block.data()) % page, 0u);
+        // Aligned to the larger of 4 KiB and the page, as HostBlock promises.
+        EXPECT_EQ(
+            reinterpret_cast<std::uintptr_t>(block.data()) % std::max<std::size_t>(4096, page), 0u);
         const std::size_t pages = (bytes + page - 1) / page;
         EXPECT_EQ(resident_pages(block.data(), bytes), pages) << bytes << " bytes";
     }
 }
 
-TEST(HostBlock, PopulateMapsEveryPageOfAFreshMappingAsZeros) {
-    // The kernel's call where it has it (Linux 5.14), else one written byte per page: either
-    // way every page of a mapping nobody touched yet is resident afterwards, and zero.
+TEST(HostBlock, BothWaysMapEveryPageOfAFreshMappingAsZeros) {
+    // `populate` (the kernel's call, Linux 5.14) and `write_pages` (its fallback on older
+    // kernels): either way every page of a mapping nobody touched yet is resident afterwards,
+    // and zero.
     const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
     const std::size_t bytes = 64 * page;
-    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    ASSERT_NE(p, MAP_FAILED);
-    auto* data = static_cast<std::byte*>(p);
-    EXPECT_EQ(resident_pages(data, bytes), 0u);
-    HostBlock::populate(data, bytes);
-    EXPECT_EQ(resident_pages(data, bytes), 64u);
-    EXPECT_EQ(data[0], std::byte{0});
-    EXPECT_EQ(data[bytes - 1], std::byte{0});
-    ::munmap(p, bytes);
+    for (const bool fallback : {false, true}) {
+        void* p =
+            ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        ASSERT_NE(p, MAP_FAILED);
+        auto* data = static_cast<std::byte*>(p);
+        EXPECT_EQ(resident_pages(data, bytes), 0u) << "fallback " << fallback;
+        if (fallback) {
+            HostBlock::write_pages(data, bytes);
+        } else {
+            HostBlock::populate(data, bytes);
+        }
+        EXPECT_EQ(resident_pages(data, bytes), 64u) << "fallback " << fallback;
+        EXPECT_EQ(data[0], std::byte{0});
+        EXPECT_EQ(data[bytes - 1], std::byte{0});
+        ::munmap(p, bytes);
+    }
 }
