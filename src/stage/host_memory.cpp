@@ -1,23 +1,18 @@
 // Host blocks of the batch ring (host_memory.hpp).
 #include "stage/host_memory.hpp"
 
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdlib>
 #include <new>
 #include <utility>
 
 #include "mpistage/error.hpp"
+#include "util/page_populate.hpp"
 
 #if MPISTAGE_STAGE_CUDA
 #include <cuda_runtime_api.h>
-#endif
-
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23  // Linux 5.14
 #endif
 
 namespace mpistage {
@@ -51,22 +46,12 @@ HostBlock::HostBlock(std::size_t size_bytes, bool pinned) : size_(size_bytes) {
 #else
     (void)pinned;
 #endif
-    const std::size_t kAlign = std::max<std::size_t>(4096, page_bytes());
-    const std::size_t rounded = (n + kAlign - 1) / kAlign * kAlign;
-    data_ = static_cast<std::byte*>(std::aligned_alloc(kAlign, rounded));
+    const std::size_t align = std::max<std::size_t>(4096, page_bytes());
+    const std::size_t rounded = (n + align - 1) / align * align;
+    data_ = static_cast<std::byte*>(std::aligned_alloc(align, rounded));
     if (!data_) throw std::bad_alloc();
-    populate(data_, rounded);
-}
-
-void HostBlock::populate(std::byte* data, std::size_t bytes) noexcept {
-    // The memory may come from the heap, already mapped in part: the call leaves that as it is.
-    if (::madvise(data, bytes, MADV_POPULATE_WRITE) == 0 || errno != EINVAL) return;
-    write_pages(data, bytes);  // a kernel before 5.14
-}
-
-void HostBlock::write_pages(std::byte* data, std::size_t bytes) noexcept {
-    const std::size_t page = page_bytes();
-    for (std::size_t i = 0; i < bytes; i += page) data[i] = std::byte{0};
+    // The memory may come from the heap, already mapped in part: that stays as it is.
+    (void)populate_pages(data_, rounded, PopulateFor::write);
 }
 
 HostBlock::HostBlock(HostBlock&& o) noexcept

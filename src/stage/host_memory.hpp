@@ -18,11 +18,12 @@ public:
     HostBlock() = default;
     /// `size_bytes` bytes (0: one page), pinned (`cudaHostAlloc`, portable) or pageable
     /// (aligned to the larger of 4 KiB and the system's page). A pageable block's pages are
-    /// mapped for writing here (`populate`), as pinned memory's are: the page faults of the ring
-    /// move from its first use (the first epoch's reads) into this call, which then takes time
-    /// in proportion to `size_bytes` (on the benchmark machine, a virtual machine, about 13 µs
-    /// per 4 KiB page: 30 ms for a 150 KB-sample ring of 4 × 16 samples; benchmarks/README.md,
-    /// "Warm epochs"). The caller owns the block; it frees it on destruction.
+    /// mapped for writing here (`populate_pages`, util/page_populate.hpp), as pinned memory's
+    /// are: the page faults of the ring move from its first use (the first epoch's reads) into
+    /// this call, which then takes time in proportion to `size_bytes` (on the benchmark machine,
+    /// a virtual machine, about 13 µs per 4 KiB page: 30 ms for a 150 KB-sample ring of 4 × 16
+    /// samples; benchmarks/README.md, "Warm epochs"). The caller owns the block; it frees it on
+    /// destruction.
     /// @throws CudaError when pinned allocation fails, std::bad_alloc for pageable memory.
     HostBlock(std::size_t size_bytes, bool pinned);
     HostBlock(HostBlock&& o) noexcept;
@@ -34,16 +35,6 @@ public:
     std::byte* data() const noexcept { return data_; }
     std::size_t size_bytes() const noexcept { return size_; }
     bool pinned() const noexcept { return pinned_; }
-
-    /// Maps the pages of `[data, data + bytes)` for writing with one `MADV_POPULATE_WRITE`
-    /// (Linux 5.14); where the kernel does not know the advice (EINVAL), `write_pages` does it.
-    /// Other refusals (memory short: ENOMEM, EFAULT, EHWPOISON) leave the pages to be faulted
-    /// at first use, as without this call. `data` must be page-aligned and writable; the range
-    /// is borrowed, its contents unchanged. Never throws. Thread-safe (no shared state).
-    static void populate(std::byte* data, std::size_t bytes) noexcept;
-    /// Writes a zero byte at the start of every page of `[data, data + bytes)` (`data`
-    /// page-aligned, writable, not yet read by anyone), which maps each page. Never throws.
-    static void write_pages(std::byte* data, std::size_t bytes) noexcept;
 
 private:
     void release() noexcept;
