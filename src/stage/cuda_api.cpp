@@ -169,6 +169,10 @@ void synchronize(const CudaEvent& event) {
     check(cudaEventSynchronize(event_of(event)), "cudaEventSynchronize");
 }
 
+void synchronize(const CudaStream& stream) {
+    check(cudaStreamSynchronize(stream_of(stream)), "cudaStreamSynchronize");
+}
+
 bool completed(const CudaEvent& event) {
     const cudaError_t rc = cudaEventQuery(event_of(event));
     if (rc == cudaErrorNotReady) {
@@ -246,6 +250,9 @@ void launch_host_func(const CudaStream&, void (*)(void*), void*) {
 }
 void synchronize(const CudaEvent&) {
     no_cuda("cudaEventSynchronize");
+}
+void synchronize(const CudaStream&) {
+    no_cuda("cudaStreamSynchronize");
 }
 bool completed(const CudaEvent&) {
     no_cuda("cudaEventQuery");

@@ -111,6 +111,9 @@ void foreign_stream_wait(void* foreign_stream, const CudaEvent& event);
 void launch_host_func(const CudaStream& stream, void (*fn)(void*), void* data);
 /// cudaEventSynchronize: the host waits until the event completed. @throws CudaError.
 void synchronize(const CudaEvent& event);
+/// cudaStreamSynchronize: the host waits until all work queued on `stream`, host functions
+/// included, completed. @throws CudaError.
+void synchronize(const CudaStream& stream);
 /// cudaEventQuery: true when completed. "Not ready" is cleared from the thread's last error
 /// (as PyTorch does), so the caller's next launch check does not see it.
 /// @throws CudaError for errors other than "not ready".

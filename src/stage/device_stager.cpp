@@ -264,6 +264,9 @@ void DeviceStager::drain() {
     if (!d.cuda()) return;
     DeviceGuard guard(d.options.device.index);
     d.reap(true);
+    // The copies' `done` events complete before the host functions after them run (the
+    // runtime calls those from its own thread): only the stream's end says the leases went.
+    synchronize(d.stream);
 }
 
 std::size_t DeviceStager::pending() const noexcept {

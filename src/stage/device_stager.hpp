@@ -109,8 +109,9 @@ public:
     /// Drops the batches submitted and not taken (their copies still complete; their device
     /// memory returns to the pool, fenced on the consumer's stream).
     void discard_pending() noexcept;
-    /// Waits (host) for every copy submitted so far and accounts them in `stats()`.
-    /// @throws CudaError.
+    /// Waits (host) for every copy submitted so far and for the host functions after them, so
+    /// every host lease passed to `submit` has been released on return; accounts the copies in
+    /// `stats()`. @throws CudaError.
     void drain();
     /// Submitted batches not yet taken.
     std::size_t pending() const noexcept;

@@ -8,7 +8,9 @@
 // Semantics (what makes ordering bugs visible, README in this folder):
 //  - "device" memory is host memory, poisoned with 0xCD when allocated;
 //  - every cudaMemcpyAsync and host function (cudaLaunchHostFunc) runs LATE on a per-stream
-//    worker thread: a copy waits `copy delay` (default 3 ms) before it reads its source;
+//    worker thread: a copy waits `copy delay` (default 3 ms) before it reads its source, a host
+//    function `host function delay` (default 0.5 ms; an event recorded just before it has
+//    completed by then, as with the runtime, whose own thread calls host functions later);
 //  - an event completes when its stream has finished the work queued before the record;
 //  - cudaStreamWaitEvent is honoured (the stream's worker waits); the legacy default stream
 //    synchronises with blocking streams of its device as the real one does;
@@ -18,7 +20,8 @@
 //  - every failing call (cudaErrorNotReady included) sets the calling thread's last error.
 //
 // Environment (read once): MPISTAGE_FAKE_CUDA_DEVICES (visible devices, default 2),
-// MPISTAGE_FAKE_CUDA_COPY_DELAY_US (default 3000), MPISTAGE_FAKE_CUDA_FAIL_RANK (the MPI rank,
+// MPISTAGE_FAKE_CUDA_COPY_DELAY_US (default 3000), MPISTAGE_FAKE_CUDA_HOST_FUNC_DELAY_US
+// (default 500), MPISTAGE_FAKE_CUDA_FAIL_RANK (the MPI rank,
 // from OMPI_COMM_WORLD_RANK or PMI_RANK, whose cudaGetDeviceCount fails with
 // cudaErrorInsufficientDriver: a node with a driver older than the runtime).
 

@@ -34,6 +34,8 @@ Engine& Engine::get() {
         if (e->device_count < 0) e->device_count = 0;
         e->copy_delay =
             std::chrono::microseconds(env_long("MPISTAGE_FAKE_CUDA_COPY_DELAY_US", 3000));
+        e->host_func_delay =
+            std::chrono::microseconds(env_long("MPISTAGE_FAKE_CUDA_HOST_FUNC_DELAY_US", 500));
         const long fail_rank = env_long("MPISTAGE_FAKE_CUDA_FAIL_RANK", -1);
         e->init_fails = fail_rank >= 0 && fail_rank == launcher_rank();
         e->contexts.resize(static_cast<std::size_t>(e->device_count));

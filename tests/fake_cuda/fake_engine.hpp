@@ -64,6 +64,10 @@ struct Engine {
     int device_count = 2;
     bool init_fails = false;
     std::chrono::microseconds copy_delay{3000};
+    // Before each host function (the runtime calls them from its own thread, some time after
+    // the work queued before them completed: an event recorded just before one completes
+    // first).
+    std::chrono::microseconds host_func_delay{500};
     std::vector<Context> contexts;
     std::vector<bool> context_created;
     std::vector<std::shared_ptr<Stream>> legacy;  // per device, made on first use

@@ -279,6 +279,7 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* user_
     if (const cudaError_t rc = resolve(e, lk, stream, s); rc != cudaSuccess) return ret(rc);
     Op op;
     op.run = [fn, user_data] { fn(user_data); };
+    op.delay = e.host_func_delay;
     e.enqueue(s, std::move(op));
     return cudaSuccess;
 }
