@@ -53,14 +53,14 @@ DeviceBuffer DevicePool::lend(std::size_t size_bytes) {
             blocks_.push_back(std::make_unique<Block>());
             free_.push_back(blocks_.back().get());
         }
-        b = free_.back();
-        free_.pop_back();
+        b = free_.front();
+        free_.pop_front();
     }
     try {
         prepare(*b, size_bytes);
     } catch (...) {
         std::lock_guard<std::mutex> lk(m_);
-        free_.push_back(b);
+        free_.push_front(b);
         throw;
     }
     std::shared_ptr<DevicePool> self = shared_from_this();

@@ -9,6 +9,7 @@
 // so a copy never overwrites memory a queued kernel still reads, and the host never waits.
 
 #include <cstddef>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -26,8 +27,8 @@ public:
     /// `consumer_stream` (a cudaStream_t; nullptr: the legacy default stream).
     static std::shared_ptr<DevicePool> create(int device, std::size_t blocks,
                                               void* consumer_stream);
-    /// Lends a block of at least `size_bytes` (call with the pool's device current); its
-    /// `reuse_fence` must be waited on by the stream that writes it.
+    /// Lends a block of at least `size_bytes` (call with the pool's device current): the one
+    /// given back longest ago; its `reuse_fence` must be waited on by the stream that writes it.
     /// @throws CudaError (cudaMalloc: out of device memory).
     DeviceBuffer lend(std::size_t size_bytes);
     /// Blocks not lent right now.
@@ -51,7 +52,9 @@ private:
     int device_ = -1;
     void* consumer_stream_ = nullptr;
     std::vector<std::unique_ptr<Block>> blocks_;
-    std::vector<Block*> free_;
+    // Oldest release first: the block lent is the one whose consumer work was queued longest
+    // ago, so a copy into it rarely waits for a kernel still running.
+    std::deque<Block*> free_;
 };
 
 }  // namespace mpistage::detail
