@@ -18,6 +18,7 @@
 
 #include "fake_cuda.h"
 #include "stage/cuda_api.hpp"
+#include "stage/device_pool.hpp"
 #include "stage/device_stager.hpp"
 #include "stage/host_memory.hpp"
 #include "stage_test_util.hpp"
@@ -25,6 +26,8 @@
 namespace {
 
 using mpistage::DeviceChoice;
+using mpistage::detail::DeviceBuffer;
+using mpistage::detail::DevicePool;
 using mpistage::detail::DeviceStager;
 using mpistage::detail::HostBlock;
 using mpistage::detail::HostSpan;
@@ -202,6 +205,46 @@ TEST_F(StagerOnFake, NoContextOnADeviceTheCallerDidNotChoose) {
     int device = -1;
     ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
     EXPECT_EQ(device, 0) << "the caller's (implicit) current device changed";
+}
+
+// Found on an H200: with the newest block lent first, the copy of the next batch went into the
+// block of the batch just dropped, whose kernel had just been queued, so every copy waited for
+// the kernel before it and copies and compute ran one after the other (gpu_bench overlap
+// 11-34 %, 93-107 % with the oldest first; docs/gpu.md).
+TEST_F(StagerOnFake, PoolLendsTheBlockGivenBackLongestAgo) {
+    ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+    const std::shared_ptr<DevicePool> pool = DevicePool::create(0, 3, nullptr);
+    DeviceBuffer a = pool->lend(4096), b = pool->lend(4096), c = pool->lend(4096);
+    std::byte* const at_a = a.data;
+    std::byte* const at_b = b.data;
+    std::byte* const at_c = c.data;
+    b.owner.reset();  // given back first
+    a.owner.reset();
+    c.owner.reset();  // given back last: its consumer work is the newest
+    EXPECT_EQ(pool->lend(4096).data, at_b);
+    EXPECT_EQ(pool->lend(4096).data, at_a);
+    EXPECT_EQ(pool->lend(4096).data, at_c);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
+// Found on an H200: `drain` waited for the copies' `done` events only, and the runtime calls the
+// host function that releases a batch's host memory after those completed, from its own thread.
+TEST_F(StagerOnFake, DrainReturnsEveryHostLease) {
+    ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+    StagerOptions o;
+    o.device = cuda(0);
+    o.depth = 2;
+    DeviceStager stager(o);
+    HostBlock a(kBytes, true), b(kBytes, true);
+    auto lease_a = std::make_shared<int>(0), lease_b = std::make_shared<int>(0);
+    const std::weak_ptr<int> weak_a = lease_a, weak_b = lease_b;
+    stager.submit({HostSpan{a.data(), kBytes, true}}, std::move(lease_a));
+    stager.submit({HostSpan{b.data(), kBytes, true}}, std::move(lease_b));
+    StagedBatch s;
+    ASSERT_TRUE(stager.take(s));
+    stager.drain();
+    EXPECT_TRUE(weak_a.expired()) << "a taken batch's host memory was still held after drain()";
+    EXPECT_TRUE(weak_b.expired()) << "a pending batch's host memory was still held after drain()";
 }
 
 TEST_F(StagerOnFake, PollingLeavesNoErrorBehind) {
