@@ -3,6 +3,7 @@
 // with or without the CUDA runtime: the emulated compute step of a training loop and the
 // pinned/pageable cudaMemcpy sweep.
 
+#include <cstddef>
 #include <functional>
 #include <string>
 
@@ -22,3 +23,12 @@ const char* compute_kind();
 /// table line per size through `line`; returns the pinned peak in GB/s (1e9 bytes/s), 0 in a
 /// build without CUDA. @throws std::runtime_error naming a failed CUDA call.
 double memcpy_sweep(const std::function<void(const std::string&)>& line);
+
+/// The ceiling of the loader's overlap: `steps` pinned host → device copies of `batch_bytes`
+/// on a non-blocking stream and `steps` compute steps (launch_compute, each as long as one
+/// copy) on the legacy default stream, without the loader and with no dependency between
+/// them, each alone and both together (host clock, from the first enqueue to
+/// cudaDeviceSynchronize). One table line through `line`; a line saying it was skipped in a
+/// build without CUDA. @throws std::runtime_error naming a failed CUDA call.
+void raw_overlap(std::size_t batch_bytes, int steps,
+                 const std::function<void(const std::string&)>& line);

@@ -19,3 +19,7 @@ double memcpy_sweep(const std::function<void(const std::string&)>& line) {
     line("cudaMemcpy sweep: skipped (no CUDA runtime in this build)");
     return 0;
 }
+
+void raw_overlap(std::size_t, int, const std::function<void(const std::string&)>& line) {
+    line("raw overlap: skipped (no CUDA runtime in this build)");
+}

@@ -32,10 +32,13 @@ using Clock = std::chrono::steady_clock;
 constexpr std::size_t kMiB = std::size_t{1} << 20;
 constexpr std::uint64_t kSampleBytes = 256 * 1024;
 
-// Prints to stdout and, when given, to the results file.
+// Prints to stdout and, when given, to the results file; on rank 0 only (under mpirun every
+// rank measures, and rank 0's numbers stand for all).
 struct Report {
     std::FILE* file = nullptr;
+    bool quiet = false;
     void text(const std::string& s) {
+        if (quiet) return;
         std::printf("%s\n", s.c_str());
         std::fflush(stdout);
         if (file) std::fprintf(file, "%s\n", s.c_str());
@@ -238,15 +241,20 @@ bool loader_table(Report& r, const Communicator& comm, bool cuda, double peak) {
     return ok;
 }
 
-/// Every staged batch's bytes equal the samples' pattern (fresh seed, 24 batches of 8 MiB).
+/// Every staged batch's bytes equal the samples' pattern (fresh seed, 24 batches of 8 MiB per
+/// rank). Collective: rank 0 draws the seed (every rank's source must hash the same), and the
+/// result is every rank's.
 bool verify(Report& r, const Communicator& comm) {
-    const std::uint64_t seed =
+    std::uint64_t seed =
         (static_cast<std::uint64_t>(std::random_device{}()) << 32) | std::random_device{}();
+    MPI_Bcast(&seed, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
     const RunResult run = run_loader(comm, 8 * kMiB, 24, 0, true, seed);
-    r.line("byte check of %llu staged batches on %s (seed %llu): %s",
-           static_cast<unsigned long long>(run.batches), run.device.c_str(),
-           static_cast<unsigned long long>(seed), run.bad_samples == 0 ? "OK" : "FAILED");
-    return run.bad_samples == 0 && run.batches == 24;
+    std::uint64_t bad[2] = {run.bad_samples, run.batches == 24 ? 0u : 1u};
+    MPI_Allreduce(MPI_IN_PLACE, bad, 2, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+    r.line("byte check of %llu staged batches per rank on %s, %d rank(s) (seed %llu): %s",
+           static_cast<unsigned long long>(run.batches), run.device.c_str(), comm.size(),
+           static_cast<unsigned long long>(seed), bad[0] == 0 && bad[1] == 0 ? "OK" : "FAILED");
+    return bad[0] == 0 && bad[1] == 0;
 }
 
 }  // namespace
@@ -254,14 +262,17 @@ bool verify(Report& r, const Communicator& comm) {
 int main(int argc, char** argv) {
     MPI_Init(&argc, &argv);
     Report r;
-    if (argc > 1) r.file = std::fopen(argv[1], "w");
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    r.quiet = rank != 0;
+    if (argc > 1 && rank == 0) r.file = std::fopen(argv[1], "w");
     int rc = 1;
     try {
         const Communicator comm(MPI_COMM_WORLD);
         const DeviceChoice dev = choose_device(parse_device("auto"), comm.node_rank());
         if (dev.cuda) {
             DeviceGuard guard(dev.index);
-            r.line("device %s (CUDA)", dev.name().c_str());
+            r.line("device %s (CUDA), %d rank(s)", dev.name().c_str(), comm.size());
         } else {
             r.line("device cpu: %s", dev.reason.c_str());
         }
@@ -269,12 +280,13 @@ int main(int argc, char** argv) {
         if (dev.cuda) {
             DeviceGuard guard(dev.index);
             peak = memcpy_sweep([&](const std::string& s) { r.text(s); });
+            raw_overlap(8 * kMiB, 256, [&](const std::string& s) { r.text(s); });
         }
         const bool fast = loader_table(r, comm, dev.cuda, peak);
         const bool same = verify(r, comm);
         rc = same ? (fast ? 0 : 3) : 1;
     } catch (const std::exception& e) {
-        r.line("gpu_bench: %s", e.what());
+        std::fprintf(stderr, "gpu_bench: rank %d: %s\n", rank, e.what());
     }
     if (r.file) std::fclose(r.file);
     MPI_Finalize();

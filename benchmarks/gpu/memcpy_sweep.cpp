@@ -2,6 +2,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
@@ -70,6 +71,58 @@ double memcpy_sweep(const std::function<void(const std::string&)>& line) {
     cudaFree(device);
     cudaFreeHost(pinned);
     return peak;
+}
+
+void raw_overlap(std::size_t batch_bytes, int steps,
+                 const std::function<void(const std::string&)>& line) {
+    using Clock = std::chrono::steady_clock;
+    void* pinned = nullptr;
+    void* device = nullptr;
+    check(cudaHostAlloc(&pinned, batch_bytes, cudaHostAllocDefault), "cudaHostAlloc");
+    check(cudaMalloc(&device, 2 * batch_bytes), "cudaMalloc");
+    std::memset(pinned, 1, batch_bytes);
+    cudaStream_t s;
+    check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+    const auto copies = [&] {
+        for (int i = 0; i < steps; ++i) {
+            void* dst = static_cast<unsigned char*>(device) + (i % 2) * batch_bytes;
+            check(cudaMemcpyAsync(dst, pinned, batch_bytes, cudaMemcpyHostToDevice, s),
+                  "cudaMemcpyAsync");
+        }
+    };
+    const auto seconds = [&](auto&& enqueue) {
+        const auto t0 = Clock::now();
+        enqueue();
+        check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+        return std::chrono::duration<double>(Clock::now() - t0).count();
+    };
+    seconds(copies);  // warm-up
+    const double copy_s = seconds(copies);
+    const double step_us = copy_s / steps * 1e6;
+    const auto computes = [&] {
+        for (int i = 0; i < steps; ++i) launch_compute(step_us);
+    };
+    seconds(computes);  // warm-up
+    const double compute_s = seconds(computes);
+    const double both_s = seconds([&] {
+        for (int i = 0; i < steps; ++i) {
+            void* dst = static_cast<unsigned char*>(device) + (i % 2) * batch_bytes;
+            check(cudaMemcpyAsync(dst, pinned, batch_bytes, cudaMemcpyHostToDevice, s),
+                  "cudaMemcpyAsync");
+            launch_compute(step_us);
+        }
+    });
+    const double overlap = (copy_s + compute_s - both_s) / std::min(copy_s, compute_s);
+    char buf[200];
+    std::snprintf(buf, sizeof buf,
+                  "raw overlap, %zu MiB x %d, no loader (copies on a non-blocking stream, compute "
+                  "on the legacy default stream): copies %.3f s, compute %.3f s, both %.3f s, "
+                  "overlap %.0f%%",
+                  batch_bytes / kMiB, steps, copy_s, compute_s, both_s, 100 * overlap);
+    line(buf);
+    cudaStreamDestroy(s);
+    cudaFree(device);
+    cudaFreeHost(pinned);
 }
 
 void wait_compute() {

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# The GPU check for a GPU machine that has no MPI or HDF5 of its own (and no package registry):
+# build here, on Debian 12 with the CUDA toolkit, and carry the binaries with the Debian
+# runtime they need (Open MPI, PMIx, HDF5, the CUDA runtime; not glibc or libstdc++, which the
+# GPU machine has in a newer version) to the GPU machine, where `run.sh` in the bundle runs
+# the CUDA stage tests, gpu_bench at 1 and 2 ranks and compute-sanitizer (docs/gpu.md).
+# Open MPI is relocated with OPAL_PREFIX; a singleton needs no launcher (ess_singleton_isolated).
+#
+#   benchmarks/gpu/bundle.sh [BUILD_DIR] [BUNDLE_DIR]
+#     BUILD_DIR   a build with the CUDA runtime and without libtorch (default build-gpu; made
+#                 when absent: -DMPISTAGE_WITH_TORCH=OFF, the Debian libtorch alone is ~500 MB)
+#     BUNDLE_DIR  default build-gpu-bundle (about 45 MB)
+#   then, on the GPU machine:  OUT=<results dir> BUNDLE_DIR/run.sh
+set -euo pipefail
+here=$(cd "$(dirname "$0")/../.." && pwd)
+build=${1:-$here/build-gpu}
+bundle=${2:-$here/build-gpu-bundle}
+if [ ! -f "$build/CMakeCache.txt" ]; then
+    "$here/scripts/build.sh" "$build" Release -DMPISTAGE_WITH_TORCH=OFF -DMPISTAGE_WITH_PYTHON=OFF \
+        -DMPISTAGE_BUILD_EXAMPLES=OFF -DMPISTAGE_REQUIRE_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=80-virtual;90"
+fi
+cmake --build "$build" --target gpu_bench mpistage_stage_cuda_tests
+rm -rf "$bundle"
+mkdir -p "$bundle/bin" "$bundle/lib" "$bundle/root"
+cp "$build/benchmarks/gpu/gpu_bench" "$build/tests/serial/stage/mpistage_stage_cuda_tests" "$bundle/bin/"
+cp -a "$build"/libmpistage.so* "$bundle/lib/"
+strip --strip-debug "$bundle"/bin/* "$bundle"/lib/libmpistage.so.*.*.*
+# Every shared library the binaries resolve here, but glibc's and the C++ runtime's.
+for b in "$bundle"/bin/*; do ldd "$b"; done | awk '$3 ~ /^\// {print $3}' | sort -u |
+    while read -r l; do
+        case "$(basename "$l")" in
+            libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|ld-linux*|libstdc++*|libgcc_s*|libmpistage*) ;;
+            *) cp -L "$l" "$bundle/lib/" ;;
+        esac
+    done
+# Open MPI's and PMIx's components, help files and configuration, and mpiexec with orted.
+for p in openmpi-bin libopenmpi3 libpmix2 openmpi-common libhwloc15; do
+    dpkg -L "$p" | while read -r f; do
+        case "$f" in /usr/share/doc*|/usr/share/man*|*.a|/usr/include*) continue ;; esac
+        [ -f "$f" ] && echo "${f#/}"
+    done
+done >"$bundle/files.txt"
+tar -C / -chf - -T "$bundle/files.txt" | tar -C "$bundle/root" -xf -
+rm "$bundle/files.txt"
+cat >"$bundle/env.sh" <<'ENV'
+# Sourced by run.sh: the carried Debian runtime, relocated.
+G=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+R=$G/root/usr
+export LD_LIBRARY_PATH=$G/lib:$R/lib/x86_64-linux-gnu:$R/lib/x86_64-linux-gnu/openmpi/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export OPAL_PREFIX=$R PATH=$R/bin:$PATH:/usr/local/cuda/bin HWLOC_PLUGINS_PATH=$G/none
+export PMIX_MCA_mca_base_component_path=$R/lib/x86_64-linux-gnu/pmix2/lib/pmix PMIX_MCA_psec=native
+export PMIX_MCA_pcompress_base_silence_warning=1
+export OMPI_MCA_ess_singleton_isolated=1 OMPI_MCA_btl=self,vader OMPI_MCA_pml=ob1
+export OMPI_MCA_mca_base_component_show_load_errors=0 OMPI_MCA_plm_rsh_agent=false
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+ENV
+cat >"$bundle/run.sh" <<'RUN'
+#!/usr/bin/env bash
+# On the GPU machine: OUT=<dir> run.sh. Exit status: 0 when the CUDA tests pass (none
+# skipped), compute-sanitizer is clean and gpu_bench's byte check holds at 1 rank.
+set -uo pipefail
+cd "$(dirname "$0")"
+source ./env.sh
+out=${OUT:-.}
+status=0
+step() { echo; echo "== $* ($(date -u +%T), $SECONDS s)"; }
+{
+step machine
+nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.current,pcie.link.width.current --format=csv
+grep -m1 "model name" /proc/cpuinfo; nproc; grep PRETTY /etc/os-release
+step "CUDA stage tests"
+timeout 120 bin/mpistage_stage_cuda_tests >"$out/cuda_tests.log" 2>&1 || status=1
+grep -E "OK \]|FAILED|SKIPPED|Failure|PASSED" "$out/cuda_tests.log"
+grep -q SKIPPED "$out/cuda_tests.log" && { echo "FAIL: a CUDA test was skipped"; status=1; }
+step "gpu_bench, 1 rank"
+timeout 150 bin/gpu_bench "$out/gpu_bench_np1.txt"
+rc=$?; echo "rc=$rc (3: bytes right, H2D below 85 % of the pinned peak)"
+[ "$rc" = 0 ] || [ "$rc" = 3 ] || status=1
+step "gpu_bench, 2 ranks on one GPU (rank 0 reports; they share its link, so rc 3 is expected)"
+timeout 120 mpiexec.openmpi -np 2 --bind-to none bin/gpu_bench "$out/gpu_bench_np2.txt"
+rc=$?; echo "rc=$rc"; [ "$rc" = 0 ] || [ "$rc" = 3 ] || status=1
+for tool in memcheck racecheck synccheck; do
+    step "compute-sanitizer $tool on the CUDA stage tests"
+    if ! command -v compute-sanitizer >/dev/null; then echo "compute-sanitizer: not installed"; break; fi
+    timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 bin/mpistage_stage_cuda_tests \
+        >"$out/sanitizer_$tool.log" 2>&1 || status=1
+    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|FAILED" "$out/sanitizer_$tool.log" | tail -4
+done
+step "done: status $status"
+exit "$status"
+} 2>&1 | tee "$out/gpu_check.log"
+exit "${PIPESTATUS[0]}"
+RUN
+chmod +x "$bundle/run.sh"
+du -sh "$bundle"
