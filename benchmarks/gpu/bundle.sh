@@ -19,10 +19,11 @@ if [ ! -f "$build/CMakeCache.txt" ]; then
     "$here/scripts/build.sh" "$build" Release -DMPISTAGE_WITH_TORCH=OFF -DMPISTAGE_WITH_PYTHON=OFF \
         -DMPISTAGE_BUILD_EXAMPLES=OFF -DMPISTAGE_REQUIRE_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=80-virtual;90"
 fi
-cmake --build "$build" --target gpu_bench mpistage_stage_cuda_tests
+cmake --build "$build" --target gpu_bench mpistage_stage_cuda_tests mpistage_cli
 rm -rf "$bundle"
 mkdir -p "$bundle/bin" "$bundle/lib" "$bundle/root"
-cp "$build/benchmarks/gpu/gpu_bench" "$build/tests/serial/stage/mpistage_stage_cuda_tests" "$bundle/bin/"
+cp "$build/benchmarks/gpu/gpu_bench" "$build/tests/serial/stage/mpistage_stage_cuda_tests" \
+    "$build/mpistage" "$bundle/bin/"
 cp -a "$build"/libmpistage.so* "$bundle/lib/"
 strip --strip-debug "$bundle"/bin/* "$bundle"/lib/libmpistage.so.*.*.*
 # Every shared library the binaries resolve here, but glibc's and the C++ runtime's.
@@ -79,6 +80,26 @@ rc=$?; echo "rc=$rc (3: bytes right, H2D below 85 % of the pinned peak)"
 step "gpu_bench, 2 ranks on one GPU (rank 0 reports; they share its link, so rc 3 is expected)"
 timeout 120 mpiexec.openmpi -np 2 --bind-to none bin/gpu_bench "$out/gpu_bench_np2.txt"
 rc=$?; echo "rc=$rc"; [ "$rc" = 0 ] || [ "$rc" = 3 ] || status=1
+step "the CLI at 4 ranks on one GPU: mpistage stage --device cuda --verify"
+# A Fashion-MNIST-shaped file (60000 x 28 x 28 uint8 and int64 labels), written with h5py.
+if python3 -c 'import h5py, numpy' 2>/dev/null; then
+    python3 - "$out/cli.h5" <<'PY'
+import sys, h5py, numpy as np
+rng = np.random.default_rng(7)
+with h5py.File(sys.argv[1], "w") as f:
+    f["images"] = rng.integers(0, 256, (60000, 28, 28), dtype=np.uint8)
+    f["labels"] = rng.integers(0, 10, 60000, dtype=np.int64)
+PY
+    for mode in "--stage none" "--stage memory"; do
+        echo "-- $mode --shuffle global --epochs 3"
+        timeout 120 mpiexec.openmpi -np 4 --oversubscribe --bind-to none bin/mpistage stage "$out/cli.h5" \
+            --device cuda $mode --shuffle global --epochs 3 -b 256 --prefetch 4 --threads 2 \
+            --verify --progress none || status=1
+    done
+    rm -f "$out/cli.h5"
+else
+    echo "no python3 with h5py and numpy here: skipped"
+fi
 for tool in memcheck racecheck synccheck; do
     step "compute-sanitizer $tool on the CUDA stage tests"
     if ! command -v compute-sanitizer >/dev/null; then echo "compute-sanitizer: not installed"; break; fi
