@@ -49,8 +49,6 @@ struct Rule {
     const char* advice;
 };
 
-constexpr const char* kFixedOnly =
-    "it is for fixed-size batches of FILE input (docs: README, \"mpistage stage\")";
 constexpr const char* kStreamOnly = "it is for --sqlite input";
 constexpr const char* kFileOnly =
     "it is for FILE input served by the loader (streams have no prefetch ring, memory tier or "
