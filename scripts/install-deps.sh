@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-    build-essential cmake ninja-build pkg-config git ca-certificates ccache
+    build-essential cmake ninja-build pkg-config git ca-certificates ccache clang-14 lld-14
     openmpi-bin libopenmpi-dev
     libhdf5-openmpi-dev hdf5-tools
     libtorch-dev
