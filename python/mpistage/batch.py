@@ -24,10 +24,16 @@ class Batch:
             concatenated values, 1-D; ``offsets[name]`` gives int64 [B + 1] byte offsets.
         offsets: dict name -> int64 tensor [B + 1] for ragged fields only.
 
+    On a CUDA device (``Loader(device="cuda")``, or ``"auto"`` finding a GPU) the fields are
+    CUDA tensors over the loader's device memory (DLPack, no copy; ``index``, ``valid`` and
+    ``offsets`` stay host tensors). Their copy is ordered before work queued afterwards on
+    the legacy default stream, PyTorch's default stream; with ``torch.cuda.stream(s)`` make
+    ``s`` wait first: ``s.wait_stream(torch.cuda.default_stream())``.
+
     Ownership: the tensors (``torch.Tensor`` built with ``torch.from_numpy``, or the numpy
     arrays with ``tensors="numpy"``) share one owner of the batch's ring slot; the slot
     returns to the loader when the last of them is gone, so they stay valid after the loader
-    moved on. A rank holding ``prefetch`` batches alive leaves the loader no slot to fill (an
+    moved on (CUDA fields: each holds the batch's device block in the same way). A rank holding ``prefetch`` batches alive leaves the loader no slot to fill (an
     error on every rank, naming it): copy what must outlive many steps. Writing into the
     tensors changes only this batch. Thread safety: read-only use from any thread.
     """
@@ -57,7 +63,15 @@ class Batch:
 
 def make_batch(raw, names, tensors):
     """A Batch from the extension's tuple (see bindings.hpp, batch_to_python)."""
-    epoch, step, num_valid, index, valid, arrays, offsets = raw
+    epoch, step, num_valid, index, valid, arrays, offsets, device = raw
+    if device >= 0:
+        # Fields in the loader's device memory, as DLPack capsules: CUDA tensors without a
+        # copy (tensors="numpy" never reaches here: Loader stages on the CPU for it).
+        torch = _torch_module()
+        from_dlpack = torch.utils.dlpack.from_dlpack
+        return Batch(epoch, step, num_valid, torch.from_numpy(index), torch.from_numpy(valid),
+                     {n: from_dlpack(a) for n, a in zip(names, arrays)},
+                     {n: torch.from_numpy(o) for n, o in zip(names, offsets) if o is not None})
     if tensors == "torch":
         convert = _torch_module().from_numpy
         index = convert(index)

@@ -77,12 +77,7 @@ class Epoch(_lifetime.Tracked):
         return self
 
     def __next__(self):
-        raw = self._core.next()
-        batch = make_batch(raw, self._loader._names, self._loader._tensors)
-        if self._loader._device is not None:
-            batch.fields = {k: v.to(self._loader._device, non_blocking=True)
-                            for k, v in batch.fields.items()}
-        return batch
+        return make_batch(self._core.next(), self._loader._names, self._loader._tensors)
 
     def __len__(self):
         return self._core.steps
@@ -121,8 +116,11 @@ class Loader(_lifetime.Tracked):
     is read.
 
     ``tensors``: "torch" (default; ``torch.Tensor`` views, no copy) or "numpy" (numpy views).
-    With a CUDA device chosen, the torch fields are copied to it with ``non_blocking=True``
-    from the loader's pinned slot. ``state``: a dict from ``state()`` of an earlier run (any
+    With a CUDA device chosen (``device="cuda"``, or ``"auto"``, the default, on a GPU) the
+    loader copies each batch from its pinned ring to the device on its own stream, ahead of
+    the consumer, and the fields are CUDA tensors over that memory (DLPack, no further copy;
+    see ``Batch``). ``tensors="numpy"`` stages on the CPU: its ``device`` defaults to
+    "cpu", and "cuda" is refused. ``state``: a dict from ``state()`` of an earlier run (any
     world size with ``sharding="global"``): the loader continues where it stopped.
     Not thread-safe: one thread drives a loader.
     Raises: ConfigError, IoError, FormatError, MpiError; identical on every rank.
@@ -134,6 +132,13 @@ class Loader(_lifetime.Tracked):
         # The loop variable of `for batch in ...` still holds one batch while the next is
         # fetched, so Python reads one slot further ahead than C++ by default.
         options.setdefault("prefetch", 4)
+        if tensors == "numpy":  # numpy arrays are host memory
+            device = options.setdefault("device", "cpu")
+            if device not in ("cpu", "auto"):
+                raise _core.ConfigError(
+                    f"device '{device}' with tensors='numpy': numpy arrays are host memory; "
+                    "use tensors='torch' for batches on a CUDA device, or device='cpu'")
+            options["device"] = "cpu"
         core_options = _core.LoaderOptions(**options)
         self._source = source
         self._tensors = tensors
@@ -145,10 +150,6 @@ class Loader(_lifetime.Tracked):
                                               json.dumps(state))
         if tensors == "torch":
             _torch_module()  # imported here, not inside the first epoch
-        self._device = None
-        device = self._core.stats["device"]
-        if tensors == "torch" and device.startswith("cuda"):
-            self._device = device
         self._track()
 
     @classmethod

@@ -24,11 +24,16 @@ Communicator communicator(std::int64_t fortran_handle);
 /// The numpy dtype of an mpistage element type.
 py::dtype numpy_dtype(DType dtype);
 
-/// The batch as a tuple `(epoch, step, num_valid, index, valid, fields, offsets)`: `index` int64
-/// [B], `valid` bool [B], `fields` one numpy array per field (fixed: [B, *sample_shape] of the
-/// field's dtype; ragged: the concatenated values, 1-D), `offsets` per field None or int64 [B+1]
-/// byte offsets. Every array views the batch's own memory (no copy); all share one capsule
-/// that owns the batch, so its ring slot returns to the loader when the last array is gone.
+/// The batch as a tuple `(epoch, step, num_valid, index, valid, fields, offsets, device)`:
+/// `index` int64 [B], `valid` bool [B], `fields` one entry per field (fixed: [B, *sample_shape]
+/// of the field's dtype; ragged: the concatenated values, 1-D), `offsets` per field None or
+/// int64 [B+1] byte offsets, `device` the CUDA ordinal of the fields or -1. On a host batch
+/// (`device` -1) every entry is a numpy array viewing the batch's own memory (no copy), all
+/// sharing one capsule that owns the batch, so its ring slot returns to the loader when the
+/// last array is gone. On a CUDA batch each field is a DLPack capsule ("dltensor", device
+/// memory, `to_dlpack`; `torch.utils.dlpack.from_dlpack` takes it without a copy) holding
+/// the batch's device block; `index`, `valid` and `offsets` are numpy arrays over the batch's
+/// host copies.
 py::tuple batch_to_python(HostBatch&& batch);
 
 /// A field list as Python data: one dict per field (name, dtype, shape, sample_bytes, ragged).

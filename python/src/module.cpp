@@ -3,10 +3,12 @@
 #include <mpi.h>
 
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "bindings.hpp"
+#include "mpistage/dlpack.hpp"
 
 namespace mpistage::python {
 
@@ -66,18 +68,41 @@ py::array field_array(const HostBatch& batch, const HostField& f, const py::caps
     return py::array(dt, shape, strides, f.data, owner);
 }
 
+// Part `name` of a CUDA batch as a DLPack capsule: named "dltensor" (the protocol of
+// torch.utils.dlpack.from_dlpack, CuPy and JAX), which a consumer renames "used_dltensor" and
+// then owns; a capsule never consumed calls the tensor's deleter when it is collected.
+py::object dlpack_capsule(const HostBatch& batch, const std::string& name) {
+    dlpack::DLManagedTensor* t = to_dlpack(batch, name);
+    PyObject* capsule = PyCapsule_New(t, "dltensor", [](PyObject* c) {
+        if (!PyCapsule_IsValid(c, "dltensor")) return;  // consumed
+        auto* m = static_cast<dlpack::DLManagedTensor*>(PyCapsule_GetPointer(c, "dltensor"));
+        if (m && m->deleter) m->deleter(m);
+    });
+    if (!capsule) {
+        t->deleter(t);
+        throw py::error_already_set();
+    }
+    return py::reinterpret_steal<py::object>(capsule);
+}
+
 }  // namespace
 
 py::tuple batch_to_python(HostBatch&& batch) {
     auto* owned = new HostBatch(std::move(batch));
     py::capsule owner(owned, [](void* p) { delete static_cast<HostBatch*>(p); });
     const auto size = static_cast<py::ssize_t>(owned->size());
+    // On a CUDA batch these are the host copies of index, valid and ragged offsets.
     py::array index(py::dtype::of<std::int64_t>(), {size}, {py::ssize_t{8}}, owned->index(), owner);
     py::array valid(py::dtype("bool"), {size}, {py::ssize_t{1}}, owned->valid(), owner);
+    const bool on_device = owned->device() >= 0;
     py::list fields;
     py::list offsets;
     for (const HostField& f : owned->fields()) {
-        fields.append(field_array(*owned, f, owner));
+        if (on_device) {
+            fields.append(dlpack_capsule(*owned, f.info->name));
+        } else {
+            fields.append(field_array(*owned, f, owner));
+        }
         if (f.info->ragged) {
             offsets.append(py::array(py::dtype::of<std::int64_t>(), {size + 1}, {py::ssize_t{8}},
                                      f.offsets, owner));
@@ -86,7 +111,7 @@ py::tuple batch_to_python(HostBatch&& batch) {
         }
     }
     return py::make_tuple(owned->epoch(), owned->step(), owned->num_valid(), index, valid, fields,
-                          offsets);
+                          offsets, owned->device());
 }
 
 py::list fields_to_python(const std::vector<FieldInfo>& fields) {
