@@ -43,6 +43,16 @@ for p in openmpi-bin libopenmpi3 libpmix2 openmpi-common libhwloc15; do
 done >"$bundle/files.txt"
 tar -C / -chf - -T "$bundle/files.txt" | tar -C "$bundle/root" -xf -
 rm "$bundle/files.txt"
+# The Python module is compiled there, for that machine's python3 (a different version here):
+# its sources, the headers it includes (mpistage's, the generated config, MPI's) and the check.
+# (The package's sources go below package/: beside python_check.py, whose folder Python puts
+# first on sys.path, they would shadow the package with its extension.)
+mkdir -p "$bundle/python/include" "$bundle/python/package"
+cp -r "$here/python/src" "$here/benchmarks/gpu/python_check.py" "$bundle/python/"
+cp -r "$here/python/mpistage" "$bundle/python/package/"
+cp -r "$here/include/mpistage" "$bundle/python/include/"
+cp "$build/include/mpistage/config.hpp" "$bundle/python/include/mpistage/"
+cp -r "$(mpicc -showme:incdirs | cut -d' ' -f1)" "$bundle/python/mpi-include"  # Open MPI's mpi.h
 cat >"$bundle/env.sh" <<'ENV'
 # Sourced by run.sh: the carried Debian runtime, relocated.
 G=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -99,6 +109,30 @@ PY
     rm -f "$out/cli.h5"
 else
     echo "no python3 with h5py and numpy here: skipped"
+fi
+step "the Python module at 1 and 2 ranks: device auto, CUDA tensors through DLPack"
+pyinc=$(python3 -c "import sysconfig; print(sysconfig.get_paths()['include'])" 2>/dev/null)
+if python3 -c "import torch, pybind11, h5py, mpi4py; assert torch.cuda.is_available()" 2>/dev/null &&
+        [ -f "$pyinc/Python.h" ] && command -v g++ >/dev/null; then
+    pkg=$(mktemp -d); mkdir -p "$pkg/mpistage"; cp python/package/mpistage/*.py "$pkg/mpistage/"
+    ext=$(python3 -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
+    pb=$(python3 -c "import pybind11; print(pybind11.get_include())")
+    for f in python/src/*.cpp; do
+        g++ -O2 -fPIC -std=c++17 -fvisibility=hidden -c "$f" -Ipython/include -I"$pb" -I"$pyinc" \
+            -Ipython/mpi-include -o "$pkg/$(basename "$f").o" &
+    done
+    wait
+    if g++ -shared "$pkg"/*.o -Llib -lmpistage -lmpi -Wl,-rpath,"$PWD/lib" \
+            -o "$pkg/mpistage/_mpistage$ext"; then
+        PYTHONPATH=$pkg timeout 120 python3 python/python_check.py "$pkg/check1.h5" || status=1
+        PYTHONPATH=$pkg timeout 120 mpiexec.openmpi -np 2 --oversubscribe --bind-to none \
+            -x PYTHONPATH python3 python/python_check.py "$pkg/check2.h5" || status=1
+    else
+        echo "FAIL: the Python module did not compile"; status=1
+    fi
+    rm -rf "$pkg"
+else
+    echo "no python3 with a CUDA torch, pybind11, h5py, mpi4py, its headers and g++ here: skipped"
 fi
 for tool in memcheck racecheck synccheck; do
     step "compute-sanitizer $tool on the CUDA stage tests"
