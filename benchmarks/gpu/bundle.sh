@@ -3,7 +3,8 @@
 # build here, on Debian 12 with the CUDA toolkit, and carry the binaries with the Debian
 # runtime they need (Open MPI, PMIx, HDF5, the CUDA runtime; not glibc or libstdc++, which the
 # GPU machine has in a newer version) to the GPU machine, where `run.sh` in the bundle runs
-# the CUDA stage tests, gpu_bench at 1 and 2 ranks and compute-sanitizer (docs/gpu.md).
+# the CUDA stage tests, gpu_bench at 1 and 2 ranks, the CLI at 4 ranks, the Python module
+# (compiled there) at 1 and 2 ranks and compute-sanitizer (docs/gpu.md).
 # Open MPI is relocated with OPAL_PREFIX; a singleton needs no launcher (ess_singleton_isolated).
 #
 #   benchmarks/gpu/bundle.sh [BUILD_DIR] [BUNDLE_DIR]
@@ -38,7 +39,7 @@ for b in "$bundle"/bin/*; do ldd "$b"; done | awk '$3 ~ /^\// {print $3}' | sort
 for p in openmpi-bin libopenmpi3 libpmix2 openmpi-common libhwloc15; do
     dpkg -L "$p" | while read -r f; do
         case "$f" in /usr/share/doc*|/usr/share/man*|*.a|/usr/include*) continue ;; esac
-        [ -f "$f" ] && echo "${f#/}"
+        if [ -f "$f" ]; then echo "${f#/}"; fi
     done
 done >"$bundle/files.txt"
 tar -C / -chf - -T "$bundle/files.txt" | tar -C "$bundle/root" -xf -
@@ -67,12 +68,15 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 ENV
 cat >"$bundle/run.sh" <<'RUN'
 #!/usr/bin/env bash
-# On the GPU machine: OUT=<dir> run.sh. Exit status: 0 when the CUDA tests pass (none
-# skipped), compute-sanitizer is clean and gpu_bench's byte check holds at 1 rank.
+# On the GPU machine: OUT=<dir> run.sh. Runs the CUDA stage tests, gpu_bench at 1 and 2
+# ranks, the CLI at 4 ranks, the Python module at 1 and 2 ranks and compute-sanitizer (docs/
+# gpu.md). Exit status 0 when the CUDA tests pass (none skipped), gpu_bench's byte check
+# holds, the CLI and the Python check find every sample exactly once with the right values,
+# and compute-sanitizer is clean.
 set -uo pipefail
+out=$(mkdir -p "${OUT:-.}" && cd "${OUT:-.}" && pwd)
 cd "$(dirname "$0")"
 source ./env.sh
-out=${OUT:-.}
 status=0
 step() { echo; echo "== $* ($(date -u +%T), $SECONDS s)"; }
 {
@@ -114,6 +118,8 @@ step "the Python module at 1 and 2 ranks: device auto, CUDA tensors through DLPa
 pyinc=$(python3 -c "import sysconfig; print(sysconfig.get_paths()['include'])" 2>/dev/null)
 if python3 -c "import torch, pybind11, h5py, mpi4py; assert torch.cuda.is_available()" 2>/dev/null &&
         [ -f "$pyinc/Python.h" ] && command -v g++ >/dev/null; then
+    # A hand-written build of python/CMakeLists.txt's module (that machine has no CMake
+    # configuration of this project): keep its flags in step with pybind11_add_module's.
     pkg=$(mktemp -d); mkdir -p "$pkg/mpistage"; cp python/package/mpistage/*.py "$pkg/mpistage/"
     ext=$(python3 -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
     pb=$(python3 -c "import pybind11; print(pybind11.get_include())")
@@ -122,7 +128,9 @@ if python3 -c "import torch, pybind11, h5py, mpi4py; assert torch.cuda.is_availa
             -Ipython/mpi-include -o "$pkg/$(basename "$f").o" &
     done
     wait
-    if g++ -shared "$pkg"/*.o -Llib -lmpistage -lmpi -Wl,-rpath,"$PWD/lib" \
+    # The bundle's libmpi.so.40; where the machine's mpi4py loaded its own Open MPI 4.1 first
+    # (the H200 machine had 4.1.6), the process uses that one: the same soname and ABI.
+    if g++ -shared "$pkg"/*.o -Llib -lmpistage -l:libmpi.so.40 -Wl,-rpath,"$PWD/lib" \
             -o "$pkg/mpistage/_mpistage$ext"; then
         PYTHONPATH=$pkg timeout 120 python3 python/python_check.py "$pkg/check1.h5" || status=1
         PYTHONPATH=$pkg timeout 120 mpiexec.openmpi -np 2 --oversubscribe --bind-to none \

@@ -245,12 +245,12 @@ bool loader_table(Report& r, const Communicator& comm, bool cuda, double peak) {
 /// rank). Collective: rank 0 draws the seed (every rank's source must hash the same), and the
 /// result is every rank's.
 bool verify(Report& r, const Communicator& comm) {
-    std::uint64_t seed =
+    const std::uint64_t drawn =
         (static_cast<std::uint64_t>(std::random_device{}()) << 32) | std::random_device{}();
-    MPI_Bcast(&seed, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+    const std::uint64_t seed = std::stoull(comm.broadcast(std::to_string(drawn), 0));
     const RunResult run = run_loader(comm, 8 * kMiB, 24, 0, true, seed);
-    std::uint64_t bad[2] = {run.bad_samples, run.batches == 24 ? 0u : 1u};
-    MPI_Allreduce(MPI_IN_PLACE, bad, 2, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+    const std::vector<std::uint64_t> bad =
+        comm.allreduce_sum({run.bad_samples, run.batches == 24 ? 0u : 1u});
     r.line("byte check of %llu staged batches per rank on %s, %d rank(s) (seed %llu): %s",
            static_cast<unsigned long long>(run.batches), run.device.c_str(), comm.size(),
            static_cast<unsigned long long>(seed), bad[0] == 0 && bad[1] == 0 ? "OK" : "FAILED");

@@ -63,4 +63,11 @@ std::vector<std::string> dlpack_names(const HostBatch& batch);
 /// Not collective; thread-safe. @throws ConfigError for an unknown name.
 dlpack::DLManagedTensor* to_dlpack(const HostBatch& batch, const std::string& name);
 
+/// Rewrites the dtype of `tensor` for consumers that read DLPack 0.6 (libtorch up to 2.0,
+/// e.g. Debian's 1.13: no kDLBool, no unsigned type wider than 8 bits): kDLBool becomes
+/// kDLUInt 8 and an unsigned type wider than 8 bits the signed type of the same width. The
+/// bytes are unchanged. Returns true when the tensor was boolean: view the consumer's tensor
+/// as bool (`torch::kBool`, `torch.bool`). Not collective; thread-safe for distinct tensors.
+bool to_legacy_dtypes(dlpack::DLManagedTensor* tensor) noexcept;
+
 }  // namespace mpistage

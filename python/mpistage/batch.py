@@ -27,8 +27,13 @@ class Batch:
     On a CUDA device (``Loader(device="cuda")``, or ``"auto"`` finding a GPU) the fields are
     CUDA tensors over the loader's device memory (DLPack, no copy; ``index``, ``valid`` and
     ``offsets`` stay host tensors). Their copy is ordered before work queued afterwards on
-    the legacy default stream, PyTorch's default stream; with ``torch.cuda.stream(s)`` make
-    ``s`` wait first: ``s.wait_stream(torch.cuda.default_stream())``.
+    the legacy default stream, PyTorch's default stream, and their device block is reused
+    only after the work queued on that stream when the batch's last tensor is gone. On
+    another stream ``s`` (``torch.cuda.stream(s)``): after the batch arrives,
+    ``s.wait_stream(torch.cuda.default_stream())``; before dropping its tensors,
+    ``torch.cuda.default_stream().wait_stream(s)``. Holding CUDA batches does not hold ring
+    slots (a slot returns once its copy is done): the loader's device pool grows by one
+    block per batch held beyond its depth.
 
     Ownership: the tensors (``torch.Tensor`` built with ``torch.from_numpy``, or the numpy
     arrays with ``tensors="numpy"``) share one owner of the batch's ring slot; the slot
@@ -61,16 +66,23 @@ class Batch:
                 f"num_valid={self.num_valid}, {shapes})")
 
 
-def make_batch(raw, names, tensors):
-    """A Batch from the extension's tuple (see bindings.hpp, batch_to_python)."""
+def make_batch(raw, names, tensors, dtypes=None):
+    """A Batch from the extension's tuple (see bindings.hpp, batch_to_python); ``dtypes``: the
+    fields' dtype names (needed for batches on a CUDA device)."""
     epoch, step, num_valid, index, valid, arrays, offsets, device = raw
     if device >= 0:
         # Fields in the loader's device memory, as DLPack capsules: CUDA tensors without a
-        # copy (tensors="numpy" never reaches here: Loader stages on the CPU for it).
+        # copy (tensors="numpy" never reaches here: Loader stages on the CPU for it). DLPack
+        # 0.6 types (to_legacy_dtypes): booleans come as uint8 and are viewed back; unsigned
+        # types wider than 8 bits stay the signed type of the same width.
         torch = _torch_module()
-        from_dlpack = torch.utils.dlpack.from_dlpack
+        from torch.utils.dlpack import from_dlpack
+        fields = {}
+        for n, a, d in zip(names, arrays, dtypes):
+            t = from_dlpack(a)
+            fields[n] = t.view(torch.bool) if d == "bool" else t
         return Batch(epoch, step, num_valid, torch.from_numpy(index), torch.from_numpy(valid),
-                     {n: from_dlpack(a) for n, a in zip(names, arrays)},
+                     fields,
                      {n: torch.from_numpy(o) for n, o in zip(names, offsets) if o is not None})
     if tensors == "torch":
         convert = _torch_module().from_numpy

@@ -77,7 +77,8 @@ class Epoch(_lifetime.Tracked):
         return self
 
     def __next__(self):
-        return make_batch(self._core.next(), self._loader._names, self._loader._tensors)
+        return make_batch(self._core.next(), self._loader._names, self._loader._tensors,
+                          self._loader._dtypes)
 
     def __len__(self):
         return self._core.steps
@@ -119,8 +120,8 @@ class Loader(_lifetime.Tracked):
     With a CUDA device chosen (``device="cuda"``, or ``"auto"``, the default, on a GPU) the
     loader copies each batch from its pinned ring to the device on its own stream, ahead of
     the consumer, and the fields are CUDA tensors over that memory (DLPack, no further copy;
-    see ``Batch``). ``tensors="numpy"`` stages on the CPU: its ``device`` defaults to
-    "cpu", and "cuda" is refused. ``state``: a dict from ``state()`` of an earlier run (any
+    see ``Batch``). ``tensors="numpy"``, and a torch built without CUDA, stage on the CPU:
+    "auto" means the CPU there, and "cuda" is refused. ``state``: a dict from ``state()`` of an earlier run (any
     world size with ``sharding="global"``): the loader continues where it stopped.
     Not thread-safe: one thread drives a loader.
     Raises: ConfigError, IoError, FormatError, MpiError; identical on every rank.
@@ -139,10 +140,19 @@ class Loader(_lifetime.Tracked):
                     f"device '{device}' with tensors='numpy': numpy arrays are host memory; "
                     "use tensors='torch' for batches on a CUDA device, or device='cpu'")
             options["device"] = "cpu"
+        elif not _torch_module().cuda.is_available():  # a CPU-only torch takes no CUDA tensor
+            device = options.setdefault("device", "auto")
+            if device == "auto":
+                options["device"] = "cpu"
+            elif device != "cpu":
+                raise _core.ConfigError(
+                    f"device '{device}': this torch ({_torch_module().__version__}) has no CUDA, "
+                    "so it cannot take batches on a CUDA device; use device='cpu' or 'auto'")
         core_options = _core.LoaderOptions(**options)
         self._source = source
         self._tensors = tensors
         self._names = [f["name"] for f in source.fields]
+        self._dtypes = [f["dtype"] for f in source.fields]
         if state is None:
             self._core = _core.Loader(_handle(comm), source._core, core_options)
         else:

@@ -70,9 +70,13 @@ py::array field_array(const HostBatch& batch, const HostField& f, const py::caps
 
 // Part `name` of a CUDA batch as a DLPack capsule: named "dltensor" (the protocol of
 // torch.utils.dlpack.from_dlpack, CuPy and JAX), which a consumer renames "used_dltensor" and
-// then owns; a capsule never consumed calls the tensor's deleter when it is collected.
+// then owns; a capsule never consumed calls the tensor's deleter when it is collected (the
+// deleter makes no Python call and no blocking CUDA call: it returns the device block to the
+// loader's pool, fenced on the consumer's stream).
 py::object dlpack_capsule(const HostBatch& batch, const std::string& name) {
     dlpack::DLManagedTensor* t = to_dlpack(batch, name);
+    // Read by every torch since 1.10 (DLPack 0.6); make_batch views booleans as bool again.
+    (void)to_legacy_dtypes(t);
     PyObject* capsule = PyCapsule_New(t, "dltensor", [](PyObject* c) {
         if (!PyCapsule_IsValid(c, "dltensor")) return;  // consumed
         auto* m = static_cast<dlpack::DLManagedTensor*>(PyCapsule_GetPointer(c, "dltensor"));

@@ -115,4 +115,12 @@ dlpack::DLManagedTensor* to_dlpack(const HostBatch& batch, const std::string& na
     return &owner.release()->managed;
 }
 
+bool to_legacy_dtypes(dlpack::DLManagedTensor* tensor) noexcept {
+    dlpack::DLDataType& dt = tensor->dl_tensor.dtype;
+    const bool is_bool = dt.code == dlpack::kDLBool;
+    if (is_bool) dt.code = dlpack::kDLUInt;
+    if (dt.code == dlpack::kDLUInt && dt.bits > 8) dt.code = dlpack::kDLInt;
+    return is_bool;
+}
+
 }  // namespace mpistage

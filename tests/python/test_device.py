@@ -4,10 +4,11 @@ can be read back here without a GPU). Before this, the extension built numpy arr
 host pointer of a CUDA batch, which is null (found reading the code for an H200 run). Known
 answers: h5py's x = id * 10 + column."""
 import ctypes
+import os
 
 import numpy as np
 import pytest
-from conftest import COMM, TIMEOUT, gather_ids
+from conftest import COMM, TIMEOUT, gather_ids  # noqa: F401 (workdir, small_h5: fixtures)
 
 import mpistage
 
@@ -20,6 +21,8 @@ ctypes.pythonapi.PyCapsule_GetPointer.restype = ctypes.c_void_p
 ctypes.pythonapi.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
 ctypes.pythonapi.PyCapsule_GetName.restype = ctypes.c_char_p
 ctypes.pythonapi.PyCapsule_GetName.argtypes = [ctypes.py_object]
+ctypes.pythonapi.PyCapsule_SetName.restype = ctypes.c_int
+ctypes.pythonapi.PyCapsule_SetName.argtypes = [ctypes.py_object, ctypes.c_char_p]
 
 
 class DLTensor(ctypes.Structure):  # DLPack's DLTensor, as include/mpistage/dlpack.hpp
@@ -30,12 +33,24 @@ class DLTensor(ctypes.Structure):  # DLPack's DLTensor, as include/mpistage/dlpa
                 ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
 
 
+class DLManagedTensor(ctypes.Structure):
+    _fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p),
+                ("deleter", ctypes.CFUNCTYPE(None, ctypes.c_void_p))]
+
+
 def dl_tensor(capsule):
     assert ctypes.pythonapi.PyCapsule_GetName(capsule) == b"dltensor"
     return DLTensor.from_address(ctypes.pythonapi.PyCapsule_GetPointer(capsule, b"dltensor"))
 
 
-def test_cuda_fields_are_dlpack_capsules_over_the_staged_bytes(small_h5):
+@pytest.fixture
+def torch_sees_a_gpu(monkeypatch):
+    """The double stands for a GPU; torch (CPU-only in CI) is told it has one."""
+    import torch
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+
+
+def test_cuda_fields_are_dlpack_capsules_over_the_staged_bytes(small_h5, torch_sees_a_gpu):
     loader = mpistage.Loader(mpistage.open_source(small_h5), batch_size=6, sharding="global",
                              shuffle="global", remainder="mask", timeout=TIMEOUT, device="cuda")
     assert loader.stats["device"].startswith("cuda")
@@ -65,6 +80,55 @@ def test_cuda_fields_are_dlpack_capsules_over_the_staged_bytes(small_h5):
         all_ids = gather_ids(ids)
         assert sorted(all_ids.tolist()) == list(range(103)), f"epoch {epoch}: not exactly once"
     loader.close()
+
+
+def test_wide_unsigned_fields_cross_as_signed_and_a_consumed_capsule_is_not_freed_twice(
+        workdir, torch_sees_a_gpu):
+    path = os.path.join(workdir, "u16.h5")
+    if COMM.rank == 0:
+        import h5py
+        with h5py.File(path, "w") as f:
+            f["u"] = (np.arange(50) * 1000 % 65536).astype(np.uint16)
+    COMM.Barrier()
+    loader = mpistage.Loader(mpistage.open_source(path), batch_size=4, timeout=TIMEOUT,
+                             device="cuda")
+    it = loader.epoch(0)
+    seen = 0
+    for _ in range(it.steps):
+        _, _, _, index, valid, fields, _, device = it._core.next()
+        u = dl_tensor(fields[0])
+        # DLPack 0.6 as torch before 2.3 reads it: uint16 crosses as int16 (kDLInt 16), the
+        # bytes unchanged (to_legacy_dtypes, as the libtorch path does)
+        assert (u.device_type, u.code, u.bits, u.shape[0]) == (2, 0, 16, 4)
+        FAKE.mpistage_fake_cuda_drain()
+        got = np.ctypeslib.as_array((ctypes.c_uint16 * 4).from_address(u.data))
+        assert np.array_equal(got[valid], (index[valid] * 1000 % 65536).astype(np.uint16))
+        seen += int(valid.sum())
+        # A consumer takes the tensor (renames the capsule) and calls its deleter itself: the
+        # capsule, collected afterwards, must not call it again.
+        managed = DLManagedTensor.from_address(
+            ctypes.pythonapi.PyCapsule_GetPointer(fields[0], b"dltensor"))
+        deleter = managed.deleter
+        assert ctypes.pythonapi.PyCapsule_SetName(fields[0], b"used_dltensor") == 0
+        deleter(ctypes.addressof(managed))
+        del fields
+    with pytest.raises(StopIteration):
+        it._core.next()
+    assert COMM.allreduce(seen) == 48  # remainder "drop": 50 // (4 * W) * 4 * W at W <= 4
+    loader.close()
+
+
+def test_a_torch_without_cuda_stages_on_the_cpu_and_refuses_cuda(small_h5):
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("this torch has CUDA")
+    source = mpistage.open_source(small_h5)
+    loader = mpistage.Loader(source, batch_size=6, timeout=TIMEOUT)  # device "auto"
+    assert loader.stats["device"] == "cpu"  # the double offers a device; torch cannot take it
+    loader.close()
+    with pytest.raises(mpistage.ConfigError, match="has no CUDA"):
+        mpistage.Loader(source, batch_size=6, device="cuda", timeout=TIMEOUT)
+    COMM.Barrier()
 
 
 def test_numpy_tensors_stage_on_the_cpu_and_refuse_cuda(small_h5):

@@ -75,12 +75,9 @@ namespace {
 // One part of `batch` as a tensor through DLPack (no copy; the tensor holds the lease).
 torch::Tensor part_tensor(const HostBatch& batch, const std::string& name) {
     dlpack::DLManagedTensor* m = to_dlpack(batch, name);
-    // libtorch 1.13 reads DLPack 0.6: no kDLBool, no unsigned type wider than 8 bits (those
-    // come as the signed type of the same width, as torch_dtype says).
-    dlpack::DLDataType& dt = m->dl_tensor.dtype;
-    const bool is_bool = dt.code == dlpack::kDLBool;
-    if (is_bool) dt.code = dlpack::kDLUInt;
-    if (dt.code == dlpack::kDLUInt && dt.bits > 8) dt.code = dlpack::kDLInt;
+    // libtorch 1.13 reads DLPack 0.6 (unsigned types wider than 8 bits come as the signed type
+    // of the same width, as torch_dtype says).
+    const bool is_bool = to_legacy_dtypes(m);
     torch::Tensor t;
     try {
         t = at::fromDLPack(reinterpret_cast<const ::DLManagedTensor*>(m));
