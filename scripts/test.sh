@@ -77,7 +77,9 @@ if [ "${MPISTAGE_SANITIZE:-1}" = "1" ]; then
     # off, took 179 s against 297 s with g++ 12 and gold (2026-12-04; the suite ran 121 s
     # against 104 s), and it adds clang's warnings (-Werror) to g++'s in the main build. gold
     # printed thousands of "Cannot export local symbol '__asan_check_...'" warnings for
-    # clang's ASan; lld prints none. Without clang-14 (scripts/install-deps.sh installs it),
+    # clang's ASan; lld prints none. A clean clone's .ci/run then took 807 and 819 s (2026-12-04,
+    # a11a750 and 2fa1a4f): the sanitizer build ready at 538-540 s, where it had been ready at
+    # 1050-1112 s in the runs before (on an earlier machine: main build 362-400 s, here 295-302). Without clang-14 (scripts/install-deps.sh installs it),
     # the default compiler and the main build's linker.
     asan_toolchain=("${link_flags[@]}")
     if command -v clang++-14 >/dev/null 2>&1; then

@@ -1,6 +1,7 @@
 """The Python module on a GPU (benchmarks/gpu/bundle.sh's run.sh; docs/gpu.md): with the default
 device ("auto") every field is a CUDA tensor over the loader's device memory with the writer's
-values (h5py: x = id * 10 + column, y = id, u = id * 1000 mod 2^16 as uint16, which crosses as int16), exactly once over the ranks, 2 epochs.
+values (h5py: x = id * 10 + column, y = id, u = id * 1000 mod 2^16 as uint16, which crosses
+as int16), exactly once over the ranks, 2 epochs.
 Usage: [mpiexec -np N] python3 python_check.py FILE.h5 (written here by rank 0)."""
 import sys
 import time

@@ -38,9 +38,10 @@ class Batch:
     Ownership: the tensors (``torch.Tensor`` built with ``torch.from_numpy``, or the numpy
     arrays with ``tensors="numpy"``) share one owner of the batch's ring slot; the slot
     returns to the loader when the last of them is gone, so they stay valid after the loader
-    moved on (CUDA fields: each holds the batch's device block in the same way). A rank holding ``prefetch`` batches alive leaves the loader no slot to fill (an
-    error on every rank, naming it): copy what must outlive many steps. Writing into the
-    tensors changes only this batch. Thread safety: read-only use from any thread.
+    moved on (CUDA fields: each holds the batch's device block in the same way). A rank
+    holding ``prefetch`` host batches alive leaves the loader no slot to fill (an error on
+    every rank, naming it): copy what must outlive many steps. Writing into the tensors
+    changes only this batch. Thread safety: read-only use from any thread.
     """
 
     __slots__ = ("epoch", "step", "num_valid", "index", "valid", "fields", "offsets")

@@ -121,8 +121,9 @@ class Loader(_lifetime.Tracked):
     loader copies each batch from its pinned ring to the device on its own stream, ahead of
     the consumer, and the fields are CUDA tensors over that memory (DLPack, no further copy;
     see ``Batch``). ``tensors="numpy"``, and a torch built without CUDA, stage on the CPU:
-    "auto" means the CPU there, and "cuda" is refused. ``state``: a dict from ``state()`` of an earlier run (any
-    world size with ``sharding="global"``): the loader continues where it stopped.
+    "auto" means the CPU there, and "cuda" is refused. ``state``: a dict from ``state()`` of
+    an earlier run (any world size with ``sharding="global"``): the loader continues where it
+    stopped.
     Not thread-safe: one thread drives a loader.
     Raises: ConfigError, IoError, FormatError, MpiError; identical on every rank.
     """
