@@ -78,7 +78,7 @@ if [ "${MPISTAGE_SANITIZE:-1}" = "1" ]; then
     # against 104 s), and it adds clang's warnings (-Werror) to g++'s in the main build. gold
     # printed thousands of "Cannot export local symbol '__asan_check_...'" warnings for
     # clang's ASan; lld prints none. A clean clone's .ci/run then took 807 and 819 s (2026-12-04,
-    # a11a750 and 2fa1a4f): the sanitizer build ready at 538-540 s, where it had been ready at
+    # a11a750 and 4c4e9d5): the sanitizer build ready at 538-540 s, where it had been ready at
     # 1050-1112 s in the runs before (on an earlier machine: main build 362-400 s, here 295-302). Without clang-14 (scripts/install-deps.sh installs it),
     # the default compiler and the main build's linker.
     asan_toolchain=("${link_flags[@]}")
