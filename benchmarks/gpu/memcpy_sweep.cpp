@@ -78,10 +78,20 @@ void raw_overlap(std::size_t batch_bytes, int steps,
     using Clock = std::chrono::steady_clock;
     void* pinned = nullptr;
     void* device = nullptr;
+    cudaStream_t s = nullptr;
+    struct Release {  // also when a CUDA call throws
+        void*& pinned;
+        void*& device;
+        cudaStream_t& s;
+        ~Release() {
+            if (s) cudaStreamDestroy(s);
+            if (device) cudaFree(device);
+            if (pinned) cudaFreeHost(pinned);
+        }
+    } release{pinned, device, s};
     check(cudaHostAlloc(&pinned, batch_bytes, cudaHostAllocDefault), "cudaHostAlloc");
     check(cudaMalloc(&device, 2 * batch_bytes), "cudaMalloc");
     std::memset(pinned, 1, batch_bytes);
-    cudaStream_t s;
     check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
     const auto copies = [&] {
         for (int i = 0; i < steps; ++i) {
@@ -120,9 +130,6 @@ void raw_overlap(std::size_t batch_bytes, int steps,
                   "overlap %.0f%%",
                   batch_bytes / kMiB, steps, copy_s, compute_s, both_s, 100 * overlap);
     line(buf);
-    cudaStreamDestroy(s);
-    cudaFree(device);
-    cudaFreeHost(pinned);
 }
 
 void wait_compute() {
