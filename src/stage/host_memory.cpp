@@ -19,15 +19,6 @@ namespace mpistage {
 
 namespace detail {
 
-namespace {
-
-std::size_t page_bytes() noexcept {
-    const long page = ::sysconf(_SC_PAGESIZE);
-    return page > 0 ? static_cast<std::size_t>(page) : 4096;
-}
-
-}  // namespace
-
 HostBlock::HostBlock(std::size_t size_bytes, bool pinned) : size_(size_bytes) {
     const std::size_t n = size_bytes == 0 ? 1 : size_bytes;
 #if MPISTAGE_STAGE_CUDA

@@ -17,6 +17,7 @@
 #include "mpistage/dtype.hpp"
 #include "mpistage/error.hpp"
 #include "pipeline/fill.hpp"
+#include "util/page_populate.hpp"
 
 #ifndef MADV_POPULATE_READ
 #define MADV_POPULATE_READ 22  // Linux 5.14 (include/uapi/asm-generic/mman-common.h)
@@ -25,11 +26,6 @@
 namespace mpistage::detail {
 
 namespace {
-
-std::uint64_t page_bytes() {
-    const long p = sysconf(_SC_PAGE_SIZE);
-    return p > 0 ? static_cast<std::uint64_t>(p) : 4096;
-}
 
 std::string range_text(std::uint64_t begin, std::uint64_t end) {
     return "bytes [" + std::to_string(begin) + ", " + std::to_string(end) + ")";

@@ -16,10 +16,14 @@
 
 namespace mpistage::detail {
 
+std::size_t page_bytes() noexcept {
+    const long page_size = sysconf(_SC_PAGE_SIZE);
+    return page_size > 0 ? static_cast<std::size_t>(page_size) : 4096;
+}
+
 bool populate_pages(void* p, std::size_t size_bytes, PopulateFor what) noexcept {
     if (p == nullptr || size_bytes == 0) return true;
-    const long page_size = sysconf(_SC_PAGE_SIZE);
-    const auto page = static_cast<std::uintptr_t>(page_size > 0 ? page_size : 4096);
+    const auto page = static_cast<std::uintptr_t>(page_bytes());
     const auto begin = reinterpret_cast<std::uintptr_t>(p) / page * page;
     const auto end = (reinterpret_cast<std::uintptr_t>(p) + size_bytes + page - 1) / page * page;
     const int advice = what == PopulateFor::read ? MADV_POPULATE_READ : MADV_POPULATE_WRITE;
@@ -43,8 +47,7 @@ bool populate_pages(void* p, std::size_t size_bytes, PopulateFor what) noexcept 
 
 void touch_pages(const void* p, std::size_t size_bytes) noexcept {
     if (p == nullptr || size_bytes == 0) return;
-    const long page_size = sysconf(_SC_PAGE_SIZE);
-    const auto page = static_cast<std::uintptr_t>(page_size > 0 ? page_size : 4096);
+    const auto page = static_cast<std::uintptr_t>(page_bytes());
     const auto* bytes = static_cast<const volatile unsigned char*>(p);
     const auto first = reinterpret_cast<std::uintptr_t>(p);
     unsigned char sink = 0;

@@ -6,6 +6,10 @@
 
 namespace mpistage::detail {
 
+/// The system's page size in bytes (`sysconf(_SC_PAGESIZE)`; 4096 where it fails). Local,
+/// thread-safe, never throws.
+std::size_t page_bytes() noexcept;
+
 /// What the pages are mapped for.
 enum class PopulateFor {
     read,   ///< MADV_POPULATE_READ: map existing pages (a peer's staged segment)

@@ -13,6 +13,7 @@
 #include "sources/tfrecord/dali_index.hpp"
 #include "sources/tfrecord/source_state.hpp"
 #include "util/memory_budget.hpp"
+#include "util/page_populate.hpp"
 
 namespace mpistage::tfrecord {
 
@@ -87,8 +88,7 @@ void fill_from_broadcasts(const Communicator& comm, const std::vector<RecordRef>
 /// only advice: where it fails, the move costs the vector until it is freed.
 void move_into_segment(std::vector<RecordRef>& found, std::byte* segment) {
     constexpr std::uint64_t kPieceBytes = std::uint64_t{16} << 20;
-    const long page_size = sysconf(_SC_PAGESIZE);
-    const std::uintptr_t page = page_size > 0 ? static_cast<std::uintptr_t>(page_size) : 4096;
+    const std::uintptr_t page = detail::page_bytes();
     auto* from = reinterpret_cast<std::byte*>(found.data());
     const std::uint64_t bytes = found.size() * sizeof(RecordRef);
     for (std::uint64_t at = 0; at < bytes; at += kPieceBytes) {
