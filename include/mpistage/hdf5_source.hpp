@@ -17,7 +17,8 @@ namespace mpistage {
 /// Options of an HDF5 source.
 struct Hdf5Options {
     /// Dataset paths that form the fields (e.g. {"images", "labels"}). Empty: every dataset of
-    /// the file with a fixed-size numeric type and rank ≥ 1, provided they all share dimension 0.
+    /// the file with a fixed-size numeric or h5py boolean type and rank ≥ 1, provided they all
+    /// share dimension 0 (datasets of other types, such as strings or float16, are left out).
     std::vector<std::string> fields;
     /// Largest byte count of one read call (MPI-IO counts are int, HDF5 1.10.8
     /// fails above 2 GiB). Default 1 GiB; tests lower it to exercise splitting.
@@ -30,8 +31,10 @@ struct Hdf5Options {
 ///
 /// Supported: contiguous, chunked and compact layouts; gzip/shuffle and any filter that the
 /// HDF5 build provides; every 1-, 2-, 4- and 8-byte integer and 4- and 8-byte float type in
-/// either byte order (returned native). Contiguous datasets whose file type only differs from the
-/// native type by byte order are read with `pread` at the offset `H5Dget_offset` reports,
+/// either byte order (returned native); h5py's boolean (an enum over a 1-byte integer with the
+/// members FALSE = 0 and TRUE = 1, as h5py writes `numpy.bool_`) as `DType::boolean`, one byte
+/// 0 or 1 per element. Other enums are refused. Contiguous datasets whose file type only differs
+/// from the native type by byte order are read with `pread` at the offset `H5Dget_offset` reports,
 /// outside HDF5's global lock; every other layout goes through `H5Dread` (independent transfer)
 /// behind one process-wide mutex, as HDF5 is not thread-safe.
 ///

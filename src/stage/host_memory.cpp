@@ -1,14 +1,13 @@
 // Host blocks of the batch ring (host_memory.hpp).
 #include "stage/host_memory.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <new>
 #include <utility>
 
 #include "mpistage/error.hpp"
+#include "util/memory_budget.hpp"
 #include "util/page_populate.hpp"
 
 #if MPISTAGE_STAGE_CUDA
@@ -64,12 +63,8 @@ HostBlock::~HostBlock() {
 
 void check_host_budget(std::uint64_t ring_bytes, int node_size, const std::string& what,
                        const std::string& advice) {
-    const long pages = sysconf(_SC_PHYS_PAGES);
-    const long page_size = sysconf(_SC_PAGE_SIZE);
-    if (pages <= 0 || page_size <= 0) return;
-    const std::uint64_t limit = static_cast<std::uint64_t>(pages) *
-                                static_cast<std::uint64_t>(page_size) / 2 /
-                                static_cast<std::uint64_t>(std::max(1, node_size));
+    const std::uint64_t limit = memory_share_bytes(node_size);
+    if (limit == 0) return;
     if (ring_bytes <= limit) return;
     throw ConfigError("loader: the prefetch ring needs " + std::to_string(ring_bytes) + " bytes (" +
                       what + "), more than half of this node's memory shared by its " +

@@ -1,7 +1,5 @@
 #include "tier/memory_tier.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -10,6 +8,7 @@
 #include "comm/blocking_watch.hpp"
 #include "pipeline/fill.hpp"
 #include "tier/staging.hpp"
+#include "util/memory_budget.hpp"
 
 namespace mpistage {
 
@@ -369,11 +368,7 @@ void MemoryTier::read(const std::uint64_t* ids, std::size_t count, BatchSink& si
 }
 
 std::uint64_t default_stage_budget(int node_size) {
-    const long pages = sysconf(_SC_PHYS_PAGES);
-    const long page_size = sysconf(_SC_PAGE_SIZE);
-    if (pages <= 0 || page_size <= 0) return 0;
-    return static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page_size) / 2 /
-           static_cast<std::uint64_t>(std::max(1, node_size));
+    return memory_share_bytes(node_size);
 }
 
 }  // namespace detail

@@ -158,6 +158,41 @@ def test_two_phase_modes(small_h5, mode):
             load(source, batch_size=5, sharding="global", shuffle="global", two_phase=bad)
 
 
+@pytest.mark.parametrize("stage", ["none", "memory"])
+def test_h5py_booleans_are_bool_fields(workdir, stage):
+    """h5py writes numpy.bool_ as an enum (FALSE = 0, TRUE = 1) over int8: a bool field, found
+    by the default field list, read through the pread fast path (contiguous) and through HDF5
+    (chunked, gzip), served from the file and from the memory tier; values as h5py wrote them."""
+    import os
+    n = 61
+    path = os.path.join(workdir, "bools.h5")
+    ids = np.arange(n)
+    flag = ids % 3 == 0
+    pair = np.stack([ids % 2 == 0, ids % 5 == 0], axis=1)
+    if COMM.rank == 0 and not os.path.exists(path):
+        import h5py
+        with h5py.File(path, "w") as f:
+            f["flag"] = flag
+            f.create_dataset("pair", data=pair, chunks=(8, 2), compression="gzip")
+            f["y"] = ids.astype(np.int64)
+    COMM.Barrier()
+    source = mpistage.open_source(path)
+    fields = {f["name"]: f["dtype"] for f in source.fields}
+    assert fields == {"flag": "bool", "pair": "bool", "y": "int64"}
+    loader = load(source, batch_size=4, sharding="global", shuffle="global", seed=5,
+                  remainder="mask", stage=stage)
+    seen = []
+    for batch in loader.epoch(0):
+        v = batch.valid
+        assert batch["flag"].dtype == torch.bool and batch["pair"].dtype == torch.bool
+        assert batch["pair"].shape == (4, 2)
+        i = batch.index[v].numpy()
+        assert np.array_equal(batch["flag"][v].numpy(), flag[i])
+        assert np.array_equal(batch["pair"][v].numpy(), pair[i])
+        seen.extend(i.tolist())
+    assert np.array_equal(np.sort(gather_ids(seen)), ids)
+
+
 def test_budget_batches(small_h5):
     source = mpistage.open_source(small_h5)
     loader = load(source, batch_bytes=7 * 20, remainder="mask")  # 20 bytes a sample

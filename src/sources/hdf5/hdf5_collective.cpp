@@ -79,7 +79,7 @@ std::uint64_t Hdf5Source::Impl::read_rows_collective(std::size_t field, std::uin
             }
             std::byte dummy{};
             const detail::BlockingWatch watch(c, "collective H5Dread(" + where(f) + ")");
-            detail::h5check(H5Dread(f.dataset.get(), f.mem_type, mspace.get(), fspace.get(),
+            detail::h5check(H5Dread(f.dataset.get(), f.mem_type.get(), mspace.get(), fspace.get(),
                                     dxpl.get(), out ? out : &dummy),
                             where(f) + ": collective H5Dread (call " + std::to_string(i + 1) +
                                 " of " + std::to_string(calls) + ")");

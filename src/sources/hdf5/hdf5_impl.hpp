@@ -21,7 +21,7 @@ namespace detail {
 struct Hdf5Field {
     FieldInfo info;
     detail::H5Dataset dataset;
-    hid_t mem_type = H5I_INVALID_HID;  // native type of info.dtype (owned by HDF5)
+    detail::H5Type mem_type;           // memory type of info.dtype (detail::memory_type)
     std::vector<hsize_t> dims;         // full dataset dims, dims[0] = N
     std::uint64_t row_elements = 1;    // product of dims[1..]
     bool fast_path = false;            // contiguous, raw pread at base_offset

@@ -172,7 +172,7 @@ void Hdf5Source::Impl::open_field(const std::string& name) {
     h5check(H5Sget_simple_extent_dims(space.get(), f.dims.data(), nullptr), ctx + ": dims");
     detail::H5Type type(h5check(H5Dget_type(f.dataset.get()), ctx + ": H5Dget_type"));
     f.info.dtype = detail::dtype_of(type.get(), path, name);
-    f.mem_type = detail::native_type(f.info.dtype);
+    f.mem_type = detail::memory_type(f.info.dtype);
     for (std::size_t d = 1; d < f.dims.size(); ++d) {
         f.info.sample_shape.push_back(static_cast<std::int64_t>(f.dims[d]));
         f.row_elements *= f.dims[d];
@@ -200,7 +200,7 @@ void Hdf5Source::Impl::open_field(const std::string& name) {
         const haddr_t offset = H5Dget_offset(f.dataset.get());
         detail::hdf5_error_stack();
         bool swap = false;
-        if (offset != HADDR_UNDEF && detail::same_as_native(type.get(), f.mem_type, swap)) {
+        if (offset != HADDR_UNDEF && detail::same_as_native(type.get(), f.mem_type.get(), swap)) {
             f.fast_path = true;
             f.byte_swap = swap;
             f.base_offset = offset;
@@ -271,14 +271,15 @@ std::vector<std::string> Hdf5Source::Impl::discover() const {
         const H5T_class_t c = H5Tget_class(t.get());
         const std::size_t sz = H5Tget_size(t.get());
         const bool ok = (c == H5T_INTEGER && (sz == 1 || sz == 2 || sz == 4 || sz == 8)) ||
-                        (c == H5T_FLOAT && (sz == 4 || sz == 8));
+                        (c == H5T_FLOAT && (sz == 4 || sz == 8)) || detail::is_h5py_bool(t.get());
         if (ok && dims[0] > 0) by_rows[dims[0]].push_back(name);
     }
     detail::hdf5_error_stack();
     if (by_rows.empty()) {
-        throw ConfigError("hdf5: " + path +
-                          ": no dataset with a fixed-size numeric type and at least one "
-                          "dimension: nothing to shard");
+        throw ConfigError(
+            "hdf5: " + path +
+            ": no dataset with a fixed-size numeric or h5py boolean type and at least one "
+            "dimension: nothing to shard");
     }
     if (by_rows.size() > 1) {
         std::string listing;

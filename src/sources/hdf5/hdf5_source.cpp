@@ -35,7 +35,7 @@ void Hdf5Source::Impl::read_hdf5_rows(const detail::Hdf5Field& f, std::uint64_t 
     // Rows whose storage was never allocated, with fill time never: H5Dread leaves the buffer
     // as it was (a slot's or the tier's earlier bytes); zeros instead.
     if (!f.allocated) std::memset(dst, 0, count * f.info.sample_bytes);
-    h5check(H5Dread(f.dataset.get(), f.mem_type, mspace.get(), fspace.get(), dxpl, dst),
+    h5check(H5Dread(f.dataset.get(), f.mem_type.get(), mspace.get(), fspace.get(), dxpl, dst),
             where(f) + ": H5Dread(rows " + std::to_string(row) + ".." +
                 std::to_string(row + count - 1) + ")");
 }

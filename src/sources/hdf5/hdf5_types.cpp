@@ -8,7 +8,26 @@
 
 namespace mpistage::detail {
 
+namespace {
+
+constexpr const char* kFalse = "FALSE";
+constexpr const char* kTrue = "TRUE";
+
+}  // namespace
+
+bool is_h5py_bool(hid_t type) {
+    if (H5Tget_class(type) != H5T_ENUM || H5Tget_size(type) != 1 || H5Tget_nmembers(type) != 2) {
+        return false;
+    }
+    std::int8_t f = -1;
+    std::int8_t t = -1;
+    const bool ok = H5Tenum_valueof(type, kFalse, &f) >= 0 && H5Tenum_valueof(type, kTrue, &t) >= 0;
+    hdf5_error_stack();  // a missing member name leaves an error on the stack
+    return ok && f == 0 && t == 1;
+}
+
 DType dtype_of(hid_t type, const std::string& path, const std::string& dataset) {
+    if (is_h5py_bool(type)) return DType::boolean;
     const H5T_class_t cls = H5Tget_class(type);
     const std::size_t size = H5Tget_size(type);
     if (cls == H5T_INTEGER) {
@@ -33,24 +52,59 @@ DType dtype_of(hid_t type, const std::string& path, const std::string& dataset) 
     throw ConfigError("hdf5: " + path + ": dataset '" + dataset + "' has an unsupported type (" +
                       (it != names.end() ? it->second : "unknown class") + ", " +
                       std::to_string(size) +
-                      " bytes); fields must be fixed-size integers or 4/8-byte floats");
+                      " bytes); fields must be fixed-size integers, 4/8-byte floats or h5py "
+                      "booleans (an enum of FALSE = 0 and TRUE = 1)");
 }
 
-hid_t native_type(DType t) {
-    switch (t) {
-    case DType::uint8: return H5T_NATIVE_UINT8;
-    case DType::int8: return H5T_NATIVE_INT8;
-    case DType::uint16: return H5T_NATIVE_UINT16;
-    case DType::int16: return H5T_NATIVE_INT16;
-    case DType::uint32: return H5T_NATIVE_UINT32;
-    case DType::int32: return H5T_NATIVE_INT32;
-    case DType::uint64: return H5T_NATIVE_UINT64;
-    case DType::int64: return H5T_NATIVE_INT64;
-    case DType::float32: return H5T_NATIVE_FLOAT;
-    case DType::float64: return H5T_NATIVE_DOUBLE;
-    case DType::boolean: return H5T_NATIVE_UINT8;
+H5Type memory_type(DType t) {
+    if (t == DType::boolean) {
+        H5Type e(H5Tenum_create(H5T_NATIVE_INT8));
+        const std::int8_t f = 0;
+        const std::int8_t v = 1;
+        if (!e || H5Tenum_insert(e.get(), kFalse, &f) < 0 ||
+            H5Tenum_insert(e.get(), kTrue, &v) < 0) {
+            throw Hdf5Error("hdf5: cannot make the boolean memory type: " + hdf5_error_stack());
+        }
+        return e;
     }
-    return H5T_NATIVE_UINT8;
+    hid_t native = H5T_NATIVE_UINT8;
+    switch (t) {
+        case DType::uint8:
+            native = H5T_NATIVE_UINT8;
+            break;
+        case DType::int8:
+            native = H5T_NATIVE_INT8;
+            break;
+        case DType::uint16:
+            native = H5T_NATIVE_UINT16;
+            break;
+        case DType::int16:
+            native = H5T_NATIVE_INT16;
+            break;
+        case DType::uint32:
+            native = H5T_NATIVE_UINT32;
+            break;
+        case DType::int32:
+            native = H5T_NATIVE_INT32;
+            break;
+        case DType::uint64:
+            native = H5T_NATIVE_UINT64;
+            break;
+        case DType::int64:
+            native = H5T_NATIVE_INT64;
+            break;
+        case DType::float32:
+            native = H5T_NATIVE_FLOAT;
+            break;
+        case DType::float64:
+            native = H5T_NATIVE_DOUBLE;
+            break;
+        case DType::boolean:
+            break;
+    }
+    H5Type copy(H5Tcopy(native));
+    if (!copy) throw Hdf5Error("hdf5: H5Tcopy of a native type: " + hdf5_error_stack());
+    return copy;
 }
 
 void swap_bytes(std::byte* p, std::uint64_t count, std::size_t elem) {

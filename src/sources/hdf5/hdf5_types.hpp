@@ -8,15 +8,24 @@
 #include <string>
 
 #include "mpistage/dtype.hpp"
+#include "sources/hdf5/hdf5_util.hpp"
 
 namespace mpistage::detail {
 
-/// The dtype of an HDF5 file type. @throws ConfigError naming `path` and `dataset` for
-/// strings, compounds and every other type that is not a 1/2/4/8-byte integer or 4/8-byte float.
+/// True for h5py's boolean: a 1-byte enum over an integer with exactly the members FALSE = 0 and
+/// TRUE = 1 (h5py writes `numpy.bool_` so, over a signed 8-bit integer).
+bool is_h5py_bool(hid_t type);
+
+/// The dtype of an HDF5 file type: 1/2/4/8-byte integers, 4/8-byte floats, and h5py's boolean
+/// (`is_h5py_bool`) as `DType::boolean`. @throws ConfigError naming `path` and `dataset` for
+/// strings, compounds, other enums and every other type.
 DType dtype_of(hid_t type, const std::string& path, const std::string& dataset);
 
-/// The native HDF5 memory type of `t` (owned by HDF5, never closed).
-hid_t native_type(DType t);
+/// A new HDF5 memory type for `t`, owned by the caller: a copy of the native type of that size,
+/// and for `DType::boolean` h5py's boolean enum over the native signed 8-bit integer (so that
+/// HDF5 converts an h5py boolean dataset to it by member name). @throws Hdf5Error when HDF5
+/// cannot make it.
+H5Type memory_type(DType t);
 
 /// Reverses the byte order of `count` elements of `elem` bytes in place.
 void swap_bytes(std::byte* p, std::uint64_t count, std::size_t elem);
