@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Side-by-side staging benchmark (run through benchmarks/run.sh): mpistage in each tier and
 shuffle, PyTorch DataLoader + h5py (naive), PyTorch in memory (expert), and the raw limits (cat
-of the file, memcpy), on the same files in one run. Steady-state throughput is
+of the file, memcpy, and the copy floor of a global shuffle: one memcpy or one pread a sample
+with no loader, `row_copy_floor`), on the same files in one run. Steady-state throughput is
 (T(E epochs) - T(1 epoch)) / (E - 1) per epoch, with T the cumulative epoch time inside one run,
 so start-up and the first (cold or staging) epoch cancel. Medians of RUNS runs after a warm-up;
 the naive DataLoader + h5py baseline (about a minute per Fashion-MNIST epoch) runs
@@ -188,6 +189,25 @@ def run_memcpy(w):
     return {"samples": w["samples"], "epoch_seconds": [seconds, seconds], "load_seconds": 0.0}
 
 
+def run_floor(build, np_, w, method, epochs):
+    """The copy floor of a global shuffle (benchmarks/row_copy_floor.cpp): each rank copies its
+    share of a shuffled epoch's rows into a ring with one memcpy from the file's mapping, or one
+    pread, a sample, with no loader. The fields' file offsets come from h5py (contiguous
+    datasets only)."""
+    import h5py
+    specs = []
+    with h5py.File(w["files"][0], "r") as f:
+        for name in w["h5_fields"]:
+            d = f[name]
+            row = d.dtype.itemsize * int(np.prod(d.shape[1:]))
+            specs.append(f"{d.id.get_offset()}:{row}")
+    cmd = [os.path.join(build, "benchmarks", "row_copy_floor"), w["files"][0], str(w["samples"]),
+           str(w["batch"]), "4", str(epochs), method, *specs]
+    r = subprocess.run(mpirun(np_, cmd), check=True, capture_output=True, text=True)
+    j = json.loads(r.stdout.strip().splitlines()[-1])
+    return {"samples": w["samples"], "epoch_seconds": j["epoch_seconds"], "load_seconds": 0.0}
+
+
 def steady_epoch_seconds(r):
     """(T(E) - T(1)) / (E - 1): the steady-state seconds of one epoch."""
     ep = r["epoch_seconds"]
@@ -245,6 +265,10 @@ def methods(w):
             m.append(("torch DataLoader+h5py (naive)",
                       lambda b, n, wk: run_torch(n, w, "naive", w["naive_epochs"])))
         m.append(("torch in memory (expert)", lambda b, n, wk: run_torch(n, w, "memory", e)))
+    if w.get("h5_fields") and "global" in shuffles and not PFS_MODEL:  # the shim sees no loads
+        for how in ("memcpy", "pread"):
+            m.append((f"copy floor {how} (global order, no loader)",
+                      lambda b, n, wk, x=how: run_floor(b, n, w, x, e)))
     m.append(("cat FILE (raw read limit)", lambda b, n, wk: run_cat(w)))
     m.append(("memcpy (one core)", lambda b, n, wk: run_memcpy(w)))
     return m
@@ -370,6 +394,7 @@ def report(results, wls, out):
             lines.append(f"- tfrecord staged / the rate before the tier (BASELINE_MPISTAGE), "
                          f"shuffle {sh}: {med[a] / med[old]:.2f}x (target >= 3)")
     lines += staging_lines(results, med)
+    lines += floor_lines(med, wls)
     lines += two_phase_lines(results, med, wls)
     lines += pfs_ratios(results, med)
     lines += compute_table(results, wls)
@@ -479,6 +504,29 @@ def staging_lines(results, med):
                      f"{rate / 1e6:,.0f} | {cat_rate / 1e6:,.0f} | {ino_txt} | "
                      f"{rate / cat_rate:.2f} | {warm:.2f} | {vs} |")
     return lines
+
+
+def floor_lines(med, wls):
+    """Each global shuffle against its copy floor (run_floor): how close the staged and the
+    unstaged epochs come to one memcpy or one pread a sample, and the most that staged /
+    unstaged global could reach on this machine (the memcpy floor's rate over the unstaged
+    rate: a staged epoch still copies every sample once)."""
+    lines = []
+    for w in wls:
+        n = w["name"] + " | "
+        staged, unstaged = n + "mpistage stage=memory shuffle=global", \
+            n + "mpistage stage=none shuffle=global"
+        mem, pre = n + "copy floor memcpy (global order, no loader)", \
+            n + "copy floor pread (global order, no loader)"
+        if not all(k in med for k in (staged, unstaged, mem, pre)):
+            continue
+        lines.append(f"- {w['name']} against the copy floor: staged global / memcpy floor "
+                     f"{med[staged] / med[mem]:.2f}; unstaged global / pread floor "
+                     f"{med[unstaged] / med[pre]:.2f}; pread floor / memcpy floor "
+                     f"{med[pre] / med[mem]:.2f}; most staged / unstaged global can reach "
+                     f"(memcpy floor / unstaged global) {med[mem] / med[unstaged]:.2f}")
+    return ["", "Copy floor (one memcpy or one pread a sample, no loader):", ""] + lines \
+        if lines else []
 
 
 def compute_table(results, wls):
