@@ -60,6 +60,10 @@ public:
     std::uint64_t num_samples() const override;
     std::uint64_t records_in_cut(int rank, int world_size) const override;
     std::string fingerprint() const override;
+    /// With no fields named: one note listing the datasets left out of the default field list
+    /// and why (a type that is not a field, such as a string or float16; no dimension 0; no
+    /// rows), at most 10 of them by name. Empty when fields were named or none was left out.
+    std::vector<std::string> notes() const override;
     /// See `Source::read`. Rows never written read as the dataset's fill value, or as zeros
     /// with fill time never (where HDF5 leaves them undefined).
     /// @throws ConfigError after `close()` (a read of a closed source) or for an id >=

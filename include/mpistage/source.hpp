@@ -85,6 +85,10 @@ public:
     virtual void check_unchanged() const {}
     /// Source-specific counters for reports (empty by default). Not collective, no MPI calls.
     virtual std::vector<SourceStatistic> statistics() const { return {}; }
+    /// What the source decided on its own that its user should hear of, one sentence each
+    /// (e.g. HDF5 datasets left out of the default field list, and why); empty by default.
+    /// The same on every rank. Not collective, no MPI calls, thread-safe.
+    virtual std::vector<std::string> notes() const { return {}; }
     /// Bytes of sample `id` as stored (payload of all fields), used by the per-step byte
     /// balance (`PlanOptions::balance_steps`). The default sums the fixed fields' sample_bytes
     /// (ragged fields count 0: sources with ragged fields override it). Not collective, no MPI

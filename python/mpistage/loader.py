@@ -37,6 +37,12 @@ class Source(_lifetime.Tracked):
     def num_samples(self):
         return self._core.num_samples
 
+    @property
+    def notes(self):
+        """What the source decided on its own, one sentence each (``Source::notes``): e.g. the
+        HDF5 datasets left out of the default field list, and why. The same on every rank."""
+        return self._core.notes
+
 
 
 def open_source(paths, *, format="auto", fields=(), index=(), on_corrupt="error", features=(),

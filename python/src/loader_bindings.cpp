@@ -100,7 +100,8 @@ void bind_loader(py::module_& m) {
         .def_property_readonly("fields",
                                [](const Source& s) { return fields_to_python(s.fields()); })
         .def_property_readonly("num_samples", &Source::num_samples)
-        .def_property_readonly("fingerprint", &Source::fingerprint);
+        .def_property_readonly("fingerprint", &Source::fingerprint)
+        .def_property_readonly("notes", &Source::notes);
     m.def("open_source", &open, py::arg("comm"), py::arg("paths"), py::arg("format"),
           py::arg("fields"), py::arg("index_paths"), py::arg("on_corrupt"), py::arg("features"),
           "Collective: opens files as a Source (mpistage::open_source).");

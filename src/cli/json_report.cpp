@@ -133,6 +133,7 @@ void write_stage_json(const StageArgs& a, const StageOutcome& o) {
     j["options"] = o.options;
     j["state_saves"] = o.state_saves;
     for (const auto& stat : o.source) j[stat.name] = stat.value;
+    j["source_notes"] = o.source_notes;
     if (!o.budget.is_null()) j["budget"] = o.budget;
     if (!o.stream.is_null()) j["stream"] = o.stream;
     j["stage"] = tier_json(o.tier);

@@ -246,6 +246,7 @@ void print_header(const StageArgs& a, const StageOutcome& o) {
         std::printf("  field %-12s %-8s [B%s%s]%s\n", f.name.c_str(), dtype_name(f.dtype).c_str(),
                     shape.empty() ? "" : ",", shape.c_str(), f.ragged ? " ragged" : "");
     }
+    for (const auto& n : o.source_notes) std::printf("  note: %s\n", n.c_str());
     if (!o.resume_note.empty()) std::printf("  %s\n", o.resume_note.c_str());
     if (statistic(o.source, "skipped_records") > 0) {
         std::printf("  skipped %llu corrupt record(s), %llu byte(s) (--on-corrupt skip)\n",

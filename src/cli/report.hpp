@@ -87,6 +87,8 @@ struct StageOutcome {
     std::string sharding;
     std::vector<FieldInfo> fields;
     SourceStatistics source;
+    /// What the source decided on its own (Source::notes), printed and in --json.
+    std::vector<std::string> source_notes;
     std::vector<EpochReport> epochs;
     std::vector<RankTotals> ranks;
     /// True when --verify found every epoch exactly once (always true without --verify).

@@ -354,6 +354,7 @@ int run_stage(Communicator& comm, const StageArgs& a) {
     for (const int s : local.stop_signals) o.stop_signals.push_back(signal_name(s));
     o.fields = source->fields();
     o.source = source->statistics();
+    o.source_notes = source->notes();
     FileInput input(comm, *source, a, local.resume, local.input.kind);
     return stage_input(comm, a, local, input, std::move(o));
 }

@@ -82,6 +82,7 @@ public:
     void read(const std::uint64_t* ids, std::size_t count, BatchSink& sink) const override;
     bool reads_use_mpi() const override { return nodes_.num_nodes > 1; }
     std::vector<SourceStatistic> statistics() const override { return source_.statistics(); }
+    std::vector<std::string> notes() const override { return source_.notes(); }
 
     /// Bytes this rank holds (fixed + ragged segments).
     std::uint64_t staged_bytes() const noexcept;

@@ -50,6 +50,8 @@ struct Hdf5Source::Impl final : detail::CollectiveRows {
     detail::PosixFile raw;  // for the pread fast path
     std::string opened_identity;  // detail::file_identity(raw) at open (check_unchanged)
     bool closed = false;          // after close(): every read throws (check_open)
+    /// Datasets the default field list left out, "'name' (why)" (discover()).
+    std::vector<std::string> left_out;
 
     /// @throws ConfigError after `close()`: a read of a closed source.
     void check_open() const {
@@ -70,7 +72,7 @@ struct Hdf5Source::Impl final : detail::CollectiveRows {
     /// True when `object` lives in the opened file (an external link resolves to another file).
     bool in_this_file(hid_t object) const;
     /// Every dataset usable as a field, when they share dimension 0. @throws ConfigError.
-    std::vector<std::string> discover() const;
+    std::vector<std::string> discover();
     /// Opens the fields named in the options (or discovered) and checks their alignment.
     void open_fields();
 

@@ -248,31 +248,39 @@ bool Hdf5Source::Impl::in_this_file(hid_t object) const {
     return same;
 }
 
-
-std::vector<std::string> Hdf5Source::Impl::discover() const {
+std::vector<std::string> Hdf5Source::Impl::discover() {
     VisitData data;
     h5check(H5Ovisit2(file.get(), H5_INDEX_NAME, H5_ITER_INC, visit_cb, &data, H5O_INFO_BASIC),
             "hdf5: " + path + ": H5Ovisit");
-    // Keep datasets of rank >= 1 with a supported type, grouped by dimension 0.
+    // Keep datasets of rank >= 1 with a supported type, grouped by dimension 0; say why the
+    // others are left out.
     std::map<hsize_t, std::vector<std::string>> by_rows;
     for (const auto& name : data.names) {
         detail::H5Dataset d(H5Dopen2(file.get(), name.c_str(), H5P_DEFAULT));
         if (!d) {
             detail::hdf5_error_stack();
+            left_out.push_back("'" + name + "' (cannot be opened)");
             continue;
         }
         detail::H5Space s(H5Dget_space(d.get()));
-        if (H5Sget_simple_extent_type(s.get()) != H5S_SIMPLE) continue;
-        const int nd = H5Sget_simple_extent_ndims(s.get());
-        if (nd < 1) continue;
+        const int nd = H5Sget_simple_extent_type(s.get()) == H5S_SIMPLE
+                           ? H5Sget_simple_extent_ndims(s.get())
+                           : 0;
+        if (nd < 1) {
+            left_out.push_back("'" + name + "' (scalar or empty dataspace: no dimension 0)");
+            continue;
+        }
         std::vector<hsize_t> dims(static_cast<std::size_t>(nd));
         H5Sget_simple_extent_dims(s.get(), dims.data(), nullptr);
         detail::H5Type t(H5Dget_type(d.get()));
-        const H5T_class_t c = H5Tget_class(t.get());
-        const std::size_t sz = H5Tget_size(t.get());
-        const bool ok = (c == H5T_INTEGER && (sz == 1 || sz == 2 || sz == 4 || sz == 8)) ||
-                        (c == H5T_FLOAT && (sz == 4 || sz == 8)) || detail::is_h5py_bool(t.get());
-        if (ok && dims[0] > 0) by_rows[dims[0]].push_back(name);
+        if (!detail::field_dtype(t.get())) {
+            left_out.push_back("'" + name + "' (" + detail::type_class_name(t.get()) + ", " +
+                               std::to_string(H5Tget_size(t.get())) + " bytes: not a field type)");
+        } else if (dims[0] == 0) {
+            left_out.push_back("'" + name + "' (0 rows)");
+        } else {
+            by_rows[dims[0]].push_back(name);
+        }
     }
     detail::hdf5_error_stack();
     if (by_rows.empty()) {
@@ -293,5 +301,16 @@ std::vector<std::string> Hdf5Source::Impl::discover() const {
     return by_rows.begin()->second;
 }
 
+std::vector<std::string> Hdf5Source::notes() const {
+    const auto& out = impl_->left_out;
+    if (out.empty()) return {};
+    std::string listing;
+    const std::size_t shown = std::min<std::size_t>(out.size(), 10);
+    for (std::size_t i = 0; i < shown; ++i) listing += (i ? ", " : "") + out[i];
+    if (out.size() > shown) listing += ", and " + std::to_string(out.size() - shown) + " more";
+    return {"hdf5: " + impl_->path + ": " + std::to_string(out.size()) +
+            " dataset(s) left out of the default field list: " + listing +
+            "; name the fields to choose them yourself"};
+}
 
 }  // namespace mpistage

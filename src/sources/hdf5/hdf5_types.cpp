@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 
 #include "mpistage/error.hpp"
 #include "sources/hdf5/hdf5_util.hpp"
@@ -26,7 +27,17 @@ bool is_h5py_bool(hid_t type) {
     return ok && f == 0 && t == 1;
 }
 
-DType dtype_of(hid_t type, const std::string& path, const std::string& dataset) {
+std::string type_class_name(hid_t type) {
+    static const std::map<H5T_class_t, const char*> names = {
+        {H5T_INTEGER, "integer"},     {H5T_FLOAT, "float"},   {H5T_STRING, "string"},
+        {H5T_BITFIELD, "bitfield"},   {H5T_OPAQUE, "opaque"}, {H5T_COMPOUND, "compound"},
+        {H5T_REFERENCE, "reference"}, {H5T_ENUM, "enum"},     {H5T_VLEN, "variable-length"},
+        {H5T_ARRAY, "array"}};
+    const auto it = names.find(H5Tget_class(type));
+    return it != names.end() ? it->second : "unknown class";
+}
+
+std::optional<DType> field_dtype(hid_t type) {
     if (is_h5py_bool(type)) return DType::boolean;
     const H5T_class_t cls = H5Tget_class(type);
     const std::size_t size = H5Tget_size(type);
@@ -43,15 +54,14 @@ DType dtype_of(hid_t type, const std::string& path, const std::string& dataset) 
         if (size == 4) return DType::float32;
         if (size == 8) return DType::float64;
     }
-    static const std::map<H5T_class_t, const char*> names = {
-        {H5T_INTEGER, "integer"}, {H5T_FLOAT, "float"}, {H5T_STRING, "string"},
-        {H5T_BITFIELD, "bitfield"}, {H5T_OPAQUE, "opaque"}, {H5T_COMPOUND, "compound"},
-        {H5T_REFERENCE, "reference"}, {H5T_ENUM, "enum"}, {H5T_VLEN, "variable-length"},
-        {H5T_ARRAY, "array"}};
-    const auto it = names.find(cls);
+    return std::nullopt;
+}
+
+DType dtype_of(hid_t type, const std::string& path, const std::string& dataset) {
+    if (const auto t = field_dtype(type)) return *t;
+    const std::size_t size = H5Tget_size(type);
     throw ConfigError("hdf5: " + path + ": dataset '" + dataset + "' has an unsupported type (" +
-                      (it != names.end() ? it->second : "unknown class") + ", " +
-                      std::to_string(size) +
+                      type_class_name(type) + ", " + std::to_string(size) +
                       " bytes); fields must be fixed-size integers, 4/8-byte floats or h5py "
                       "booleans (an enum of FALSE = 0 and TRUE = 1)");
 }

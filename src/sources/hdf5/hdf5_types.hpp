@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "mpistage/dtype.hpp"
@@ -15,6 +16,13 @@ namespace mpistage::detail {
 /// True for h5py's boolean: a 1-byte enum over an integer with exactly the members FALSE = 0 and
 /// TRUE = 1 (h5py writes `numpy.bool_` so, over a signed 8-bit integer).
 bool is_h5py_bool(hid_t type);
+
+/// The class of an HDF5 type in words ("string", "compound", "enum", ...), for messages.
+std::string type_class_name(hid_t type);
+
+/// The dtype of a field of HDF5 file type `type` (as `dtype_of`), or none for a type that is not
+/// a field type.
+std::optional<DType> field_dtype(hid_t type);
 
 /// The dtype of an HDF5 file type: 1/2/4/8-byte integers, 4/8-byte floats, and h5py's boolean
 /// (`is_h5py_bool`) as `DType::boolean`. @throws ConfigError naming `path` and `dataset` for

@@ -225,6 +225,20 @@ TEST(Hdf5Source, CompactResizableAndDiscoveryMatchH5dump) {
         for (const auto& f : src.fields()) names.insert(f.name);
         EXPECT_EQ(names, (std::set<std::string>{"float/float32", "float/float64", "int/int16",
                                                 "int/int32", "int/int8"}));
+        // ... and the report says which datasets were left out, and why.
+        const auto notes = src.notes();
+        ASSERT_EQ(notes.size(), 1u);
+        EXPECT_NE(notes[0].find("'float/float16' (float, 2 bytes: not a field type)"),
+                  std::string::npos)
+            << notes[0];
+        EXPECT_NE(notes[0].find("'string/variable_length_ascii' (string"), std::string::npos)
+            << notes[0];
+        src.close();
+    }
+    {
+        // Fields named: nothing was decided for the user, no note.
+        Hdf5Source src(comm, compact, fields_opt({"int/int8"}));
+        EXPECT_TRUE(src.notes().empty());
         src.close();
     }
     // Naming an unsupported type explicitly is a ConfigError naming it.
