@@ -1,10 +1,11 @@
-// row_copy_floor: the fastest a global shuffle of a file's rows can run on this machine with one
-// copy a sample and no loader at all: each rank copies its share of a shuffled epoch's rows into
-// a ring of `prefetch` batches, either with memcpy from the file's mapping (what a staged epoch
-// does at best: the memory tier maps the same cached pages) or with pread (what an unstaged
-// epoch does at best). No planning, no agreement, no thread hand-off, no report: a floor for
-// `mpistage stage --stage memory` and `--stage none` on the same file, run by side_by_side.py
-// as the rows "copy floor memcpy" and "copy floor pread" (benchmarks/README.md, "Copy floor").
+// row_copy_floor: a bare copy loop for a global shuffle of a file's rows, one copy a sample and
+// no loader at all: each rank copies its share of a shuffled epoch's rows into a ring of
+// `prefetch` batches, either with memcpy from the file's mapping (what a staged epoch does: the
+// memory tier maps the same cached pages) or with pread (what an unstaged epoch does). No
+// planning, no agreement, no thread hand-off, no report: a reference rate (the "copy floor";
+// not a strict lower bound, runs differ by ±15 %) for `mpistage stage --stage memory` and
+// `--stage none` on the same file, run by side_by_side.py as the rows "copy floor memcpy
+// (global order, no loader)" and "copy floor pread (...)" (benchmarks/README.md, "Copy floor").
 //
 //   mpirun -np W build/benchmarks/row_copy_floor FILE N BATCH PREFETCH EPOCHS memcpy|pread
 //          OFFSET:ROW_BYTES [OFFSET:ROW_BYTES ...]

@@ -31,12 +31,13 @@ struct Hdf5Options {
 ///
 /// Supported: contiguous, chunked and compact layouts; gzip/shuffle and any filter that the
 /// HDF5 build provides; every 1-, 2-, 4- and 8-byte integer and 4- and 8-byte float type in
-/// either byte order (returned native); h5py's boolean (an enum over a 1-byte integer with the
-/// members FALSE = 0 and TRUE = 1, as h5py writes `numpy.bool_`) as `DType::boolean`, one byte
-/// 0 or 1 per element. Other enums are refused. Contiguous datasets whose file type only differs
-/// from the native type by byte order are read with `pread` at the offset `H5Dget_offset` reports,
-/// outside HDF5's global lock; every other layout goes through `H5Dread` (independent transfer)
-/// behind one process-wide mutex, as HDF5 is not thread-safe.
+/// either byte order (returned native); h5py's boolean (an enum over a signed 1-byte integer
+/// with exactly the members FALSE = 0 and TRUE = 1, as h5py writes `numpy.bool_`) as
+/// `DType::boolean`, one byte per element: the stored byte, which h5py only ever writes as 0
+/// or 1 (other stored bytes are not checked). Other enums are refused. Contiguous datasets whose
+/// file type only differs from the native type by byte order are read with `pread` at the offset
+/// `H5Dget_offset` reports, outside HDF5's global lock; every other layout goes through `H5Dread`
+/// (independent transfer) behind one process-wide mutex, as HDF5 is not thread-safe.
 ///
 /// HDF5's automatic error printing is switched off only while the source calls HDF5 (and
 /// restored after); HDF5's messages travel inside the exceptions instead.
@@ -62,7 +63,8 @@ public:
     std::string fingerprint() const override;
     /// With no fields named: one note listing the datasets left out of the default field list
     /// and why (a type that is not a field, such as a string or float16; no dimension 0; no
-    /// rows), at most 10 of them by name. Empty when fields were named or none was left out.
+    /// rows; HDF5 cannot open it), at most 10 of them by name. Empty when fields were named or none
+    /// was left out.
     std::vector<std::string> notes() const override;
     /// See `Source::read`. Rows never written read as the dataset's fill value, or as zeros
     /// with fill time never (where HDF5 leaves them undefined).

@@ -15,6 +15,7 @@
 #include "stage/device_choice.hpp"
 #include "stage/host_memory.hpp"
 #include "tier/two_phase.hpp"
+#include "util/memory_budget.hpp"
 
 namespace mpistage {
 
@@ -149,10 +150,11 @@ void Loader::Impl::allocate_ring(std::uint64_t b, std::uint64_t slots) {
     std::uint64_t sample_bytes_each = 0;
     for (const auto& f : fields) sample_bytes_each += f.ragged ? 0 : f.sample_bytes;
     const std::uint64_t bytes = detail::slot_bytes(fields, b);
-    detail::check_host_budget(checked_mul(slots, bytes, "loader: prefetch ring"), comm.node_size(),
-                              std::to_string(slots) + " slots x " + std::to_string(b) + " samples" +
-                                  " x " + std::to_string(sample_bytes_each) + " bytes per sample",
-                              "lower the batch size or prefetch depth");
+    detail::check_memory_share(checked_mul(slots, bytes, "loader: prefetch ring"), comm.node_size(),
+                               "loader: the prefetch ring (" + std::to_string(slots) + " slots x " +
+                                   std::to_string(b) + " samples x " +
+                                   std::to_string(sample_bytes_each) + " bytes per sample)",
+                               "lower the batch size or prefetch depth");
     // Pinned blocks are allocated with the chosen device current (no context on another
     // device), the caller's context restored.
     const detail::LoaderDevice& dev = device;

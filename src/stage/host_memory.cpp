@@ -7,7 +7,6 @@
 #include <utility>
 
 #include "mpistage/error.hpp"
-#include "util/memory_budget.hpp"
 #include "util/page_populate.hpp"
 
 #if MPISTAGE_STAGE_CUDA
@@ -59,17 +58,6 @@ HostBlock& HostBlock::operator=(HostBlock&& o) noexcept {
 
 HostBlock::~HostBlock() {
     release();
-}
-
-void check_host_budget(std::uint64_t ring_bytes, int node_size, const std::string& what,
-                       const std::string& advice) {
-    const std::uint64_t limit = memory_share_bytes(node_size);
-    if (limit == 0) return;
-    if (ring_bytes <= limit) return;
-    throw ConfigError("loader: the prefetch ring needs " + std::to_string(ring_bytes) + " bytes (" +
-                      what + "), more than half of this node's memory shared by its " +
-                      std::to_string(node_size) + " rank(s) (" + std::to_string(limit) +
-                      " bytes each); " + advice);
 }
 
 void HostBlock::release() noexcept {

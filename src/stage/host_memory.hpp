@@ -43,9 +43,4 @@ private:
     bool pinned_ = false;
 };
 
-/// Not collective: throws ConfigError when `ring_bytes` exceed half of this node's physical
-/// memory divided among its `node_size` ranks; `what` explains the size, `advice` the remedy.
-void check_host_budget(std::uint64_t ring_bytes, int node_size, const std::string& what,
-                       const std::string& advice);
-
 }  // namespace mpistage::detail

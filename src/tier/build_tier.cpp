@@ -3,6 +3,7 @@
 
 #include "comm/agree.hpp"
 #include "tier/memory_tier.hpp"
+#include "util/memory_budget.hpp"
 
 namespace mpistage::detail {
 
@@ -60,7 +61,7 @@ std::unique_ptr<MemoryTier> build_memory_tier(const Communicator& comm, const So
     });
     const std::uint64_t budget = options.stage_budget_bytes > 0
                                      ? options.stage_budget_bytes
-                                     : default_stage_budget(comm.node_size());
+                                     : detail::memory_share_bytes(comm.node_size());
     // Fixed fields are known before reading; ragged bytes only once read (checked again then).
     const auto begins = balanced_shard_begins(source.num_samples(), comm.size());
     const auto r = static_cast<std::size_t>(comm.rank());

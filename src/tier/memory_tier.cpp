@@ -8,7 +8,6 @@
 #include "comm/blocking_watch.hpp"
 #include "pipeline/fill.hpp"
 #include "tier/staging.hpp"
-#include "util/memory_budget.hpp"
 
 namespace mpistage {
 
@@ -365,10 +364,6 @@ void MemoryTier::read(const std::uint64_t* ids, std::size_t count, BatchSink& si
     }
     // One flush for the fixed fields of every remote sample of the batch, not one per get.
     if (remote) fixed_.flush_gets();
-}
-
-std::uint64_t default_stage_budget(int node_size) {
-    return memory_share_bytes(node_size);
 }
 
 }  // namespace detail

@@ -134,10 +134,6 @@ private:
 /// (~0: none, the default). Thread-safe (an atomic); not collective.
 void fail_tier_reads_of(std::uint64_t id) noexcept;
 
-/// Default of `LoaderOptions::stage_budget_bytes`: half of the node's physical memory divided
-/// among `node_size` ranks. Not collective.
-std::uint64_t default_stage_budget(int node_size);
-
 /// Collective over `comm`: applies `options.stage` (agreeing on the stage options first):
 /// returns the memory tier, or nullptr for `none` and for `automatic` over budget. Fills the
 /// tier fields of `stats`. `ring_bytes` is this rank's ring. @throws ConfigError (`memory`

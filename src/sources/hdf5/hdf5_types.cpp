@@ -20,6 +20,13 @@ bool is_h5py_bool(hid_t type) {
     if (H5Tget_class(type) != H5T_ENUM || H5Tget_size(type) != 1 || H5Tget_nmembers(type) != 2) {
         return false;
     }
+    // Over a signed byte, as h5py writes it (an unsigned base would read a stray byte as 0xFF
+    // through H5Dread's enum conversion).
+    const H5Type base(H5Tget_super(type));
+    if (!base || H5Tget_class(base.get()) != H5T_INTEGER || H5Tget_sign(base.get()) != H5T_SGN_2) {
+        hdf5_error_stack();
+        return false;
+    }
     std::int8_t f = -1;
     std::int8_t t = -1;
     const bool ok = H5Tenum_valueof(type, kFalse, &f) >= 0 && H5Tenum_valueof(type, kTrue, &t) >= 0;
@@ -125,6 +132,9 @@ void swap_bytes(std::byte* p, std::uint64_t count, std::size_t elem) {
 bool same_as_native(hid_t file_type, hid_t mem_type, bool& swap) {
     swap = false;
     if (H5Tequal(file_type, mem_type) > 0) return true;
+    // Two h5py booleans are the same bytes whatever the byte order of their one-byte base
+    // (H5Tset_order fails on an enum that has members, so the twin below cannot be made).
+    if (is_h5py_bool(file_type) && is_h5py_bool(mem_type)) return true;
     detail::H5Type twin(H5Tcopy(mem_type));
     if (!twin) return false;
     const H5T_order_t order = H5Tget_order(mem_type);

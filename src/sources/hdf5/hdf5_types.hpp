@@ -1,5 +1,6 @@
 #pragma once
-// HDF5 datatypes ↔ mpistage dtypes (internal).
+// HDF5 datatypes ↔ mpistage dtypes (internal). Every function calls HDF5: call it holding
+// `hdf5_mutex()` (HDF5 is not thread-safe); those that probe clear HDF5's error stack.
 
 #include <hdf5.h>
 
@@ -13,8 +14,8 @@
 
 namespace mpistage::detail {
 
-/// True for h5py's boolean: a 1-byte enum over an integer with exactly the members FALSE = 0 and
-/// TRUE = 1 (h5py writes `numpy.bool_` so, over a signed 8-bit integer).
+/// True for h5py's boolean: a 1-byte enum over a signed 8-bit integer (either byte order) with
+/// exactly the members FALSE = 0 and TRUE = 1, as h5py writes `numpy.bool_`.
 bool is_h5py_bool(hid_t type);
 
 /// The class of an HDF5 type in words ("string", "compound", "enum", ...), for messages.
