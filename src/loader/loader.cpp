@@ -147,13 +147,11 @@ EpochPlan Loader::Impl::plan_of(std::uint64_t e, const EpochStart& start) const 
 
 void Loader::Impl::allocate_ring(std::uint64_t b, std::uint64_t slots) {
     const auto& fields = source.fields();
-    std::uint64_t sample_bytes_each = 0;
-    for (const auto& f : fields) sample_bytes_each += f.ragged ? 0 : f.sample_bytes;
     const std::uint64_t bytes = detail::slot_bytes(fields, b);
     detail::check_memory_share(checked_mul(slots, bytes, "loader: prefetch ring"), comm.node_size(),
-                               "loader: the prefetch ring (" + std::to_string(slots) + " slots x " +
-                                   std::to_string(b) + " samples x " +
-                                   std::to_string(sample_bytes_each) + " bytes per sample)",
+                               "loader: the prefetch ring (" + std::to_string(slots) +
+                                   " slots of " + std::to_string(b) + " samples, " +
+                                   std::to_string(bytes) + " bytes each)",
                                "lower the batch size or prefetch depth");
     // Pinned blocks are allocated with the chosen device current (no context on another
     // device), the caller's context restored.

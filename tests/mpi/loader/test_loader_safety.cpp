@@ -171,6 +171,22 @@ TEST(LoaderSafety, DifferingOptionsAreSameConfigErrorAtConstruction) {
     comm.free();
 }
 
+// A prefetch ring larger than this rank's share of the node's memory (half of it divided
+// among the node's ranks) is refused before anything is allocated, with the same ConfigError
+// naming the ring's size on every rank, not std::bad_alloc or the OOM killer.
+TEST(LoaderSafety, PrefetchRingBeyondTheNodeMemoryIsConfigError) {
+    auto& files = h5t::shared_files();
+    ASSERT_TRUE(files.ok);
+    Communicator comm(MPI_COMM_WORLD);
+    Hdf5Source src(comm, files.generated_contiguous);
+    auto o = opts(std::uint64_t{1} << 40, Remainder::pad, 4, 1);  // >= 1 TiB a slot
+    H5T_EXPECT_SAME_ERROR(ConfigError, Loader(comm, src, o), "loader: the prefetch ring",
+                          "more than its share of this node's memory",
+                          "lower the batch size or prefetch depth");
+    src.close();
+    comm.free();
+}
+
 // prefetch and io_threads may differ between ranks; the sequence stays exactly once.
 TEST(LoaderSafety, PrefetchAndThreadsMayDifferAcrossRanks) {
     auto& files = h5t::shared_files();
