@@ -177,6 +177,15 @@ public:
     /// returns what every rank sent here, indexed by source rank. Sizes travel first; a message
     /// of 2 GiB or more to any rank is a ConfigError on every rank. @throws MpiError, ConfigError.
     std::vector<std::string> alltoallv(const std::vector<std::string>& to_each) const;
+    /// The same exchange over packed buffers, for callers that exchange every step: this rank's
+    /// message to rank r is bytes [send_offsets[r], send_offsets[r + 1]) of `send` (W + 1
+    /// ascending offsets, the last `send.size()`). On return `recv` holds what every rank sent
+    /// here, rank r's message at [recv_offsets[r], recv_offsets[r + 1]). `recv` and
+    /// `recv_offsets` are overwritten but keep their capacity, so reused buffers cost no
+    /// allocation and no fresh pages. Collective. @throws MpiError, ConfigError (offsets that
+    /// do not fit the world or `send`, or 2 GiB or more on any rank, on every rank).
+    void alltoallv(const std::string& send, const std::vector<std::uint64_t>& send_offsets,
+                   std::string& recv, std::vector<std::uint64_t>& recv_offsets) const;
 
 private:
     friend class detail::PendingAllreduce;  // starts and waits under this watchdog

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <memory>
 #include <numeric>
+#include <string_view>
 
 #include "comm/agree.hpp"
 #include "pipeline/fill.hpp"
@@ -33,27 +34,31 @@ void append_u64(std::string& out, std::uint64_t v) {
 /// The samples this rank read, per field, indexed by read order (any write order accepted).
 class StagingSink final : public BatchSink {
 public:
-    StagingSink(const std::vector<FieldInfo>& fields, std::size_t count)
-        : fields_(fields), parts_(fields.size()) {
+    /// `data`: one buffer per field, kept by the caller from step to step (capacity reused).
+    StagingSink(const std::vector<FieldInfo>& fields, std::size_t count,
+                std::vector<std::vector<std::byte>>& data)
+        : fields_(fields), data_(data), parts_(fields.size()) {
+        data_.resize(fields.size());
         for (std::size_t f = 0; f < fields.size(); ++f) {
             if (fields[f].ragged) {
+                data_[f].clear();
                 parts_[f].start.assign(count, 0);
                 parts_[f].length.assign(count, 0);
             } else {
-                parts_[f].data.resize(count * fields[f].sample_bytes);
+                data_[f].resize(count * fields[f].sample_bytes);
             }
         }
     }
     std::byte* fixed(std::size_t f, std::size_t k) override {
-        return parts_[f].data.data() + k * fields_[f].sample_bytes;
+        return data_[f].data() + k * fields_[f].sample_bytes;
     }
     std::byte* ragged(std::size_t f, std::size_t k, std::uint64_t size_bytes) override {
         Part& p = parts_[f];
-        const std::size_t at = p.data.size();
-        p.data.resize(at + size_bytes);
+        const std::size_t at = data_[f].size();
+        data_[f].resize(at + size_bytes);
         p.start[k] = at;
         p.length[k] = size_bytes;
-        return p.data.data() + at;
+        return data_[f].data() + at;
     }
     /// Appends sample `k` (fixed bytes; ragged: length, then bytes) of every field to `out`.
     void append(std::size_t k, std::string& out) const {
@@ -61,28 +66,28 @@ public:
             const Part& p = parts_[f];
             if (fields_[f].ragged) {
                 append_u64(out, p.length[k]);
-                append_bytes(out, p.data.data() + p.start[k], p.length[k]);
+                append_bytes(out, data_[f].data() + p.start[k], p.length[k]);
             } else {
-                append_bytes(out, p.data.data() + k * fields_[f].sample_bytes,
+                append_bytes(out, data_[f].data() + k * fields_[f].sample_bytes,
                              fields_[f].sample_bytes);
             }
         }
     }
 
 private:
-    struct Part {
-        std::vector<std::byte> data;
+    struct Part {  // ragged fields: where sample k lies in data_[f]
         std::vector<std::uint64_t> start;
         std::vector<std::uint64_t> length;
     };
     const std::vector<FieldInfo>& fields_;
+    std::vector<std::vector<std::byte>>& data_;
     std::vector<Part> parts_;
 };
 
 /// Reads one rank's message in order; every overrun is a FormatError naming sender and step.
 class MessageReader {
 public:
-    MessageReader(const std::string& message, std::size_t& at, int from, std::uint64_t step)
+    MessageReader(std::string_view message, std::size_t& at, int from, std::uint64_t step)
         : message_(message), at_(at), from_(from), step_(step) {}
     const char* take(std::uint64_t n) {
         if (message_.size() - at_ < n) {
@@ -102,7 +107,7 @@ public:
     }
 
 private:
-    const std::string& message_;
+    std::string_view message_;
     std::size_t& at_;
     int from_;
     std::uint64_t step_;
@@ -147,7 +152,7 @@ int TwoPhaseReader::slab_of(std::uint64_t id) const {
     return static_cast<int>(it - slabs_.begin()) - 1;
 }
 
-std::vector<std::string> TwoPhaseReader::read_own_part(const std::vector<std::int64_t>& step_ids) {
+void TwoPhaseReader::read_own_part(const std::vector<std::int64_t>& step_ids) {
     const std::uint64_t b = options_.batch_size;
     const auto me = static_cast<std::size_t>(comm_.rank());
     // The step's samples in this rank's slab, in (consuming rank, batch position) order;
@@ -172,26 +177,39 @@ std::vector<std::string> TwoPhaseReader::read_own_part(const std::vector<std::in
         sorted[k] = wanted[order[k]];
         read_at[order[k]] = k;
     }
-    StagingSink staged(source_.fields(), sorted.size());
+    StagingSink staged(source_.fields(), sorted.size(), staged_);
     source_.read(sorted.data(), sorted.size(), staged);
-    std::vector<std::string> out(static_cast<std::size_t>(comm_.size()), std::string(1, kFine));
-    for (std::size_t i = 0; i < wanted.size(); ++i) {
-        append_u64(out[dest[i]], wanted[i]);
-        staged.append(read_at[i], out[dest[i]]);
+    // One message per rank, packed in rank order: `dest` ascends with i (the step's ids are
+    // in consuming-rank order), so each rank's samples are appended in its batch order.
+    const auto w = static_cast<std::size_t>(comm_.size());
+    send_.clear();
+    send_offsets_.assign(w + 1, 0);
+    std::size_t i = 0;
+    for (std::size_t r = 0; r < w; ++r) {
+        send_offsets_[r] = send_.size();
+        send_.push_back(kFine);
+        for (; i < wanted.size() && dest[i] == r; ++i) {
+            append_u64(send_, wanted[i]);
+            staged.append(read_at[i], send_);
+        }
     }
+    send_offsets_[w] = send_.size();
     counters_.samples_read += wanted.size();
-    for (const auto& m : out) counters_.bytes_sent += m.size();
-    return out;
+    counters_.bytes_sent += send_.size();
 }
 
-void TwoPhaseReader::deliver(Slot& slot, std::uint64_t step,
-                             const std::vector<std::string>& incoming) {
+void TwoPhaseReader::deliver(Slot& slot, std::uint64_t step) {
     const auto& fields = source_.fields();
-    std::vector<std::size_t> at(incoming.size(), 1);  // past each status byte
+    const std::size_t w = recv_offsets_.size() - 1;
+    const auto message = [&](std::size_t r) {
+        return std::string_view(recv_.data() + recv_offsets_[r],
+                                recv_offsets_[r + 1] - recv_offsets_[r]);
+    };
+    std::vector<std::size_t> at(w, 1);  // past each status byte
     const auto from_peers = [&](const std::uint64_t* ids, std::size_t count, BatchSink& sink) {
         for (std::size_t k = 0; k < count; ++k) {
             const int r = slab_of(ids[k]);
-            MessageReader in(incoming[static_cast<std::size_t>(r)], at[static_cast<std::size_t>(r)],
+            MessageReader in(message(static_cast<std::size_t>(r)), at[static_cast<std::size_t>(r)],
                              r, step);
             const std::uint64_t id = in.u64();
             if (id != ids[k]) {
@@ -209,10 +227,10 @@ void TwoPhaseReader::deliver(Slot& slot, std::uint64_t step,
         counters_.samples_received += count;
     };
     fill_slot_with(slot, fields, plan_, step, from_peers);
-    for (std::size_t r = 0; r < incoming.size(); ++r) {
-        if (at[r] != incoming[r].size()) {
+    for (std::size_t r = 0; r < w; ++r) {
+        if (at[r] != message(r).size()) {
             throw FormatError("two-phase: rank " + std::to_string(r) + " sent " +
-                              std::to_string(incoming[r].size() - at[r]) +
+                              std::to_string(message(r).size() - at[r]) +
                               " bytes beyond the samples of step " + std::to_string(step));
         }
     }
@@ -223,7 +241,6 @@ LocalStatus TwoPhaseReader::read_step(Slot* slot, std::uint64_t step, LocalStatu
     if (!status.failed && !slot) {
         status = capture([] { throw ConfigError("two-phase: no ring slot to read into"); });
     }
-    std::vector<std::string> outgoing;
     if (!status.failed) {
         status = capture([&] {
             const auto ids = global_step_ids(source_.num_samples(), comm_.size(), options_, epoch_,
@@ -238,25 +255,28 @@ LocalStatus TwoPhaseReader::read_step(Slot* slot, std::uint64_t step, LocalStatu
                 throw Error("two-phase: the ids of step " + std::to_string(step) +
                             " differ from this rank's plan (options changed?)");
             }
-            outgoing = read_own_part(ids);
+            read_own_part(ids);
         });
     }
     // A failed rank still takes part in the exchange, so no rank waits for it.
-    if (status.failed) outgoing.assign(w, std::string(1, kFailed));
-    std::vector<std::string> incoming;
+    if (status.failed) {
+        send_.assign(w, kFailed);
+        send_offsets_.resize(w + 1);
+        std::iota(send_offsets_.begin(), send_offsets_.end(), std::uint64_t{0});
+    }
     const LocalStatus exchanged = capture([&] {
         comm_.set_context({"loader: two-phase exchange", static_cast<std::int64_t>(epoch_),
                            static_cast<std::int64_t>(plan_.first_step + step), "", -1});
-        incoming = comm_.alltoallv(outgoing);
+        comm_.alltoallv(send_, send_offsets_, recv_, recv_offsets_);
     });
     ++counters_.steps;
     if (status.failed) return status;
     if (exchanged.failed) return exchanged;
-    for (const auto& m : incoming) {
+    for (std::size_t r = 0; r < w; ++r) {
         // A peer failed: its own status carries the error that the agreement will raise.
-        if (m.empty() || m[0] != kFine) return {};
+        if (recv_offsets_[r] == recv_offsets_[r + 1] || recv_[recv_offsets_[r]] != kFine) return {};
     }
-    return capture([&] { deliver(*slot, step, incoming); });
+    return capture([&] { deliver(*slot, step); });
 }
 
 StepReader two_phase_step_reader(const Communicator& comm, const Source& source,

@@ -1,5 +1,6 @@
-// Communicator::alltoallv, the exchange behind hash routing and rebalancing of streams:
-// personalised messages of different sizes (empty included) arrive from the right rank intact.
+// Communicator::alltoallv, the exchange behind hash routing and rebalancing of streams and the
+// two-phase reads: personalised messages of different sizes (empty included) arrive from the
+// right rank intact, through the per-message form and the packed form with reused buffers.
 #include <gtest/gtest.h>
 
 #include "mpistage/comm.hpp"
@@ -27,6 +28,39 @@ TEST(Alltoallv, EveryRankGetsWhatEachRankSentIt) {
     // All empty: still a valid exchange.
     const auto none = comm.alltoallv(std::vector<std::string>(static_cast<std::size_t>(w)));
     for (const auto& m : none) EXPECT_TRUE(m.empty());
+}
+
+// The packed form, as the two-phase reader calls it every step: the receive buffers of a
+// larger exchange are reused by a smaller one (and the reverse) without stale bytes or offsets.
+TEST(Alltoallv, PackedBuffersAreReusedAcrossExchanges) {
+    Communicator comm(MPI_COMM_WORLD);
+    const auto w = static_cast<std::size_t>(comm.size());
+    std::string recv;
+    std::vector<std::uint64_t> recv_offsets;
+    for (const int scale : {3, 1, 0, 2}) {
+        std::string send;
+        std::vector<std::uint64_t> offsets{0};
+        for (std::size_t to = 0; to < w; ++to) {
+            const std::string m = message(comm.rank(), static_cast<int>(to))
+                                      .substr(0, static_cast<std::size_t>(scale) * 400);
+            send += m;
+            offsets.push_back(send.size());
+        }
+        comm.alltoallv(send, offsets, recv, recv_offsets);
+        ASSERT_EQ(recv_offsets.size(), w + 1);
+        EXPECT_EQ(recv_offsets.back(), recv.size());
+        for (std::size_t from = 0; from < w; ++from) {
+            const std::string want = message(static_cast<int>(from), comm.rank())
+                                         .substr(0, static_cast<std::size_t>(scale) * 400);
+            EXPECT_EQ(recv.substr(recv_offsets[from], recv_offsets[from + 1] - recv_offsets[from]),
+                      want)
+                << "scale " << scale << " from " << from;
+        }
+    }
+    // Offsets that do not describe the buffer: a local ConfigError before any collective.
+    EXPECT_THROW(comm.alltoallv(std::string(4, 'x'), std::vector<std::uint64_t>(w + 1, 0), recv,
+                                recv_offsets),
+                 ConfigError);
 }
 
 TEST(Alltoallv, WrongMessageCountIsAConfigError) {
