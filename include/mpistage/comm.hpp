@@ -181,9 +181,10 @@ public:
     /// message to rank r is bytes [send_offsets[r], send_offsets[r + 1]) of `send` (W + 1
     /// ascending offsets, the last `send.size()`). On return `recv` holds what every rank sent
     /// here, rank r's message at [recv_offsets[r], recv_offsets[r + 1]). `recv` and
-    /// `recv_offsets` are overwritten but keep their capacity, so reused buffers cost no
-    /// allocation and no fresh pages. Collective. @throws MpiError, ConfigError (offsets that
-    /// do not fit the world or `send`, or 2 GiB or more on any rank, on every rank).
+    /// `recv_offsets` are overwritten (only on success) and `recv` keeps its capacity, so a
+    /// reused buffer costs no allocation and no fresh pages. Collective. @throws MpiError,
+    /// ConfigError on every rank (a rank's offsets that do not describe its `send`, or 2 GiB or
+    /// more on any rank).
     void alltoallv(const std::string& send, const std::vector<std::uint64_t>& send_offsets,
                    std::string& recv, std::vector<std::uint64_t>& recv_offsets) const;
 

@@ -1,7 +1,9 @@
 // The personalised exchange of the communicator (hash routing and rebalancing of streams).
 #include <mpi.h>
 
+#include <algorithm>
 #include <limits>
+#include <utility>
 
 #include "mpistage/comm.hpp"
 
@@ -32,28 +34,36 @@ void Communicator::alltoallv(const std::string& send,
                              const std::vector<std::uint64_t>& send_offsets, std::string& recv,
                              std::vector<std::uint64_t>& recv_offsets) const {
     const auto w = static_cast<std::size_t>(size_);
+    // Offsets that do not describe the send buffer (a caller's bug, on one rank or more): that
+    // rank sends nothing and poisons the agreement below, so every rank throws the same error.
     bool fits = send_offsets.size() == w + 1 && send_offsets.front() == 0 &&
                 send_offsets.back() == send.size();
     for (std::size_t r = 0; fits && r < w; ++r) fits = send_offsets[r] <= send_offsets[r + 1];
-    if (!fits) {  // a caller's bug, local: raised before any collective
-        throw ConfigError("comm: alltoallv needs " + std::to_string(w + 1) +
-                          " ascending offsets from 0 to the send buffer's " +
-                          std::to_string(send.size()) + " bytes");
-    }
-    std::vector<std::uint64_t> send_sizes(w);
+    std::vector<std::uint64_t> send_sizes(w, 0);
     std::vector<std::uint64_t> recv_sizes(w);
-    for (std::size_t r = 0; r < w; ++r) send_sizes[r] = send_offsets[r + 1] - send_offsets[r];
+    for (std::size_t r = 0; fits && r < w; ++r)
+        send_sizes[r] = send_offsets[r + 1] - send_offsets[r];
     watched("MPI_Ialltoall(sizes)", [&](MPI_Request* q) {
         return MPI_Ialltoall(send_sizes.data(), 1, MPI_UINT64_T, recv_sizes.data(), 1, MPI_UINT64_T,
                              comm_, q);
     });
-    recv_offsets.assign(w + 1, 0);
-    for (std::size_t r = 0; r < w; ++r) recv_offsets[r + 1] = recv_offsets[r] + recv_sizes[r];
+    std::vector<std::uint64_t> offsets(w + 1, 0);
+    for (std::size_t r = 0; r < w; ++r) offsets[r + 1] = offsets[r] + recv_sizes[r];
     // Counts and displacements of MPI_Alltoallv are ints: agree before using them.
     const std::uint64_t limit = static_cast<std::uint64_t>(std::numeric_limits<int>::max());
-    if (allreduce_max(std::max(send.size(), recv_offsets[w])) > limit) {
+    constexpr std::uint64_t kBadOffsets = std::numeric_limits<std::uint64_t>::max();
+    const std::uint64_t largest = allreduce_max(
+        fits ? std::max(static_cast<std::uint64_t>(send.size()), offsets[w]) : kBadOffsets);
+    if (largest == kBadOffsets) {
+        throw ConfigError("comm: alltoallv: a rank passed send offsets that are not " +
+                          std::to_string(w + 1) +
+                          " ascending offsets from 0 to its send "
+                          "buffer's size");
+    }
+    if (largest > limit) {
         throw ConfigError("comm: alltoallv of 2 GiB or more on one rank is not supported");
     }
+    recv_offsets = std::move(offsets);
     std::vector<int> sc(w), sd(w), rc(w), rd(w);
     for (std::size_t r = 0; r < w; ++r) {
         sc[r] = static_cast<int>(send_sizes[r]);

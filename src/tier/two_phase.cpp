@@ -194,6 +194,10 @@ void TwoPhaseReader::read_own_part(const std::vector<std::int64_t>& step_ids) {
         }
     }
     send_offsets_[w] = send_.size();
+    if (i != wanted.size()) {  // a consuming rank outside the world: the step's ids are wrong
+        throw Error("two-phase: step ids for " + std::to_string(step_ids.size()) +
+                    " slots do not fit " + std::to_string(w) + " ranks");
+    }
     counters_.samples_read += wanted.size();
     counters_.bytes_sent += send_.size();
 }

@@ -85,8 +85,10 @@ private:
     const EpochPlan& plan_;
     SampleBytesFn sample_bytes_;
     TwoPhaseCounters counters_;
-    // Buffers reused from step to step: their capacity stays, so a step allocates nothing and
-    // touches no fresh page (fresh 2.4 MB buffers a step made 150 KB samples page-fault-bound).
+    // The sample bytes' buffers, reused from step to step: their capacity stays (at the epoch's
+    // largest step, until the reader goes with its epoch), so a step maps no fresh page for
+    // them; only index vectors of O(W·B) entries are allocated per step. Fresh 2.4 MB buffers a
+    // step made 150 KB samples page-fault bound.
     std::vector<std::vector<std::byte>> staged_;  // per field: this rank's samples as read
     std::string send_;
     std::string recv_;

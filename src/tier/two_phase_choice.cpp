@@ -164,8 +164,8 @@ PlanProbe probe_plan(const Communicator& comm, const Source& source, const PlanO
 double probe_exchange(const Communicator& comm, std::uint64_t step_bytes) {
     const auto w = static_cast<std::uint64_t>(comm.size());
     const std::uint64_t sent = std::min(step_bytes, kMaxExchangeBytes);
-    // The packed exchange the two-phase reader makes every step, into buffers reused as its
-    // are (the first exchange maps their pages; the fastest of kExchanges is kept).
+    // The packed exchange the two-phase reader makes every step, into buffers reused as the
+    // reader's are (the first exchange maps their pages; the fastest of kExchanges is kept).
     const std::string send(static_cast<std::size_t>(sent / w * w), '\0');
     std::vector<std::uint64_t> offsets(w + 1);
     for (std::uint64_t r = 0; r <= w; ++r) offsets[r] = r * (sent / w);

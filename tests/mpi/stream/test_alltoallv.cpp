@@ -57,10 +57,19 @@ TEST(Alltoallv, PackedBuffersAreReusedAcrossExchanges) {
                 << "scale " << scale << " from " << from;
         }
     }
-    // Offsets that do not describe the buffer: a local ConfigError before any collective.
-    EXPECT_THROW(comm.alltoallv(std::string(4, 'x'), std::vector<std::uint64_t>(w + 1, 0), recv,
-                                recv_offsets),
-                 ConfigError);
+    // Offsets that do not describe the buffer on the last rank only: the same ConfigError on
+    // every rank (no rank left waiting in the exchange), and the receive offsets untouched.
+    const bool bad = comm.rank() == comm.size() - 1;
+    std::vector<std::uint64_t> offsets(w + 1, 0);
+    if (!bad) offsets.back() = 4;
+    const auto before = recv_offsets;
+    try {
+        comm.alltoallv(std::string(4, 'x'), offsets, recv, recv_offsets);
+        ADD_FAILURE() << "no error";
+    } catch (const ConfigError& e) {
+        EXPECT_NE(std::string(e.what()).find("send offsets"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(recv_offsets, before);
 }
 
 TEST(Alltoallv, WrongMessageCountIsAConfigError) {
