@@ -1,4 +1,5 @@
-// The personalised exchange of the communicator (hash routing and rebalancing of streams).
+// The personalised exchange of the communicator (hash routing and rebalancing of streams, the
+// two-phase reads).
 #include <mpi.h>
 
 #include <algorithm>
