@@ -14,6 +14,26 @@ namespace {
 constexpr const char* kFalse = "FALSE";
 constexpr const char* kTrue = "TRUE";
 
+/// The predefined native HDF5 type of a numeric dtype (owned by HDF5).
+hid_t native_of(DType t) {
+    // clang-format off
+    switch (t) {
+    case DType::uint8: return H5T_NATIVE_UINT8;
+    case DType::int8: return H5T_NATIVE_INT8;
+    case DType::uint16: return H5T_NATIVE_UINT16;
+    case DType::int16: return H5T_NATIVE_INT16;
+    case DType::uint32: return H5T_NATIVE_UINT32;
+    case DType::int32: return H5T_NATIVE_INT32;
+    case DType::uint64: return H5T_NATIVE_UINT64;
+    case DType::int64: return H5T_NATIVE_INT64;
+    case DType::float32: return H5T_NATIVE_FLOAT;
+    case DType::float64: return H5T_NATIVE_DOUBLE;
+    case DType::boolean: break;  // an enum, made by memory_type
+    }
+    // clang-format on
+    return H5T_NATIVE_UINT8;
+}
+
 }  // namespace
 
 bool is_h5py_bool(hid_t type) {
@@ -84,42 +104,7 @@ H5Type memory_type(DType t) {
         }
         return e;
     }
-    hid_t native = H5T_NATIVE_UINT8;
-    switch (t) {
-        case DType::uint8:
-            native = H5T_NATIVE_UINT8;
-            break;
-        case DType::int8:
-            native = H5T_NATIVE_INT8;
-            break;
-        case DType::uint16:
-            native = H5T_NATIVE_UINT16;
-            break;
-        case DType::int16:
-            native = H5T_NATIVE_INT16;
-            break;
-        case DType::uint32:
-            native = H5T_NATIVE_UINT32;
-            break;
-        case DType::int32:
-            native = H5T_NATIVE_INT32;
-            break;
-        case DType::uint64:
-            native = H5T_NATIVE_UINT64;
-            break;
-        case DType::int64:
-            native = H5T_NATIVE_INT64;
-            break;
-        case DType::float32:
-            native = H5T_NATIVE_FLOAT;
-            break;
-        case DType::float64:
-            native = H5T_NATIVE_DOUBLE;
-            break;
-        case DType::boolean:
-            break;
-    }
-    H5Type copy(H5Tcopy(native));
+    H5Type copy(H5Tcopy(native_of(t)));
     if (!copy) throw Hdf5Error("hdf5: H5Tcopy of a native type: " + hdf5_error_stack());
     return copy;
 }
