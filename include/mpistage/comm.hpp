@@ -79,18 +79,39 @@ public:
     /// conversion builds a temporary `Communicator` at that call, which duplicates and splits
     /// `user_comm` collectively; the constructor being called is itself collective over the same
     /// ranks, so every rank converts at the same point. The temporary lives until the end of the
-    /// call; the constructed object keeps its own duplicate. Each such call costs one
-    /// `MPI_Comm_dup` and one `MPI_Comm_split_type`: build one `Communicator` and pass it when
-    /// constructing many objects. `user_comm` is borrowed, never freed.
-    /// @throws MpiError when duplication or splitting fails.
-    Communicator(MPI_Comm user_comm);  // NOLINT(google-explicit-constructor): see above
+    /// call; the constructed object keeps its own duplicate (`duplicate()`: one more `MPI_Comm_dup`,
+    /// no split). Each conversion costs one `MPI_Comm_dup` and one `MPI_Comm_split_type`: build
+    /// one `Communicator` and pass it when constructing many objects. `user_comm` is borrowed, never freed.
+    ///
+    /// Launcher check (local, before any collective): when `MPI_COMM_WORLD` has one rank but the
+    /// environment says the job has more tasks (`WORLD_SIZE`/`LOCAL_WORLD_SIZE` from torchrun,
+    /// `SLURM_STEP_NUM_TASKS`/`SLURM_NTASKS`/`SLURM_NPROCS` without an MPI launcher's count,
+    /// `OMPI_COMM_WORLD_SIZE`, `PMI_SIZE`, `PMIX_SIZE`, `MV2_COMM_WORLD_SIZE`), the process was
+    /// not started by the MPI launcher and would read the whole dataset: a `ConfigError` naming
+    /// both counts, the variable and how to launch (`mpirun -n N`, `srun --mpi=pmix -n N`).
+    /// `MPISTAGE_ALLOW_SINGLETON=1` in the environment turns the check off (one process
+    /// intended). See docs/launching.md.
+    /// @throws ConfigError on a launcher mismatch or `MPI_COMM_NULL`; MpiError when MPI is not
+    ///         initialised or duplication or splitting fails.
+    ///
+    /// `timeout` is the watchdog deadline of the duplication and the node split themselves
+    /// (each under a `BlockingWatch`: a rank that never arrives ends the job with exit code 70
+    /// after `timeout`) and of every later collective (`set_timeout` changes it).
+    Communicator(MPI_Comm user_comm,  // NOLINT(google-explicit-constructor): see above
+                 std::chrono::seconds timeout = kDefaultCollectiveTimeout);
     Communicator(Communicator&& other) noexcept;
     Communicator& operator=(Communicator&& other) noexcept;
     Communicator(const Communicator&) = delete;
     Communicator& operator=(const Communicator&) = delete;
     ~Communicator();
 
-    /// Collective: frees both communicators. Safe to call twice.
+    /// Collective over this communicator: the library object's own communicator, one
+    /// `MPI_Comm_dup` (under the watchdog, with this communicator's timeout and context), which
+    /// inherits the timeout and the node rank and size (no second node split). Every library
+    /// object that keeps a communicator makes it this way. @throws MpiError.
+    Communicator duplicate() const;
+
+    /// Collective: frees the communicator. Safe to call twice.
     void free() noexcept;
 
     MPI_Comm get() const noexcept { return comm_; }
@@ -200,8 +221,9 @@ private:
                        const std::function<void*(std::uint64_t total)>& receive) const;
 
     std::unique_ptr<detail::WatchState> watch_;
+    Communicator() = default;  // for duplicate()
+
     MPI_Comm comm_ = MPI_COMM_NULL;
-    MPI_Comm node_comm_ = MPI_COMM_NULL;
     int rank_ = 0;
     int size_ = 1;
     int node_rank_ = 0;

@@ -102,32 +102,50 @@ Command CommandLine::command() const {
 }
 
 Command CommandLine::parse_agreed(const Communicator& comm, int argc, char** argv) {
-    // Parse on every rank, then agree: a parse error on one rank (a wrapper script passing it
+    parse_local(argc, argv);
+    return agree_parsed(comm);
+}
+
+void CommandLine::parse_local(int argc, char** argv) {
+    printed_.reset();
+    parsed_ = capture([&] {
+        try {
+            check_command_words(app_, argc, argv);
+            app_.parse(argc, argv);
+        } catch (const CLI::Success& e) {  // --help, --help-all, --version
+            printed_ = e;
+        } catch (const CLI::ParseError& e) {
+            throw ConfigError(std::string(e.what()) + " (see --help)");
+        }
+    });
+    if (!parsed_.failed && !printed_ && command() == Command::stage) {
+        stage.command_line.assign(argv, argv + argc);
+        stage.given.clear();
+        for (const CLI::Option* o : stage_cmd_->get_options()) {
+            if (o->count() > 0) stage.given.push_back(option_name(*o));
+        }
+    }
+}
+
+Command CommandLine::agree_parsed(const Communicator& comm) {
+    // Parsed on every rank, now agreed: a parse error on one rank (a wrapper script passing it
     // other flags) fails every rank instead of hanging the others.
-    bool printed = false;  // --help or --version
-    agree_or_throw(comm, capture([&] {
-                       try {
-                           check_command_words(app_, argc, argv);
-                           app_.parse(argc, argv);
-                       } catch (const CLI::Success& e) {  // --help, --help-all, --version
-                           printed = true;
-                           if (comm.rank() == 0) app_.exit(e);
-                       } catch (const CLI::ParseError& e) {
-                           throw ConfigError(std::string(e.what()) + " (see --help)");
-                       }
-                   }));
+    const bool printed = printed_.has_value();
+    if (printed && comm.rank() == 0 && !parsed_.failed) app_.exit(*printed_);
+    agree_or_throw(comm, parsed_);
     // The command decides every collective that follows: it must be the same everywhere.
     require_same(comm,
                  {{"--help/--version", printed ? "given" : "not given"},
                   {"the command", printed ? "(help)" : command_name(command())}},
                  "ranks were given different arguments", kSameCommandAdvice);
-    if (!printed && command() == Command::stage) {
-        stage.command_line.assign(argv, argv + argc);
-        for (const CLI::Option* o : stage_cmd_->get_options()) {
-            if (o->count() > 0) stage.given.push_back(option_name(*o));
-        }
-    }
     return printed ? Command::none : command();
+}
+
+std::chrono::seconds CommandLine::watchdog_timeout() const {
+    if (parsed_.failed || printed_ || command() != Command::stage) return kDefaultCollectiveTimeout;
+    const std::chrono::seconds t(stage.timeout_seconds);
+    if (t.count() < 0 || t > kMaxTimeout) return kDefaultCollectiveTimeout;
+    return t;
 }
 
 std::string option_name(const CLI::Option& o) {

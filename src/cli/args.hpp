@@ -4,6 +4,8 @@
 // outcome (internal to the CLI).
 
 #include <CLI/CLI.hpp>
+#include <chrono>
+#include <optional>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -157,6 +159,17 @@ public:
     /// ConfigError on every rank (require_same). Returns Command::none on every rank when
     /// --help or --version was printed (by rank 0). @throws ConfigError (agreed), MpiError.
     Command parse_agreed(const Communicator& comm, int argc, char** argv);
+    /// The two halves of `parse_agreed`, for `main`, which builds its `Communicator` in between
+    /// with the deadline the command line asks for (`watchdog_timeout`), so a rank that never
+    /// reaches the communicator's construction ends the job after the user's `--timeout`.
+    /// `parse_local` is local and never throws (a parse error is kept for the agreement);
+    /// `agree_parsed` is collective, as `parse_agreed`.
+    void parse_local(int argc, char** argv);
+    Command agree_parsed(const Communicator& comm);
+    /// Local: `stage --timeout` when `parse_local` parsed a stage command, else the default
+    /// watchdog deadline (`kDefaultCollectiveTimeout`); out-of-range values give the default
+    /// (the stage command refuses them by name later).
+    std::chrono::seconds watchdog_timeout() const;
     /// The CLI11 description of every command (local; for help texts and tests).
     CLI::App& app() { return app_; }
     /// The `stage` subcommand (its options are what `stage --help` lists).
@@ -167,6 +180,8 @@ private:
     CLI::App* stage_cmd_ = nullptr;
     CLI::App* convert_idx_cmd_ = nullptr;
     CLI::App* index_cmd_ = nullptr;
+    LocalStatus parsed_;                  // parse_local's outcome, agreed by agree_parsed
+    std::optional<CLI::Success> printed_;  // --help/--version: printed by rank 0 at agreement
 };
 
 /// The stage flags that decide which collectives a rank makes or what it stages, as named

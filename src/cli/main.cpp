@@ -2,6 +2,7 @@
 // every rank, agrees on it, runs the command, and prints each (agreed) error once, on rank 0.
 #include <mpi.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -10,6 +11,7 @@
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
 #include "cli/report.hpp"
+#include "comm/blocking_watch.hpp"
 #include "mpistage/comm.hpp"
 #include "mpistage/error.hpp"
 
@@ -19,9 +21,12 @@ using namespace mpistage;
 
 // Collective: parses, agrees, runs the command. Returns the exit code.
 int run_command(cli::CommandLine& cl, int argc, char** argv) {
-    Communicator comm(MPI_COMM_WORLD);
+    // Parsed before the communicator exists, so that its construction (collective: a
+    // duplicate and a node split, each under the watchdog) already has the user's --timeout.
+    cl.parse_local(argc, argv);
+    Communicator comm(MPI_COMM_WORLD, cl.watchdog_timeout());
     int rc = 0;
-    switch (cl.parse_agreed(comm, argc, argv)) {
+    switch (cl.agree_parsed(comm)) {
         case cli::Command::stage:
             rc = cli::run_stage(comm, cl.stage);
             break;
@@ -74,6 +79,7 @@ int main(int argc, char** argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world_size);
     int rc = 0;
+    std::chrono::seconds finalize_timeout = kDefaultCollectiveTimeout;
     {
         cli::CommandLine cl;
         try {
@@ -87,7 +93,13 @@ int main(int argc, char** argv) {
             std::fprintf(stderr, "mpistage: rank %d: fatal: %s\n", rank, e.what());
             MPI_Abort(MPI_COMM_WORLD, 3);
         }
+        finalize_timeout = cl.watchdog_timeout();
     }
+    // MPI_Finalize waits for the other ranks: a rank that never arrives would hold this one
+    // forever. After the deadline this rank reports and exits (code 70) without MPI_Abort (not
+    // callable inside MPI_Finalize); the launcher then ends the rest of the job.
+    const detail::BlockingWatch watch(finalize_timeout, world_size, "MPI_Finalize",
+                                      "teardown: finalize MPI", /*abort_mpi=*/false);
     MPI_Finalize();
     return rc;
 }

@@ -33,6 +33,15 @@ class BlockingWatch {
 public:
     /// Local (no MPI call). `call` names the blocking call, e.g. "H5Fopen(train.h5)".
     BlockingWatch(const Communicator& comm, std::string call);
+    /// Local: the same watch where no `Communicator` is at hand any more (teardown of a window
+    /// or file handle, `MPI_Finalize`): `timeout` and `ranks` are the deadline and rank count
+    /// of the communicator the object was made on, `phase` is shown in the report. With
+    /// `abort_mpi` false the expired process reports and calls `_Exit(kWatchdogAbortCode)`
+    /// without `MPI_Abort` (inside `MPI_Finalize`, where MPI can no longer abort the job: the
+    /// launcher then ends the other ranks). Noexcept: a watch that cannot be armed (no memory)
+    /// arms nothing.
+    BlockingWatch(std::chrono::seconds timeout, int ranks, std::string call, std::string phase,
+                  bool abort_mpi = true) noexcept;
     ~BlockingWatch();
     BlockingWatch(const BlockingWatch&) = delete;
     BlockingWatch& operator=(const BlockingWatch&) = delete;

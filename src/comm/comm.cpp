@@ -5,6 +5,8 @@
 #include <utility>
 
 #include "comm/agree.hpp"
+#include "comm/blocking_watch.hpp"
+#include "comm/launcher_check.hpp"
 #include "comm/watch_state.hpp"
 #include "util/memory_budget.hpp"
 
@@ -43,25 +45,63 @@ void check_mpi(int rc, const char* call) {
                    ": " + text);
 }
 
-Communicator::Communicator(MPI_Comm user_comm) : watch_(std::make_unique<detail::WatchState>()) {
+Communicator::Communicator(MPI_Comm user_comm, std::chrono::seconds timeout)
+    : watch_(std::make_unique<detail::WatchState>()) {
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (!initialized) throw MpiError("comm: MPI is not initialised; call MPI_Init first");
     if (user_comm == MPI_COMM_NULL) throw ConfigError("comm: the communicator is MPI_COMM_NULL");
-    check_mpi(MPI_Comm_dup(user_comm, &comm_), "MPI_Comm_dup");
+    detail::check_launcher();
+    set_timeout(timeout);
+    // Local: the watch below needs the size (a world of one arms nothing).
+    check_mpi(MPI_Comm_size(user_comm, &size_), "MPI_Comm_size");
+    CollectiveContext setup;
+    setup.phase = "comm: construct the library's communicator";
+    set_context(setup);
+    {
+        const detail::BlockingWatch watch(*this, "MPI_Comm_dup");
+        check_mpi(MPI_Comm_dup(user_comm, &comm_), "MPI_Comm_dup");
+    }
     check_mpi(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
     check_mpi(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
-    check_mpi(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
-    check_mpi(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node_comm_),
-              "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)");
-    check_mpi(MPI_Comm_rank(node_comm_, &node_rank_), "MPI_Comm_rank(node)");
-    check_mpi(MPI_Comm_size(node_comm_, &node_size_), "MPI_Comm_size(node)");
+    // The node split is made once, here: duplicates (`duplicate()`) copy its result. The node
+    // communicator is needed only for its rank and size, so it is freed at once.
+    MPI_Comm node = MPI_COMM_NULL;
+    {
+        const detail::BlockingWatch watch(*this, "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)");
+        check_mpi(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node),
+                  "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)");
+    }
+    check_mpi(MPI_Comm_rank(node, &node_rank_), "MPI_Comm_rank(node)");
+    check_mpi(MPI_Comm_size(node, &node_size_), "MPI_Comm_size(node)");
+    MPI_Comm_free(&node);
+    set_context({});
+}
+
+Communicator Communicator::duplicate() const {
+    if (comm_ == MPI_COMM_NULL || !watch_) {
+        throw MpiError("comm: duplicate() of a freed or moved-from communicator");
+    }
+    Communicator copy;
+    copy.watch_ = std::make_unique<detail::WatchState>();
+    copy.set_timeout(timeout());
+    copy.set_context(context());
+    {
+        const detail::BlockingWatch watch(*this, "MPI_Comm_dup");
+        check_mpi(MPI_Comm_dup(comm_, &copy.comm_), "MPI_Comm_dup");
+    }
+    check_mpi(MPI_Comm_set_errhandler(copy.comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+    copy.rank_ = rank_;
+    copy.size_ = size_;
+    copy.node_rank_ = node_rank_;
+    copy.node_size_ = node_size_;
+    copy.set_context({});
+    return copy;
 }
 
 Communicator::Communicator(Communicator&& other) noexcept
     : watch_(std::move(other.watch_)),
       comm_(std::exchange(other.comm_, MPI_COMM_NULL)),
-      node_comm_(std::exchange(other.node_comm_, MPI_COMM_NULL)),
       rank_(other.rank_),
       size_(other.size_),
       node_rank_(other.node_rank_),
@@ -72,7 +112,6 @@ Communicator& Communicator::operator=(Communicator&& other) noexcept {
         free();
         watch_ = std::move(other.watch_);
         comm_ = std::exchange(other.comm_, MPI_COMM_NULL);
-        node_comm_ = std::exchange(other.node_comm_, MPI_COMM_NULL);
         rank_ = other.rank_;
         size_ = other.size_;
         node_rank_ = other.node_rank_;
@@ -90,10 +129,8 @@ void Communicator::free() noexcept {
     MPI_Finalized(&finalized);
     if (finalized) {
         comm_ = MPI_COMM_NULL;
-        node_comm_ = MPI_COMM_NULL;
         return;
     }
-    if (node_comm_ != MPI_COMM_NULL) MPI_Comm_free(&node_comm_);
     if (comm_ == MPI_COMM_NULL) return;
     // After a watchdog exchange the communicator is left allocated (drain_watch_messages says
     // why); it is released by MPI_Finalize.

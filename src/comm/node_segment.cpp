@@ -4,14 +4,16 @@
 #include <string>
 #include <utility>
 
+#include "comm/blocking_watch.hpp"
 #include "mpistage/comm.hpp"
 #include "util/page_populate.hpp"
 
 namespace mpistage::detail {
 
-NodeSegment::NodeSegment(MPI_Comm comm, const NodeMap& nodes, std::uint64_t size_bytes,
-                         SegmentLayout layout)
-    : size_(size_bytes) {
+NodeSegment::NodeSegment(const Communicator& watch_comm, const NodeMap& nodes,
+                         std::uint64_t size_bytes, SegmentLayout layout)
+    : size_(size_bytes), timeout_(watch_comm.timeout()), ranks_(watch_comm.size()) {
+    const MPI_Comm comm = watch_comm.get();
     const std::string what =
         "node window: MPI_Win_allocate_shared(" + std::to_string(size_bytes) + " bytes)";
     MPI_Info info = MPI_INFO_NULL;
@@ -66,7 +68,9 @@ NodeSegment::NodeSegment(NodeSegment&& o) noexcept
       size_(o.size_),
       bases_(std::move(o.bases_)),
       sizes_(std::move(o.sizes_)),
-      node_base_(std::exchange(o.node_base_, nullptr)) {}
+      node_base_(std::exchange(o.node_base_, nullptr)),
+      timeout_(o.timeout_),
+      ranks_(o.ranks_) {}
 
 NodeSegment& NodeSegment::operator=(NodeSegment&& o) noexcept {
     if (this != &o) {
@@ -78,6 +82,8 @@ NodeSegment& NodeSegment::operator=(NodeSegment&& o) noexcept {
         bases_ = std::move(o.bases_);
         sizes_ = std::move(o.sizes_);
         node_base_ = std::exchange(o.node_base_, nullptr);
+        timeout_ = o.timeout_;
+        ranks_ = o.ranks_;
     }
     return *this;
 }
@@ -90,6 +96,9 @@ void NodeSegment::release() noexcept {
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (finalized) return;
+    const bool any = remote_win_ != MPI_WIN_NULL || shm_win_ != MPI_WIN_NULL;
+    const BlockingWatch watch(any ? timeout_ : std::chrono::seconds(0), ranks_,
+                              "MPI_Win_free (node window)", "teardown: free the node-shared window");
     if (remote_win_ != MPI_WIN_NULL) {
         MPI_Win_unlock_all(remote_win_);
         MPI_Win_free(&remote_win_);

@@ -7,6 +7,7 @@
 
 #include <mpi.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -34,14 +35,16 @@ struct SegmentLayout {
 class NodeSegment {
 public:
     NodeSegment() = default;
-    /// Collective. @throws MpiError naming the call and the bytes.
-    NodeSegment(MPI_Comm comm, const NodeMap& nodes, std::uint64_t size_bytes,
+    /// Collective over `comm`. The window's teardown (`MPI_Win_free`) is watched with `comm`'s
+    /// timeout. @throws MpiError naming the call and the bytes.
+    NodeSegment(const Communicator& comm, const NodeMap& nodes, std::uint64_t size_bytes,
                 SegmentLayout layout = {});
     NodeSegment(NodeSegment&& o) noexcept;
     NodeSegment& operator=(NodeSegment&& o) noexcept;
     NodeSegment(const NodeSegment&) = delete;
     NodeSegment& operator=(const NodeSegment&) = delete;
-    /// Collective (MPI_Win_free); call at the same point on every rank.
+    /// Collective (MPI_Win_free, under a `BlockingWatch` with the deadline of the communicator
+    /// the window was made on); call at the same point on every rank.
     ~NodeSegment();
 
     /// This rank's own segment (writable while staging).
@@ -97,6 +100,8 @@ private:
     std::vector<const std::byte*> bases_;
     std::vector<std::uint64_t> sizes_;  ///< bytes of each node rank's segment
     const std::byte* node_base_ = nullptr;
+    std::chrono::seconds timeout_{0};  // the watchdog deadline of MPI_Win_free
+    int ranks_ = 1;                    // ranks of the communicator the window was made on
 };
 
 }  // namespace mpistage::detail

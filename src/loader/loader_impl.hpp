@@ -93,7 +93,7 @@ struct Loader::Impl {
     }
 
     Impl(const Communicator& c, const Source& s, LoaderOptions o)
-        : comm(c.get()), source(s), options(std::move(o)) {}
+        : comm(c.duplicate()), source(s), options(std::move(o)) {}
 
     /// Collective: every option that decides the sequence (and the dataset's metadata) is
     /// the same on every rank.

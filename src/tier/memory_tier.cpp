@@ -68,7 +68,7 @@ NodeMap arrive_and_map(const Communicator& comm, int ranks_per_node) {
 NodeSegment allocate_segment(const Communicator& comm, const NodeMap& nodes,
                              std::uint64_t size_bytes, const char* what) {
     const BlockingWatch watch(comm, std::string("MPI_Win_allocate_shared (tier, ") + what + ")");
-    return NodeSegment(comm.get(), nodes, size_bytes);
+    return NodeSegment(comm, nodes, size_bytes);
 }
 
 }  // namespace

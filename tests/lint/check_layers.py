@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Layers point one way (STYLE.md "One spine"); every MPI collective goes through Communicator.
+"""Layers point one way (CONTRIBUTING.md "One spine"); every MPI collective goes through Communicator.
 
     util -> comm -> sources/index -> plan -> pipeline/tier -> loader -> stage -> cli
 
@@ -102,7 +102,7 @@ ALLOWED_CALLS = {
     ("src/sources/tfrecord/tfrecord_files.cpp", "File_open"):
         "the TFRecord source's MPI-IO file handles (collective open; agreed by run_agreed)",
     ("src/sources/tfrecord/tfrecord_files.cpp", "File_close"):
-        "collective close of those MPI-IO file handles (explicit close(), STYLE.md Ownership)",
+        "collective close of those MPI-IO file handles (explicit close(), CONTRIBUTING.md, Ownership)",
 }
 
 

@@ -1,7 +1,9 @@
 /* LD_PRELOAD fault injector for the watchdog tests (tests/e2e/watchdog_blocking.sh).
  *
  * On entering the call named by MPISTAGE_FAULT_CALL (one of MPI_File_open, H5Fopen,
- * MPI_Win_allocate_shared, MPI_File_read_at_all, H5Dread, pread, madvise), the process whose
+ * MPI_Win_allocate_shared, MPI_File_read_at_all, H5Dread, pread, madvise, and at setup and
+ * teardown MPI_Comm_dup, MPI_Comm_split_type, MPI_Win_free, MPI_File_close, H5Fclose (the close
+ * of a file's last handle only) and MPI_Finalize), the process whose
  * world rank is MPISTAGE_FAULT_RANK (read from the launcher's environment: OMPI_COMM_WORLD_RANK,
  * PMI_RANK or SLURM_PROCID) stops itself (MPISTAGE_FAULT_ACTION=stop, SIGSTOP, the default) or dies
  * (kill, SIGKILL), or, with MPISTAGE_FAULT_ACTION=truncate, cuts the file MPISTAGE_FAULT_FILE
@@ -129,4 +131,38 @@ herr_t H5Dread(hid_t dset_id, hid_t mem_type_id, hid_t mem_space_id, hid_t file_
                hid_t plist_id, void* buf) {
     maybe_fault("H5Dread");
     return REAL(H5Dread)(dset_id, mem_type_id, mem_space_id, file_space_id, plist_id, buf);
+}
+
+/* Setup and teardown (issue "The last silent edges"): the communicator's construction, window
+ * and file teardown, the last close of an HDF5 file, and MPI_Finalize. */
+int MPI_Comm_dup(MPI_Comm comm, MPI_Comm* newcomm) {
+    maybe_fault("MPI_Comm_dup");
+    return REAL(MPI_Comm_dup)(comm, newcomm);
+}
+
+int MPI_Comm_split_type(MPI_Comm comm, int split_type, int key, MPI_Info info, MPI_Comm* newcomm) {
+    maybe_fault("MPI_Comm_split_type");
+    return REAL(MPI_Comm_split_type)(comm, split_type, key, info, newcomm);
+}
+
+int MPI_Win_free(MPI_Win* win) {
+    maybe_fault("MPI_Win_free");
+    return REAL(MPI_Win_free)(win);
+}
+
+int MPI_File_close(MPI_File* fh) {
+    maybe_fault("MPI_File_close");
+    return REAL(MPI_File_close)(fh);
+}
+
+/* Only the close of a file's last open handle counts (the collective one that closes the MPI
+ * file), not the closes of extra file handles taken while datasets are open. */
+herr_t H5Fclose(hid_t file_id) {
+    if (H5Fget_obj_count(file_id, H5F_OBJ_ALL) <= 1) maybe_fault("H5Fclose");
+    return REAL(H5Fclose)(file_id);
+}
+
+int MPI_Finalize(void) {
+    maybe_fault("MPI_Finalize");
+    return REAL(MPI_Finalize)();
 }

@@ -56,7 +56,7 @@ struct StreamLoader::Impl {
     std::optional<LocalStatus> read_failure;
 
     Impl(const Communicator& c, const StreamSource& s, StreamOptions o)
-        : comm(c.get()), source(s), options(std::move(o)) {}
+        : comm(c.duplicate()), source(s), options(std::move(o)) {}
 
     /// Collective: options, fields, stream count and the resumed state agree across ranks.
     void check_agreement(const StreamState* resume);

@@ -64,7 +64,7 @@ std::string dataset_listing(hid_t file) {
 }  // namespace
 
 void Hdf5Source::Impl::open(const Communicator& c) {
-    comm.emplace(c.get());
+    comm.emplace(c.duplicate());
     comm->set_timeout(c.timeout());
     std::lock_guard<std::recursive_mutex> lock(detail::hdf5_mutex());
     const detail::Hdf5ErrorSilencer quiet;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "comm/blocking_watch.hpp"
 #include "sources/file_rows.hpp"
 #include "sources/hdf5/hdf5_impl.hpp"
 #include "sources/hdf5/hdf5_types.hpp"
@@ -73,6 +74,12 @@ void Hdf5Source::close() noexcept {
     if (!impl_) return;
     std::lock_guard<std::recursive_mutex> lock(detail::hdf5_mutex());
     const detail::Hdf5ErrorSilencer quiet;
+    // The last H5Fclose of a file opened with the MPI-IO driver is collective (it closes the
+    // MPI file): watched with the source's timeout, so a rank that never arrives ends the job.
+    const bool open = impl_->file.get() >= 0 && impl_->comm;
+    const detail::BlockingWatch watch(open ? impl_->comm->timeout() : std::chrono::seconds(0),
+                                      open ? impl_->comm->size() : 1, "H5Fclose(" + impl_->path + ")",
+                                      "teardown: close the HDF5 file");
     impl_->fields.clear();
     impl_->file.reset();
     impl_->closed = true;

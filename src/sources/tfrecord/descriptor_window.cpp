@@ -166,7 +166,7 @@ void exchange_descriptors(const Communicator& comm, SourceState& state, LocalRec
         detail::SegmentLayout layout;
         layout.contiguous = true;
         layout.cross_node = false;
-        state.descriptor_window = detail::NodeSegment(comm.get(), state.descriptor_nodes,
+        state.descriptor_window = detail::NodeSegment(comm, state.descriptor_nodes,
                                                       seg.count[me] * sizeof(RecordRef), layout);
     }
     run_agreed(comm, [&] {

@@ -4,6 +4,7 @@
 
 #include <mpi.h>
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -25,17 +26,21 @@ namespace mpistage::tfrecord {
 class MpiFile {
 public:
     MpiFile() = default;
-    explicit MpiFile(MPI_File fh) noexcept : fh_(fh) {}
-    MpiFile(MpiFile&& o) noexcept : fh_(std::exchange(o.fh_, MPI_FILE_NULL)) {}
+    /// Owns `fh`, opened on `comm`: its close is watched with `comm`'s timeout.
+    MpiFile(MPI_File fh, const Communicator& comm) noexcept
+        : fh_(fh), timeout_(comm.timeout()), ranks_(comm.size()) {}
+    MpiFile(MpiFile&& o) noexcept
+        : fh_(std::exchange(o.fh_, MPI_FILE_NULL)), timeout_(o.timeout_), ranks_(o.ranks_) {}
     MpiFile& operator=(MpiFile&& o) noexcept;
     MpiFile(const MpiFile&) = delete;
     MpiFile& operator=(const MpiFile&) = delete;
     ~MpiFile() { close_noexcept(); }
 
     MPI_File get() const noexcept { return fh_; }
-    /// Collective over the file's communicator. @throws MpiError.
+    /// Collective over the file's communicator, under a `BlockingWatch` (a rank that never
+    /// arrives ends the job after the timeout). @throws MpiError.
     void close();
-    /// Collective, never throws (destructor and error paths where every rank closes).
+    /// Collective (watched like `close()`), never throws (destructor and error paths where every rank closes).
     void close_noexcept() noexcept;
     /// Gives up the handle without closing it: when some ranks failed to open, a collective
     /// close over the mismatched set would hang, so the handle leaks on that error path only.
@@ -43,6 +48,8 @@ public:
 
 private:
     MPI_File fh_ = MPI_FILE_NULL;
+    std::chrono::seconds timeout_{0};  // the watchdog deadline of MPI_File_close
+    int ranks_ = 1;
 };
 
 /// One data file: both handles, its size, and whether it is a whole-file gzip TFRecord.

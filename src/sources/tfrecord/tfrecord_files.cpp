@@ -84,18 +84,25 @@ MpiFile& MpiFile::operator=(MpiFile&& o) noexcept {
     if (this != &o) {
         close_noexcept();
         fh_ = std::exchange(o.fh_, MPI_FILE_NULL);
+        timeout_ = o.timeout_;
+        ranks_ = o.ranks_;
     }
     return *this;
 }
 
 void MpiFile::close() {
     if (fh_ == MPI_FILE_NULL) return;
+    const detail::BlockingWatch watch(timeout_, ranks_, "MPI_File_close", "teardown: close a file");
     check_mpi(MPI_File_close(&fh_), "MPI_File_close");
     fh_ = MPI_FILE_NULL;
 }
 
 void MpiFile::close_noexcept() noexcept {
-    if (fh_ != MPI_FILE_NULL && mpi_alive()) MPI_File_close(&fh_);
+    if (fh_ != MPI_FILE_NULL && mpi_alive()) {
+        const detail::BlockingWatch watch(timeout_, ranks_, "MPI_File_close",
+                                          "teardown: close a file");
+        MPI_File_close(&fh_);
+    }
     fh_ = MPI_FILE_NULL;
 }
 
@@ -208,7 +215,7 @@ void open_data_files(const Communicator& comm, SourceState& state) {
             check_mpi(rc, ("MPI_File_open(" + f.path + ")" +
                            (rc == MPI_SUCCESS ? std::string() : detail::descriptor_note()))
                               .c_str());
-            f.mpi = MpiFile(fh);
+            f.mpi = MpiFile(fh, comm);
             check_mpi(MPI_File_set_errhandler(fh, MPI_ERRORS_RETURN), "MPI_File_set_errhandler");
         });
         try {
