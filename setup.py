@@ -73,7 +73,8 @@ class CMakeBuild(build_ext):
             "-DMPISTAGE_BUILD_TESTS=OFF", "-DMPISTAGE_BUILD_BENCHMARKS=OFF",
             "-DMPISTAGE_BUILD_EXAMPLES=OFF", "-DMPISTAGE_WITH_TORCH=OFF",
         ]
-        try:  # pybind11 as a Python package (Debian's python3-pybind11, or pip's) has its CMake files
+        # pybind11 as a Python package (Debian's python3-pybind11, or pip's) has its CMake files.
+        try:
             import pybind11
             args.append(f"-Dpybind11_DIR={pybind11.get_cmake_dir()}")
         except ImportError:
@@ -94,8 +95,8 @@ class CMakeBuild(build_ext):
         if reuse:
             build_dir = Path(reuse).resolve()
             if not (build_dir / "CMakeCache.txt").is_file():
-                raise RuntimeError(f"setup.py: MPISTAGE_CMAKE_BUILD_DIR={reuse} is not a configured "
-                                   "CMake build directory (no CMakeCache.txt)")
+                raise RuntimeError(f"setup.py: MPISTAGE_CMAKE_BUILD_DIR={reuse} is not a "
+                                   "configured CMake build directory (no CMakeCache.txt)")
         else:
             build_dir = Path(self.build_temp).resolve() / "cmake"
             build_dir.mkdir(parents=True, exist_ok=True)

@@ -51,7 +51,8 @@ def _check_arguments(backend, timeout, comm):
     if backend is None:
         backend = "nccl" if torch.cuda.is_available() else "gloo"
     if not isinstance(backend, str):
-        return None, None, f"backend must be a str ({', '.join(_BACKENDS)}) or None, not {type(backend).__name__}"
+        return None, None, (f"backend must be a str ({', '.join(_BACKENDS)}) or None, "
+                            f"not {type(backend).__name__}")
     backend = backend.lower()
     available = {"gloo": dist.is_gloo_available, "nccl": dist.is_nccl_available,
                  "mpi": dist.is_mpi_available}
@@ -65,7 +66,8 @@ def _check_arguments(backend, timeout, comm):
         if isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
             timeout = datetime.timedelta(seconds=timeout)
         if not isinstance(timeout, datetime.timedelta):
-            return None, None, f"timeout must be seconds (a number) or a datetime.timedelta, not {type(timeout).__name__}"
+            return None, None, ("timeout must be seconds (a number) or a datetime.timedelta, "
+                                f"not {type(timeout).__name__}")
         if timeout.total_seconds() <= 0:
             return None, None, f"timeout must be positive, not {timeout.total_seconds()} s"
     if dist.is_initialized():
@@ -75,8 +77,9 @@ def _check_arguments(backend, timeout, comm):
     for name, mine in (("RANK", comm.rank), ("WORLD_SIZE", comm.size)):
         value = os.environ.get(name)
         if value is not None and value != str(mine):
-            return None, None, (f"{name}={value} in the environment but MPI says {mine}; start the job "
-                                f"with one launcher (mpirun -n N or srun --mpi=pmix, not torchrun)")
+            return None, None, (f"{name}={value} in the environment but MPI says {mine}; start "
+                                "the job with one launcher (mpirun -n N or srun --mpi=pmix, "
+                                "not torchrun)")
     return backend, timeout, None
 
 

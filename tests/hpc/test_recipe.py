@@ -72,8 +72,9 @@ class FakeSpec:
 
     def __getitem__(self, dep):
         prefix = types.SimpleNamespace(bin=types.SimpleNamespace(ctest="/spack/cmake/bin/ctest"))
-        package = types.SimpleNamespace(cmake_prefix_paths=[f"/spack/{dep}/site-packages/torch/share/cmake"],
-                                        platlib="lib/python3.11/site-packages")
+        package = types.SimpleNamespace(
+            cmake_prefix_paths=[f"/spack/{dep}/site-packages/torch/share/cmake"],
+            platlib="lib/python3.11/site-packages")
         command = types.SimpleNamespace(path=f"/spack/{dep}/bin/python3")
         return types.SimpleNamespace(package=package, prefix=prefix, command=command)
 
@@ -222,15 +223,18 @@ class RecipeTest(unittest.TestCase):
         # +python: the module for Spack's python, in its site-packages layout under the prefix,
         # and the package extends python; torch only at run time and only with +torch.
         on = self.args_for(python=True)
-        self.assertEqual((on["MPISTAGE_WITH_PYTHON"], on["MPISTAGE_REQUIRE_PYTHON"]), ("ON", "ON"))
+        self.assertEqual((on["MPISTAGE_WITH_PYTHON"], on["MPISTAGE_REQUIRE_PYTHON"]),
+                         ("ON", "ON"))
         self.assertEqual(on["Python3_EXECUTABLE"], "/spack/python/bin/python3")
         self.assertEqual(on["MPISTAGE_PYTHON_INSTALL_DIR"], "lib/python3.11/site-packages")
         off = self.args_for(python=False)
-        self.assertEqual((off["MPISTAGE_WITH_PYTHON"], off["MPISTAGE_REQUIRE_PYTHON"]), ("OFF", "OFF"))
+        self.assertEqual((off["MPISTAGE_WITH_PYTHON"], off["MPISTAGE_REQUIRE_PYTHON"]),
+                         ("OFF", "OFF"))
         self.assertNotIn("Python3_EXECUTABLE", off)
         self.assertNotIn("MPISTAGE_PYTHON_INSTALL_DIR", off)
         self.assertIn(("extends", ("python",), {"when": "+python"}), DIRECTIVES)
-        deps = {(a[0], k.get("when", "")): k.get("type") for n, a, k in DIRECTIVES if n == "depends_on"}
+        deps = {(a[0], k.get("when", "")): k.get("type")
+                for n, a, k in DIRECTIVES if n == "depends_on"}
         for name in ("py-numpy", "py-mpi4py"):
             self.assertEqual(deps[(name, "+python")], "run", name)
         self.assertEqual(deps[("py-pybind11@2.6:", "+python")], "build")

@@ -28,7 +28,8 @@ v="$work/v/bin/python"
 # --no-deps for the wheel only: the dependencies (numpy, mpi4py) come from the system site.
 (cd "$src" && "$v" -m pip wheel --no-build-isolation --no-deps -q -w "$work/wheel" .)
 wheel=("$work"/wheel/mpistage-*.whl)
-[ "${#wheel[@]}" -eq 1 ] && [ -f "${wheel[0]}" ] || { echo "pip wheel: no single wheel in $work/wheel" >&2; exit 1; }
+[ "${#wheel[@]}" -eq 1 ] && [ -f "${wheel[0]}" ] ||
+    { echo "pip wheel: no single wheel in $work/wheel" >&2; exit 1; }
 "$v" - "${wheel[0]}" "$src" <<'PY'
 import sys, zipfile
 from pathlib import Path
