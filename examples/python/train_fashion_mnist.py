@@ -9,14 +9,13 @@ global batch and padding slots weigh 0. After each epoch the whole test set is e
 
     mpistage convert idx train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz -o train.h5
     mpistage convert idx t10k-images-idx3-ubyte.gz t10k-labels-idx1-ubyte.gz -o test.h5
-    PYTHONPATH=build/python mpirun -np 4 python3 examples/python/train_fashion_mnist.py \\
+    mpirun -np 4 python3 examples/python/train_fashion_mnist.py \\
         train.h5 test.h5 --epochs 3 [--min-accuracy 85]
 
 MPI (mpi4py) starts the processes and gives rank and world size; torch.distributed runs
-beside it over gloo (rank 0 picks a free TCP port and broadcasts it with MPI).
+beside it over gloo, initialised from MPI by mpistage.distributed.init_process_group.
 """
 import argparse
-import socket
 import sys
 import time
 
@@ -26,17 +25,7 @@ import torch.nn.functional as F
 from mpi4py import MPI
 
 import mpistage
-
-
-def init_gloo(comm):
-    port = None
-    if comm.rank == 0:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-    port = comm.bcast(port, root=0)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=comm.rank,
-                            world_size=comm.size)
+from mpistage.distributed import init_process_group
 
 
 class Mlp(torch.nn.Module):
@@ -113,7 +102,9 @@ def main():
     comm = MPI.COMM_WORLD
     torch.set_num_threads(a.torch_threads)
     torch.manual_seed(a.seed)
-    init_gloo(comm)
+    # torch.distributed over gloo on the ranks MPI started (RANK, WORLD_SIZE, MASTER_ADDR and a
+    # free MASTER_PORT derived from MPI); the batches are host tensors, hence gloo, not nccl.
+    init_process_group(backend="gloo", comm=comm)
     model = torch.nn.parallel.DistributedDataParallel(Mlp())
     opt = torch.optim.Adam(model.parameters(), lr=a.lr)
     common = dict(batch_size=a.batch_size, seed=a.seed, remainder="mask", prefetch=4,

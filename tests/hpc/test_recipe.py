@@ -72,8 +72,11 @@ class FakeSpec:
 
     def __getitem__(self, dep):
         prefix = types.SimpleNamespace(bin=types.SimpleNamespace(ctest="/spack/cmake/bin/ctest"))
-        package = types.SimpleNamespace(cmake_prefix_paths=[f"/spack/{dep}/site-packages/torch/share/cmake"])
-        return types.SimpleNamespace(package=package, prefix=prefix)
+        package = types.SimpleNamespace(
+            cmake_prefix_paths=[f"/spack/{dep}/site-packages/torch/share/cmake"],
+            platlib="lib/python3.11/site-packages")
+        command = types.SimpleNamespace(path=f"/spack/{dep}/bin/python3")
+        return types.SimpleNamespace(package=package, prefix=prefix, command=command)
 
 
 class CMakePackage:
@@ -100,7 +103,7 @@ class CudaPackage:
 def _stub_spack():
     package = types.ModuleType("spack.package")
     for name in ("version", "variant", "depends_on", "conflicts", "license", "maintainers",
-                 "requires", "provides", "patch", "resource"):
+                 "requires", "provides", "patch", "resource", "extends"):
         setattr(package, name, _directive(name))
     package.CMakePackage = CMakePackage
     package.CudaPackage = CudaPackage
@@ -110,6 +113,7 @@ def _stub_spack():
     package.mkdirp = lambda *a, **k: None
     package.which = lambda *a, **k: None
     package.InstallError = type("InstallError", (Exception,), {})
+    package.SkipTest = type("SkipTest", (Exception,), {})
     package.run_after = lambda *a, **k: (lambda f: f)
     package.on_package_attributes = lambda **k: (lambda f: f)
     package.when = lambda *a, **k: contextlib.nullcontext()
@@ -215,6 +219,31 @@ class RecipeTest(unittest.TestCase):
             self.assertIn((f"py-torch cuda_arch={arch}", f"+torch+cuda cuda_arch={arch}"), deps)
         self.assertIn(("hdf5@1.10:+mpi", ""), deps)
 
+    def test_python_variant(self):
+        # +python: the module for Spack's python, in its site-packages layout under the prefix,
+        # and the package extends python; torch only at run time and only with +torch.
+        on = self.args_for(python=True)
+        self.assertEqual((on["MPISTAGE_WITH_PYTHON"], on["MPISTAGE_REQUIRE_PYTHON"]),
+                         ("ON", "ON"))
+        self.assertEqual(on["Python3_EXECUTABLE"], "/spack/python/bin/python3")
+        self.assertEqual(on["MPISTAGE_PYTHON_INSTALL_DIR"], "lib/python3.11/site-packages")
+        off = self.args_for(python=False)
+        self.assertEqual((off["MPISTAGE_WITH_PYTHON"], off["MPISTAGE_REQUIRE_PYTHON"]),
+                         ("OFF", "OFF"))
+        self.assertNotIn("Python3_EXECUTABLE", off)
+        self.assertNotIn("MPISTAGE_PYTHON_INSTALL_DIR", off)
+        self.assertIn(("extends", ("python",), {"when": "+python"}), DIRECTIVES)
+        deps = {(a[0], k.get("when", "")): k.get("type")
+                for n, a, k in DIRECTIVES if n == "depends_on"}
+        for name in ("py-numpy", "py-mpi4py"):
+            self.assertEqual(deps[(name, "+python")], "run", name)
+        self.assertEqual(deps[("py-pybind11@2.6:", "+python")], "build")
+        self.assertEqual(deps[("py-torch", "+python+torch")], "run")
+        self.assertNotIn(("py-torch", "+python"), deps, "torch is optional under +python")
+        # The option the recipe sets is one python/CMakeLists.txt declares.
+        self.assertIn("set(MPISTAGE_PYTHON_INSTALL_DIR",
+                      (SOURCE / "python" / "CMakeLists.txt").read_text())
+
     def test_spack_test_methods(self):
         self.assertTrue(callable(getattr(self.Mpistage, "check", None)))
         # A CMakePackage runs no install_time_test_callbacks of its own: checks after the
@@ -222,7 +251,7 @@ class RecipeTest(unittest.TestCase):
         self.assertFalse(getattr(self.Mpistage, "install_time_test_callbacks", None),
                          "install-time callbacks are not run for a CMakePackage; use test_*")
         tests = [n for n in vars(self.Mpistage) if n.startswith("test_")]
-        for name in ("test_version", "test_consumer"):
+        for name in ("test_version", "test_consumer", "test_python"):
             self.assertIn(name, tests)
         for name in tests:
             self.assertTrue(getattr(self.Mpistage, name).__doc__, f"{name} has no docstring")
@@ -259,7 +288,8 @@ PKG_CONFIG_MODULES = {"libisal": "isa-l", "sqlite3": "sqlite", "libxxhash": "xxh
 # at run time; the standard library needs none.
 PYTHON_IMPORTS = {"mpi4py": "py-mpi4py", "numpy": "py-numpy", "torch": "py-torch"}
 PYTHON_STDLIB = {"atexit", "gc", "itertools", "json", "weakref", "os", "sys", "collections",
-                 "typing", "contextlib", "functools", "threading", "warnings"}
+                 "typing", "contextlib", "functools", "threading", "warnings", "datetime",
+                 "socket"}
 # depends_on that no find_package names: the compilers, and the build tool itself.
 NOT_FOUND_BY_CMAKE = {"c", "cxx", "cmake"}
 

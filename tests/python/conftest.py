@@ -1,6 +1,8 @@
 """Shared fixtures of the Python tests, run under mpirun: every rank runs every test in the same
 order, so a test's collectives match across ranks. Known answers come from h5py / numpy (the
-writers), never from mpistage."""
+writers), never from mpistage. They test whichever mpistage Python imports: the build tree's
+(PYTHONPATH=<build>/python, the per-file ctests) or an installed one (python.pip_install); the
+header of the run names it."""
 import os
 import shutil
 import tempfile
@@ -55,3 +57,7 @@ def gather_ids(ids, comm=COMM):
 
 def same_on_every_rank(value, comm=COMM):
     return all(v == value for v in comm.allgather(value))
+
+
+def pytest_report_header(config):
+    return f"mpistage {mpistage.__version__} from {os.path.dirname(mpistage.__file__)}"

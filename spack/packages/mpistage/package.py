@@ -71,11 +71,15 @@ class Mpistage(CMakePackage, CudaPackage):
     for _arch in CudaPackage.cuda_arch_values:
         depends_on(f"py-torch cuda_arch={_arch}", when=f"+torch+cuda cuda_arch={_arch}")
     depends_on("benchmark", when="+benchmarks", type="build")
+    # +python: the module mpistage (python/), installed into the Python's site-packages
+    # layout of this prefix; extends() puts it on PYTHONPATH for `spack load mpistage`. torch
+    # is optional (+torch): without it the module delivers numpy arrays (tensors="numpy").
+    extends("python", when="+python")
     depends_on("python@3.8:", when="+python")
     depends_on("py-pybind11@2.6:", when="+python", type="build")
     depends_on("py-numpy", when="+python", type="run")
     depends_on("py-mpi4py", when="+python", type="run")
-    depends_on("py-torch", when="+python", type="run")
+    depends_on("py-torch", when="+python+torch", type="run")
     # Build-time tests (`spack install --test=root`, Spack's check): GoogleTest for the suite,
     # Python for the lint and recipe tests.
     depends_on("googletest", type="test")
@@ -100,6 +104,12 @@ class Mpistage(CMakePackage, CudaPackage):
         if spec.satisfies("+cuda"):
             archs = [a for a in spec.variants["cuda_arch"].value if a != "none"]
             args.append(self.define("CMAKE_CUDA_ARCHITECTURES", ";".join(archs)))
+        if spec.satisfies("+python"):
+            # The interpreter the module is built for, and its site-packages relative to this
+            # prefix (python/CMakeLists.txt sets the extension's RUNPATH from it to lib/).
+            python = spec["python"]
+            args.append(self.define("Python3_EXECUTABLE", python.command.path))
+            args.append(self.define("MPISTAGE_PYTHON_INSTALL_DIR", python.package.platlib))
         if spec.satisfies("+torch"):
             # py-torch installs TorchConfig.cmake inside its Python package.
             args.append(
@@ -140,6 +150,17 @@ class Mpistage(CMakePackage, CudaPackage):
         for word in expected:
             if word not in out:
                 raise InstallError(f"'{word}' missing from mpistage --version: {out}")
+
+    def test_python(self):
+        """+python: the installed module imports with Spack's python (no PYTHONPATH beyond
+        Spack's own, no LD_LIBRARY_PATH) and names this version"""
+        if not self.spec.satisfies("+python"):
+            raise SkipTest("built without +python")
+        python = Executable(self.spec["python"].command.path)
+        out = python("-c", "import mpistage; print(mpistage.__version__)", output=str.split,
+                     error=str.split)
+        if not self.spec.satisfies("@main") and str(self.spec.version) not in out:
+            raise InstallError(f"mpistage.__version__ is not {self.spec.version}: {out}")
 
     def test_consumer(self):
         """build the installed example consumer with CMake and run it at 2 ranks: it stages
