@@ -1,4 +1,5 @@
 """The batch type every mpistage loader yields in Python."""
+import collections.abc
 
 _torch = None
 
@@ -11,8 +12,14 @@ def _torch_module():
     return _torch
 
 
-class Batch:
+class Batch(collections.abc.Mapping):
     """One batch of one rank, its fields viewing the loader's ring slot without a copy.
+
+    A ``collections.abc.Mapping`` of field name -> tensor, as torch code expects of a batch:
+    ``batch["images"]``, ``keys()`` / ``items()`` / ``values()``, ``"labels" in batch``,
+    ``for name in batch``, ``len(batch)`` = the number of fields. ``valid`` and ``index`` are
+    attributes, not keys (they describe the slots, they are not data); ``size`` is the batch
+    size B. ``to(device, non_blocking=False)`` returns a Batch of the moved tensors.
 
     Attributes:
         epoch, step: ints; ``step`` is equal on every rank for the same batch.
@@ -45,6 +52,7 @@ class Batch:
     """
 
     __slots__ = ("epoch", "step", "num_valid", "index", "valid", "fields", "offsets")
+    __hash__ = None  # a Mapping of tensors: compared by content, not hashable
 
     def __init__(self, epoch, step, num_valid, index, valid, fields, offsets):
         self.epoch = epoch
@@ -58,12 +66,44 @@ class Batch:
     def __getitem__(self, name):
         return self.fields[name]
 
+    def __iter__(self):
+        return iter(self.fields)
+
     def __len__(self):
+        """The number of fields (a Mapping's length); the batch size is ``size``."""
+        return len(self.fields)
+
+    def __contains__(self, name):
+        return name in self.fields
+
+    @property
+    def size(self):
+        """B, the slots of this batch (padding included; ``num_valid`` of them are samples)."""
         return len(self.index)
+
+    def to(self, device, non_blocking=False, **kwargs):
+        """A Batch whose fields, ``index``, ``valid`` and ``offsets`` are ``tensor.to(device,
+        non_blocking=non_blocking, **kwargs)`` (torch tensors only; ``tensors="numpy"`` batches
+        raise TypeError). Not collective; the source batch stays valid. ``non_blocking=True``
+        from the loader's pinned ring (a CUDA device chosen) overlaps the copy with compute, as
+        ``tensor.to`` does."""
+        if not hasattr(self.index, "to"):
+            raise TypeError("Batch.to: this batch holds numpy arrays (tensors='numpy'); "
+                            "use tensors='torch'")
+
+        def move(t):
+            return t.to(device, non_blocking=non_blocking, **kwargs)
+
+        return Batch(self.epoch, self.step, self.num_valid, move(self.index), move(self.valid),
+                     {n: move(t) for n, t in self.fields.items()},
+                     {n: move(t) for n, t in self.offsets.items()})
+
+    def __eq__(self, other):
+        return self is other
 
     def __repr__(self):
         shapes = ", ".join(f"{k}={tuple(v.shape)}" for k, v in self.fields.items())
-        return (f"Batch(epoch={self.epoch}, step={self.step}, size={len(self)}, "
+        return (f"Batch(epoch={self.epoch}, step={self.step}, size={self.size}, "
                 f"num_valid={self.num_valid}, {shapes})")
 
 
