@@ -1,5 +1,6 @@
 """The batch type every mpistage loader yields in Python."""
 import collections.abc
+import weakref
 
 _torch = None
 
@@ -51,10 +52,20 @@ class Batch(collections.abc.Mapping):
     changes only this batch. Thread safety: read-only use from any thread.
     """
 
-    __slots__ = ("epoch", "step", "num_valid", "index", "valid", "fields", "offsets")
+    __slots__ = ("epoch", "step", "num_valid", "index", "valid", "fields", "offsets",
+                 "__weakref__")
     __hash__ = None  # a Mapping of tensors: compared by content, not hashable
+    # Live batches by the id of their first field's tensor: torch's DataLoader (batch_size=None)
+    # passes every item through default_convert, which rebuilds a Mapping as
+    # ``type(batch)({name: tensor})``; ``Batch(mapping)`` finds the batch whose tensors those are
+    # and keeps its epoch, step, index and valid, so the DataLoader yields Batches, not dicts.
+    _live = weakref.WeakValueDictionary()
 
-    def __init__(self, epoch, step, num_valid, index, valid, fields, offsets):
+    def __init__(self, *args):
+        if len(args) == 1:
+            self._rebuild(args[0])
+            return
+        epoch, step, num_valid, index, valid, fields, offsets = args
         self.epoch = epoch
         self.step = step
         self.num_valid = num_valid
@@ -62,6 +73,20 @@ class Batch(collections.abc.Mapping):
         self.valid = valid
         self.fields = fields
         self.offsets = offsets
+        if fields:
+            Batch._live[id(next(iter(fields.values())))] = self
+
+    def _rebuild(self, mapping):
+        """``Batch({name: tensor})`` from the tensors of a live batch (see ``_live``); any
+        other mapping is a TypeError (torch then falls back to a dict)."""
+        values = list(mapping.values()) if isinstance(mapping, collections.abc.Mapping) else []
+        source = Batch._live.get(id(values[0])) if values else None
+        if source is None or list(mapping) != list(source.fields) or any(
+                mapping[n] is not t for n, t in source.fields.items()):
+            raise TypeError("Batch(mapping) takes the tensors of a batch a loader yielded; "
+                            "use the loader's batches")
+        Batch.__init__(self, source.epoch, source.step, source.num_valid, source.index,
+                       source.valid, dict(mapping), source.offsets)
 
     def __getitem__(self, name):
         return self.fields[name]

@@ -18,8 +18,8 @@ from .loader import _handle
 _KEY_MASK = (1 << 64) - 1
 
 # The exception a user's iterable (or ``make``) raised on this rank, kept so that the agreed
-# mpistage.Error becomes that exception again here (its type, its traceback), the agreed error
-# as its context; the other ranks get the agreed error. Newest last.
+# mpistage.Error raised here is chained from it (``raise agreed from original``): its type and
+# traceback stay reachable on the rank where it happened. Newest last.
 _raised = []
 
 
@@ -179,13 +179,14 @@ class StreamLoader(_lifetime.Tracked):
     def __next__(self):
         try:
             raw = self._core.next()
-        except _core.Error:
+        except _core.Error as agreed:
             if _raised:
-                # This rank's iterable raised: the same exception (type, traceback) here, the
-                # agreed mpistage.Error as its __context__; the other ranks get the agreed error.
+                # This rank's iterable raised: the agreed error (the same type and text on
+                # every rank) chained from that exception, which keeps its type and traceback
+                # here as __cause__ (``except mpistage.Error as e: e.__cause__``).
                 original = _raised.pop()
                 del _raised[:]
-                raise original
+                raise agreed from original
             raise
         return make_batch(raw, self._names, self._tensors)
 

@@ -240,7 +240,11 @@ def test_dataloader_batch_size_mistake_is_named(small_h5):
     assert "use batch_size=None: the loader already batches" in str(bad.value)
     assert "prefetch" not in str(bad.value)
     # the right call works on the same loader (no epoch was started by the refused one)
-    steps = sum(1 for _ in torch.utils.data.DataLoader(mpistage.LoaderDataset(loader),
-                                                       batch_size=None))
+    steps = 0
+    for batch in torch.utils.data.DataLoader(mpistage.LoaderDataset(loader), batch_size=None):
+        # torch rebuilds every Mapping item; it stays a Batch with its slots described
+        assert isinstance(batch, mpistage.Batch) and batch.step == steps
+        assert batch.valid.shape == (4,)
+        steps += 1
     assert steps == len(loader)
     loader.close()
