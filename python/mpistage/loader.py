@@ -203,7 +203,8 @@ class Loader(_lifetime.Tracked):
     differ all raise the same ConfigError). Keyword options are those of the C++
     ``LoaderOptions`` / ``PlanOptions`` / ``BatchBudget`` (docs/python.md lists them):
     batch_size, batch_bytes, batch_tokens, max_batch_samples, bucket_window, token_field,
-    seed, sharding ("byte_range" | "global"), shuffle ("none" | "local" | "global"),
+    seed, sharding ("byte_range" | "global"), shuffle ("none" | "local" | "global"; True
+    means "global", False "none"; "global" without sharding= implies sharding="global"),
     remainder ("drop" | "pad" | "mask"), balance_steps, prefetch, io_threads, device
     ("auto" | "cpu" | "cuda" | "cuda:N"), pin_memory, non_blocking, timeout (seconds),
     verify_files, fingerprint ("sampled" | "full"), stage ("none" | "memory" | "auto"),
@@ -221,8 +222,13 @@ class Loader(_lifetime.Tracked):
     "auto" means the CPU there, and "cuda" is refused. ``state``: a dict from ``state()`` of
     an earlier run (any world size with ``sharding="global"``): the loader continues where it
     stopped.
+    ``verify``: check every epoch exactly once (see ``Epoch``). torch's idiom: ``set_epoch(e)``
+    + ``for batch in loader`` + ``len(loader)``, ``state_dict()`` / ``load_state_dict()``.
+    remainder="drop" that leaves samples out of every epoch is reported once (rank 0, a
+    UserWarning and the "mpistage" logger).
     Not thread-safe: one thread drives a loader.
-    Raises: ConfigError, IoError, FormatError, MpiError; identical on every rank.
+    Raises: ConfigError, IoError, FormatError, MpiError; identical on every rank; TypeError
+    naming the argument for a value of the wrong type.
     """
 
     def __init__(self, source, *, comm=None, state=None, tensors="torch", verify=False,
