@@ -39,7 +39,7 @@ class Mlp(torch.nn.Module):
 
 
 def features(batch):
-    return batch["images"].reshape(len(batch), 784).float().div_(255)
+    return batch["images"].reshape(batch.size, 784).float().div_(255)
 
 
 def train_epoch(model, opt, loader, epoch, world):
@@ -48,13 +48,10 @@ def train_epoch(model, opt, loader, epoch, world):
     totals = torch.zeros(3, dtype=torch.float64)  # loss sum, correct, valid
     steps = 0
     wait = 0.0
-    it = iter(loader.epoch(epoch))
-    while True:
-        t0 = time.perf_counter()
-        batch = next(it, None)
+    loader.set_epoch(epoch)  # as DistributedSampler.set_epoch: each epoch its own order
+    t0 = time.perf_counter()
+    for batch in loader:  # every next() is collective; len(loader) steps on every rank
         wait += time.perf_counter() - t0
-        if batch is None:
-            break
         valid = batch.valid.float()
         count = valid.sum().reshape(1)
         dist.all_reduce(count)  # global valid samples of this step
@@ -69,6 +66,7 @@ def train_epoch(model, opt, loader, epoch, world):
                                 ((logits.argmax(1) == y).float() * valid).sum().item(),
                                 valid.sum().item()], dtype=torch.float64)
         steps += 1
+        t0 = time.perf_counter()
     dist.all_reduce(totals)
     return totals[0] / totals[2], totals[1] / totals[2], steps, wait
 
@@ -78,7 +76,8 @@ def evaluate(model, loader, epoch):
     """Collective: (correct, counted) over the whole test set, all ranks together."""
     model.eval()
     counts = torch.zeros(2, dtype=torch.float64)
-    for batch in loader.epoch(epoch):
+    loader.set_epoch(epoch)
+    for batch in loader:
         valid = batch.valid
         pred = model(features(batch)).argmax(1)
         counts += torch.tensor([(pred[valid] == batch["labels"][valid].long()).sum().item(),

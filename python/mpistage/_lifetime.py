@@ -55,6 +55,8 @@ class Tracked:
 
 @atexit.register
 def release_all():
+    from . import _mpistage
+    _mpistage.settle()  # a next() that Ctrl-C interrupted completes first (with its peers)
     for seq in sorted(set(_live) | set(_deferred), reverse=True):
         if seq in _deferred:
             del _deferred[seq]

@@ -1,4 +1,6 @@
 """The batch type every mpistage loader yields in Python."""
+import collections.abc
+import weakref
 
 _torch = None
 
@@ -11,8 +13,14 @@ def _torch_module():
     return _torch
 
 
-class Batch:
+class Batch(collections.abc.Mapping):
     """One batch of one rank, its fields viewing the loader's ring slot without a copy.
+
+    A ``collections.abc.Mapping`` of field name -> tensor, as torch code expects of a batch:
+    ``batch["images"]``, ``keys()`` / ``items()`` / ``values()``, ``"labels" in batch``,
+    ``for name in batch``, ``len(batch)`` = the number of fields. ``valid`` and ``index`` are
+    attributes, not keys (they describe the slots, they are not data); ``size`` is the batch
+    size B. ``to(device, non_blocking=False)`` returns a Batch of the moved tensors.
 
     Attributes:
         epoch, step: ints; ``step`` is equal on every rank for the same batch.
@@ -44,9 +52,20 @@ class Batch:
     changes only this batch. Thread safety: read-only use from any thread.
     """
 
-    __slots__ = ("epoch", "step", "num_valid", "index", "valid", "fields", "offsets")
+    __slots__ = ("epoch", "step", "num_valid", "index", "valid", "fields", "offsets",
+                 "__weakref__")
+    __hash__ = None  # a Mapping of tensors: compared by content, not hashable
+    # Live batches by the id of their first field's tensor: torch's DataLoader (batch_size=None)
+    # passes every item through default_convert, which rebuilds a Mapping as
+    # ``type(batch)({name: tensor})``; ``Batch(mapping)`` finds the batch whose tensors those are
+    # and keeps its epoch, step, index and valid, so the DataLoader yields Batches, not dicts.
+    _live = weakref.WeakValueDictionary()
 
-    def __init__(self, epoch, step, num_valid, index, valid, fields, offsets):
+    def __init__(self, *args):
+        if len(args) == 1:
+            self._rebuild(args[0])
+            return
+        epoch, step, num_valid, index, valid, fields, offsets = args
         self.epoch = epoch
         self.step = step
         self.num_valid = num_valid
@@ -54,16 +73,62 @@ class Batch:
         self.valid = valid
         self.fields = fields
         self.offsets = offsets
+        if fields:
+            Batch._live[id(next(iter(fields.values())))] = self
+
+    def _rebuild(self, mapping):
+        """``Batch({name: tensor})`` from the tensors of a live batch (see ``_live``); any
+        other mapping is a TypeError (torch then falls back to a dict)."""
+        values = list(mapping.values()) if isinstance(mapping, collections.abc.Mapping) else []
+        source = Batch._live.get(id(values[0])) if values else None
+        if source is None or list(mapping) != list(source.fields) or any(
+                mapping[n] is not t for n, t in source.fields.items()):
+            raise TypeError("Batch(mapping) takes the tensors of a batch a loader yielded; "
+                            "use the loader's batches")
+        Batch.__init__(self, source.epoch, source.step, source.num_valid, source.index,
+                       source.valid, dict(mapping), source.offsets)
 
     def __getitem__(self, name):
         return self.fields[name]
 
+    def __iter__(self):
+        return iter(self.fields)
+
     def __len__(self):
+        """The number of fields (a Mapping's length); the batch size is ``size``."""
+        return len(self.fields)
+
+    def __contains__(self, name):
+        return name in self.fields
+
+    @property
+    def size(self):
+        """B, the slots of this batch (padding included; ``num_valid`` of them are samples)."""
         return len(self.index)
+
+    def to(self, device, non_blocking=False, **kwargs):
+        """A Batch whose fields, ``index``, ``valid`` and ``offsets`` are ``tensor.to(device,
+        non_blocking=non_blocking, **kwargs)`` (torch tensors only; ``tensors="numpy"`` batches
+        raise TypeError). Not collective; the source batch stays valid. ``non_blocking=True``
+        from the loader's pinned ring (a CUDA device chosen) overlaps the copy with compute, as
+        ``tensor.to`` does."""
+        if not hasattr(self.index, "to"):
+            raise TypeError("Batch.to: this batch holds numpy arrays (tensors='numpy'); "
+                            "use tensors='torch'")
+
+        def move(t):
+            return t.to(device, non_blocking=non_blocking, **kwargs)
+
+        return Batch(self.epoch, self.step, self.num_valid, move(self.index), move(self.valid),
+                     {n: move(t) for n, t in self.fields.items()},
+                     {n: move(t) for n, t in self.offsets.items()})
+
+    def __eq__(self, other):
+        return self is other
 
     def __repr__(self):
         shapes = ", ".join(f"{k}={tuple(v.shape)}" for k, v in self.fields.items())
-        return (f"Batch(epoch={self.epoch}, step={self.step}, size={len(self)}, "
+        return (f"Batch(epoch={self.epoch}, step={self.step}, size={self.size}, "
                 f"num_valid={self.num_valid}, {shapes})")
 
 

@@ -20,9 +20,26 @@ Pitfalls this removes, compared with ``IterableDataset`` + ``DistributedSampler`
   a CUDA device.
 Every ``next`` is collective, as the loader's; iterate on every rank.
 """
+import sys
+
 import torch.utils.data
 
 from . import _mpistage as _core
+
+
+def _calling_dataloader(dataset, depth=8):
+    """The ``torch.utils.data.DataLoader`` among the callers (up to ``depth`` frames) that
+    iterates ``dataset``, or None: ``DataLoader.__iter__`` makes the fetcher that calls
+    ``iter(dataset)``, so its frame is a few levels up."""
+    frame = sys._getframe(2)
+    for _ in range(depth):
+        if frame is None:
+            return None
+        for value in frame.f_locals.values():
+            if isinstance(value, torch.utils.data.DataLoader) and value.dataset is dataset:
+                return value
+        frame = frame.f_back
+    return None
 
 
 class LoaderDataset(torch.utils.data.IterableDataset):
@@ -43,6 +60,14 @@ class LoaderDataset(torch.utils.data.IterableDataset):
             raise _core.ConfigError(
                 "LoaderDataset: DataLoader num_workers must be 0 (the mpistage loader reads in "
                 "its own threads; worker processes would each iterate the whole shard)")
+        data = _calling_dataloader(self)
+        if data is not None and data.batch_size is not None:
+            # Checked on every rank before the epoch starts (the same DataLoader arguments
+            # everywhere), so no rank enters the epoch's collective alone.
+            raise _core.ConfigError(
+                f"LoaderDataset: DataLoader(batch_size={data.batch_size}) batches the loader's "
+                "batches again; use batch_size=None: the loader already batches (set "
+                "batch_size= on the mpistage Loader)")
         epoch = self.epoch
         self.epoch += 1
         return iter(self.loader.epoch(epoch))

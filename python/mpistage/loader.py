@@ -1,5 +1,7 @@
 """Sources of samples by id and the Loader (mpistage::open_source, mpistage::Loader)."""
 import json
+import logging
+import warnings
 
 from mpi4py import MPI
 
@@ -8,9 +10,61 @@ from . import _mpistage as _core
 from .batch import _torch_module, make_batch
 
 
+_log = logging.getLogger("mpistage")
+
+
 def _handle(comm):
     """The Fortran handle of an mpi4py communicator (COMM_WORLD when None)."""
-    return (MPI.COMM_WORLD if comm is None else comm).py2f()
+    if comm is None:
+        return MPI.COMM_WORLD.py2f()
+    if not isinstance(comm, MPI.Comm):
+        raise TypeError(f"comm= takes an mpi4py.MPI.Comm (or None for COMM_WORLD), got "
+                        f"{type(comm).__name__}")
+    return comm.py2f()
+
+
+def _count(value, name):
+    """``value`` as an int >= 0; TypeError / ConfigError naming the argument ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        if type(value).__name__.startswith(("int", "uint")) and hasattr(value, "__index__"):
+            value = int(value)  # numpy integers
+        else:
+            raise TypeError(f"{name}= takes an int >= 0, got {type(value).__name__} {value!r}")
+    if value < 0:
+        raise _core.ConfigError(f"{name}= must be >= 0, got {value}")
+    return value
+
+
+def _text_list(values, name):
+    if isinstance(values, (str, bytes)):
+        values = [values]
+    try:
+        out = [str(v) if hasattr(v, "__fspath__") else v for v in values]
+    except TypeError:
+        raise TypeError(f"{name}= takes a list of str, got {type(values).__name__}") from None
+    for v in out:
+        if not isinstance(v, str):
+            raise TypeError(f"{name}= takes a list of str, got an item {type(v).__name__} {v!r}")
+    return out
+
+
+def _choice(value, name, allowed):
+    if not isinstance(value, str):
+        raise TypeError(f"{name}= takes one of {', '.join(allowed)} (a str), got "
+                        f"{type(value).__name__} {value!r}")
+    if value not in allowed:
+        raise _core.ConfigError(f"{name}='{value}' is not one of {', '.join(allowed)}")
+    return value
+
+
+def _token_field(options, names):
+    """``token_field=`` by name or by position in the source's fields."""
+    field = options.get("token_field")
+    if isinstance(field, str):
+        if field not in names:
+            raise _core.ConfigError(f"token_field='{field}' is not a field of the source "
+                                    f"(fields: {', '.join(names)})")
+        options["token_field"] = names.index(field)
 
 
 def _paths(paths):
@@ -60,8 +114,13 @@ def open_source(paths, *, format="auto", fields=(), index=(), on_corrupt="error"
     Raises:
         ConfigError, IoError, FormatError, Hdf5Error: identical on every rank, naming the file.
     """
-    core = _core.open_source(_handle(comm), _paths(paths), format, list(fields), list(index),
-                             on_corrupt, list(features))
+    _choice(format, "format", ("auto", "hdf5", "idx", "tfrecord"))
+    _choice(on_corrupt, "on_corrupt", ("error", "skip"))
+    if not isinstance(paths, (str, bytes, list, tuple)) and not hasattr(paths, "__fspath__"):
+        raise TypeError(f"paths= takes a path or a list of paths, got {type(paths).__name__}")
+    core = _core.open_source(_handle(comm), _text_list(_paths(paths), "paths"), format,
+                             _text_list(fields, "fields"), _text_list(index, "index"),
+                             on_corrupt, _text_list(features, "features"))
     return Source(core)
 
 
@@ -70,21 +129,53 @@ class Epoch(_lifetime.Tracked):
 
     Every ``next`` is collective (all ranks iterate the epoch to the same step; ``len`` is the
     number of steps, equal on every rank, decided before the first batch). The GIL is released
-    while it waits for data or for peers. ``request_stop()`` ends it at the same step on every
-    rank (agreed); ``stopped`` tells whether that happened.
+    while it waits for data or for peers, and Ctrl-C interrupts that wait: KeyboardInterrupt is
+    raised within about 50 ms; the interrupted call completes in the background with the peers
+    (its batch is the next ``next``'s), and the peers get the loader's agreed ConfigError at
+    this rank's next loader call (``close()``, or exit). ``request_stop()`` ends it at the same
+    step on every rank (agreed); ``stopped`` tells whether that happened.
+
+    With ``verify`` (``Loader(verify=True)`` or ``epoch(e, verify=True)``) the epoch is checked
+    exactly once as ``mpistage stage --verify`` checks it (the same code): every valid id
+    yielded once over all ranks, equal batch counts; ``verified`` is then the verdict (a dict,
+    identical on every rank: ok, batches and valid per rank, expected, duplicates, missing,
+    out_of_range), and a failed check raises ``mpistage.Error`` on every rank at the end.
     """
 
-    def __init__(self, loader, core):
+    def __init__(self, loader, core, epoch=0, max_steps=0, verify=False):
         self._loader = loader
         self._core = core
+        self._epoch = epoch
+        self._partial = core.steps < core.totals["steps"]  # max_steps ended it early
+        self._check = _core.EpochCheck(loader._core) if verify else None
+        self.verified = None
         self._track()
 
     def __iter__(self):
         return self
 
     def __next__(self):
-        return make_batch(self._core.next(), self._loader._names, self._loader._tensors,
+        try:
+            raw = self._core.next()
+        except StopIteration:
+            if self._check is not None:
+                self._finish_check()
+            raise
+        if self._check is not None:
+            self._check.add(raw[3], raw[4])
+        return make_batch(raw, self._loader._names, self._loader._tensors,
                           self._loader._dtypes)
+
+    def _finish_check(self):
+        check, self._check = self._check, None
+        report = check.finish(self._epoch, self._core, self._partial or self._core.stopped)
+        self.verified = report
+        if not report["ok"]:
+            raise _core.Error(
+                f"exactly-once check of epoch {report['epoch']} failed: batches per rank "
+                f"{report['batches']}, {report['duplicates']} duplicate, {report['missing']} "
+                f"missing, {report['out_of_range']} out-of-range ids of {report['expected']} "
+                "expected")
 
     def __len__(self):
         return self._core.steps
@@ -112,7 +203,8 @@ class Loader(_lifetime.Tracked):
     differ all raise the same ConfigError). Keyword options are those of the C++
     ``LoaderOptions`` / ``PlanOptions`` / ``BatchBudget`` (docs/python.md lists them):
     batch_size, batch_bytes, batch_tokens, max_batch_samples, bucket_window, token_field,
-    seed, sharding ("byte_range" | "global"), shuffle ("none" | "local" | "global"),
+    seed, sharding ("byte_range" | "global"), shuffle ("none" | "local" | "global"; True
+    means "global", False "none"; "global" without sharding= implies sharding="global"),
     remainder ("drop" | "pad" | "mask"), balance_steps, prefetch, io_threads, device
     ("auto" | "cpu" | "cuda" | "cuda:N"), pin_memory, non_blocking, timeout (seconds),
     verify_files, fingerprint ("sampled" | "full"), stage ("none" | "memory" | "auto"),
@@ -130,13 +222,32 @@ class Loader(_lifetime.Tracked):
     "auto" means the CPU there, and "cuda" is refused. ``state``: a dict from ``state()`` of
     an earlier run (any world size with ``sharding="global"``): the loader continues where it
     stopped.
+    ``verify``: check every epoch exactly once (see ``Epoch``). torch's idiom: ``set_epoch(e)``
+    + ``for batch in loader`` + ``len(loader)``, ``state_dict()`` / ``load_state_dict()``.
+    remainder="drop" that leaves samples out of every epoch is reported once (rank 0, a
+    UserWarning and the "mpistage" logger).
     Not thread-safe: one thread drives a loader.
-    Raises: ConfigError, IoError, FormatError, MpiError; identical on every rank.
+    Raises: ConfigError, IoError, FormatError, MpiError; identical on every rank; TypeError
+    naming the argument for a value of the wrong type.
     """
 
-    def __init__(self, source, *, comm=None, state=None, tensors="torch", **options):
-        if tensors not in ("torch", "numpy"):
-            raise _core.ConfigError(f"tensors '{tensors}' is not one of torch, numpy")
+    def __init__(self, source, *, comm=None, state=None, tensors="torch", verify=False,
+                 **options):
+        if not isinstance(verify, bool):
+            raise TypeError(f"verify= takes a bool, got {type(verify).__name__} {verify!r}")
+        self._verify = verify
+        if not isinstance(source, Source):
+            raise TypeError(f"source= takes an mpistage.Source (from open_source), got "
+                            f"{type(source).__name__}")
+        if state is not None and not isinstance(state, dict):
+            raise TypeError(f"state= takes a dict from state() / state_dict(), got "
+                            f"{type(state).__name__}")
+        _choice(tensors, "tensors", ("torch", "numpy"))
+        handle = _handle(comm)
+        _token_field(options, [f["name"] for f in source.fields])
+        if not isinstance(options.get("device", "auto"), str):
+            raise TypeError(f"device= takes 'auto', 'cpu', 'cuda' or 'cuda:N' (a str), got "
+                            f"{type(options['device']).__name__} {options['device']!r}")
         # The loop variable of `for batch in ...` still holds one batch while the next is
         # fetched, so Python reads one slot further ahead than C++ by default.
         options.setdefault("prefetch", 4)
@@ -156,33 +267,98 @@ class Loader(_lifetime.Tracked):
                     f"device '{device}': this torch ({_torch_module().__version__}) has no CUDA, "
                     "so it cannot take batches on a CUDA device; use device='cpu' or 'auto'")
         core_options = _core.LoaderOptions(**options)
+        self._handle = handle
+        self._options = core_options
         self._source = source
         self._tensors = tensors
         self._names = [f["name"] for f in source.fields]
         self._dtypes = [f["dtype"] for f in source.fields]
         if state is None:
-            self._core = _core.Loader(_handle(comm), source._core, core_options)
+            self._core = _core.Loader(handle, source._core, core_options)
         else:
-            self._core = _core.Loader.restore(_handle(comm), source._core, core_options,
+            self._core = _core.Loader.restore(handle, source._core, core_options,
                                               json.dumps(state))
         if tensors == "torch":
             _torch_module()  # imported here, not inside the first epoch
+        self._next_epoch = 0 if state is None else int(state["epoch"])
         self._track()
+        self._report_remainder()
+
+    def _report_remainder(self):
+        """Once per loader, on its rank 0: how many samples every epoch does not deliver
+        (remainder="drop"), as a ``UserWarning`` (and the ``mpistage`` logger)."""
+        dropped = self._core.totals["dropped_samples"]
+        if dropped and self.rank == 0:
+            message = (f"mpistage.Loader: remainder='drop' leaves {dropped} of "
+                       f"{self.num_samples} samples out of every epoch (the last partial "
+                       f"batch of the world); remainder='mask' or 'pad' delivers them")
+            _log.info(message)
+            warnings.warn(message, UserWarning, stacklevel=3)
 
     @classmethod
     def restore(cls, source, state, **kwargs):
         """Collective: a loader that continues where ``state`` (a dict) left off."""
         return cls(source, state=state, **kwargs)
 
-    def epoch(self, epoch, *, max_steps=0):
+    def epoch(self, epoch, *, max_steps=0, verify=None):
         """Collective: starts epoch ``epoch`` (an argument, never hidden state); returns an
-        ``Epoch``. ``max_steps`` > 0 ends it after that many steps on every rank."""
-        return Epoch(self, self._core.epoch(epoch, max_steps))
+        ``Epoch``. ``max_steps`` > 0 ends it after that many steps on every rank.
+        ``verify``: check the epoch exactly once (see ``Epoch``; default: the loader's
+        ``verify``). Raises TypeError / ConfigError naming ``epoch=`` or ``max_steps=``."""
+        epoch = _count(epoch, "epoch")
+        max_steps = _count(max_steps, "max_steps")
+        verify = self._verify if verify is None else verify
+        if not isinstance(verify, bool):
+            raise TypeError(f"verify= takes a bool, got {type(verify).__name__} {verify!r}")
+        return Epoch(self, self._core.epoch(epoch, max_steps), epoch, max_steps, verify)
+
+    def set_epoch(self, epoch):
+        """Not collective: the epoch the next ``iter(loader)`` yields (as
+        ``DistributedSampler.set_epoch``; the same number on every rank). Without it each
+        ``iter`` takes the epoch after the last one (0 first; after ``load_state_dict`` or
+        ``state=``, the saved epoch's rest). Raises TypeError / ConfigError naming ``epoch=``."""
+        self._next_epoch = _count(epoch, "epoch")
+
+    def __iter__(self):
+        """Collective: ``self.epoch(e)`` for the epoch of ``set_epoch`` (or the next one); every
+        ``next`` is collective."""
+        e = self._next_epoch
+        self._next_epoch = e + 1
+        return iter(self.epoch(e))
+
+    def __len__(self):
+        """Steps (batches per rank) of a whole epoch, equal on every rank. With a batch
+        budget: those of epoch 0 (each epoch's own: ``len(loader.epoch(e))``); the first epoch
+        of a resumed loader yields only its remaining steps."""
+        return self._core.totals["steps"]
 
     def state(self):
         """Not collective, identical on every rank: where the job stands, as a plain dict
         (JSON-serialisable). Counts the batches returned so far."""
         return json.loads(self._core.state_json())
+
+    def state_dict(self):
+        """torchdata's ``Stateful`` protocol: ``state()`` (a plain dict, identical on every
+        rank, JSON-serialisable, so ``torch.save`` / DCP take it)."""
+        return self.state()
+
+    def load_state_dict(self, state_dict):
+        """Collective: continues where ``state_dict`` (from ``state_dict()`` / ``state()`` of
+        an earlier run, any world size with ``sharding="global"``) stopped, as
+        ``Loader.restore`` with this loader's source, options and communicator; the next
+        ``iter`` yields the rest of the saved epoch. The loader is rebuilt (its ring and
+        memory tier too); if the state is refused (ConfigError, the same on every rank) the
+        loader is left as it was. Raises TypeError for a non-dict."""
+        if not isinstance(state_dict, dict):
+            raise TypeError(f"load_state_dict: state_dict= takes a dict from state_dict(), got "
+                            f"{type(state_dict).__name__}")
+        core = _core.Loader.restore(self._handle, self._source._core, self._options,
+                                    json.dumps(state_dict))
+        old = self.__dict__.get("_core")
+        self._core = core
+        if old is not None:
+            old.close()
+        self._next_epoch = int(state_dict["epoch"])
 
     def close(self):
         """Collective: checks every rank left its last epoch at the same step (ConfigError

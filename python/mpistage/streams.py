@@ -17,6 +17,22 @@ from .loader import _handle
 
 _KEY_MASK = (1 << 64) - 1
 
+# The exception a user's iterable (or ``make``) raised on this rank, kept so that the agreed
+# mpistage.Error raised here is chained from it (``raise agreed from original``): its type and
+# traceback stay reachable on the rank where it happened. Newest last.
+_raised = []
+
+
+def _recording(fn):
+    """``fn`` with the exceptions it raises recorded in ``_raised``."""
+    def call(*args):
+        try:
+            return fn(*args)
+        except Exception as e:
+            _raised.append(e)
+            raise
+    return call
+
 
 class Field:
     """One field of every item: ``name``, numpy ``dtype`` name, fixed ``shape`` of one item
@@ -48,7 +64,15 @@ def _items(iterable, fields, key):
     """(key, [buffers]) per item of ``iterable``; items are dicts by field name, tuples/lists
     in field order, or (one field) the value itself."""
     single = len(fields) == 1
-    for item in iterable:
+    iterator = iter(iterable)
+    while True:
+        try:
+            item = next(iterator)
+        except StopIteration:
+            return
+        except Exception as e:
+            _raised.append(e)
+            raise
         if isinstance(item, dict):
             values = [item[f.name] for f in fields]
         elif single and not isinstance(item, (tuple, list)):
@@ -91,7 +115,8 @@ def stream_source(fields, make, num_streams=1, *, fingerprint, weights=None, key
     """
     fields = list(fields)
     core = _core.python_stream_source([f._spec() for f in fields], num_streams,
-                                      lambda s: _items(make(s), fields, key), fingerprint,
+                                      lambda s: _items(_recording(make)(s), fields, key),
+                                      fingerprint,
                                       list(weights or []))
     return StreamSource(core, fields)
 
@@ -144,6 +169,7 @@ class StreamLoader(_lifetime.Tracked):
 
     def epoch(self, epoch):
         """Collective: the batches of pass ``epoch`` (a new number reopens every stream)."""
+        del _raised[:]
         self._core.epoch(epoch)
         return self
 
@@ -151,7 +177,18 @@ class StreamLoader(_lifetime.Tracked):
         return self
 
     def __next__(self):
-        return make_batch(self._core.next(), self._names, self._tensors)
+        try:
+            raw = self._core.next()
+        except _core.Error as agreed:
+            if _raised:
+                # This rank's iterable raised: the agreed error (the same type and text on
+                # every rank) chained from that exception, which keeps its type and traceback
+                # here as __cause__ (``except mpistage.Error as e: e.__cause__``).
+                original = _raised.pop()
+                del _raised[:]
+                raise agreed from original
+            raise
+        return make_batch(raw, self._names, self._tensors)
 
     def state(self):
         """Collective: where the loader stands, as a dict identical on every rank."""

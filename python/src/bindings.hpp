@@ -39,9 +39,14 @@ py::tuple batch_to_python(HostBatch&& batch);
 /// A field list as Python data: one dict per field (name, dtype, shape, sample_bytes, ragged).
 py::list fields_to_python(const std::vector<FieldInfo>& fields);
 
+/// `message` with C++ option fields named as the Python arguments that set them
+/// (`EpochOptions::max_steps` -> `max_steps=`, `plan.batch_size` -> `batch_size=`).
+std::string python_names(const std::string& message);
+
 void bind_errors(py::module_& m);
 void bind_options(py::module_& m);
 void bind_loader(py::module_& m);
 void bind_streams(py::module_& m);
+void bind_checks(py::module_& m);
 
 }  // namespace mpistage::python

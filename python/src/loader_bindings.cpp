@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "bindings.hpp"
+#include "interruptible.hpp"
 
 namespace mpistage::python {
 
@@ -82,13 +83,12 @@ std::unique_ptr<Loader> restore_loader(std::int64_t comm, const Source& source,
     return std::make_unique<Loader>(Loader::restore(communicator(comm), source, options, parsed));
 }
 
-py::object next_batch(EpochRange& range) {
+// Interruptible by Ctrl-C while it waits for data or peers (interruptible.hpp).
+py::object next_batch(const py::object& self) {
+    EpochRange& range = self.cast<EpochRange&>();
     HostBatch batch;
-    bool more = false;
-    {
-        py::gil_scoped_release unlocked;
-        more = range.next(batch);
-    }
+    const bool more =
+        interruptible_next(self, [&range](HostBatch& b) { return range.next(b); }, batch);
     if (!more) throw py::stop_iteration();
     return batch_to_python(std::move(batch));
 }
@@ -108,11 +108,23 @@ void bind_loader(py::module_& m) {
 
     py::class_<EpochRange, std::unique_ptr<EpochRange>>(m, "EpochRange")
         .def_property_readonly("steps", &EpochRange::steps)
-        .def_property_readonly("stopped", &EpochRange::stopped)
+        .def_property_readonly("stopped",
+                               [](const EpochRange& r) {
+                                   settle();
+                                   return r.stopped();
+                               })
         .def("request_stop", &EpochRange::request_stop)
         .def_property_readonly("totals",
-                               [](const EpochRange& r) { return totals_to_python(r.totals()); })
-        .def("next", &next_batch, "Collective: the next batch tuple; StopIteration at the end.");
+                               [](const EpochRange& r) {
+                                   settle();
+                                   return totals_to_python(r.totals());
+                               })
+        .def("next", &next_batch,
+             "Collective: the next batch tuple; StopIteration at the end. Interruptible: a "
+             "signal's exception (KeyboardInterrupt) is raised within about 50 ms.");
+    m.def("settle", &settle,
+          "Local: waits for a next() that Ctrl-C interrupted to complete (it completes with "
+          "the peers) and drops its batch. Called before other loader calls and at exit.");
 
     py::class_<Loader, std::unique_ptr<Loader>>(m, "Loader")
         .def(py::init(&make_loader), py::arg("comm"), py::arg("source"), py::arg("options"),
@@ -122,22 +134,32 @@ void bind_loader(py::module_& m) {
         .def(
             "epoch",
             [](Loader& l, std::uint64_t e, std::uint64_t max_steps) {
+                settle();
                 EpochOptions o;
                 o.max_steps = max_steps;
                 py::gil_scoped_release unlocked;
                 return std::make_unique<EpochRange>(l.epoch(e, o));
             },
             py::arg("epoch"), py::arg("max_steps") = 0, py::keep_alive<0, 1>())
-        .def("state_json", [](const Loader& l) { return l.state().to_json(); })
+        .def("state_json",
+             [](const Loader& l) {
+                 settle();
+                 return l.state().to_json();
+             })
         .def("close",
              [](Loader& l) {
+                 settle();
                  py::gil_scoped_release unlocked;
                  l.close();
              })
         .def_property_readonly("num_samples", &Loader::num_samples)
         .def_property_readonly("totals",
                                [](const Loader& l) { return totals_to_python(l.totals()); })
-        .def_property_readonly("stats", [](const Loader& l) { return stats_to_python(l.stats()); })
+        .def_property_readonly("stats",
+                               [](const Loader& l) {
+                                   settle();
+                                   return stats_to_python(l.stats());
+                               })
         .def_property_readonly("rank", [](const Loader& l) { return l.comm().rank(); })
         .def_property_readonly("world_size", [](const Loader& l) { return l.comm().size(); });
 }

@@ -3,11 +3,13 @@
 #include <mpi.h>
 
 #include <memory>
+#include <regex>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "bindings.hpp"
+#include "interruptible.hpp"
 #include "mpistage/dlpack.hpp"
 
 namespace mpistage::python {
@@ -132,15 +134,59 @@ py::list fields_to_python(const std::vector<FieldInfo>& fields) {
     return out;
 }
 
+std::string python_names(const std::string& message) {
+    // C++ option fields as the Python arguments that set them; CLI flags named beside a field
+    // are dropped (a Python user has no flags).
+    static const std::regex options(R"(\b(?:Loader|Plan|Epoch|Stream|Open|Sqlite)Options::([a-z_]+))");
+    static const std::regex budget(R"(\bBatchBudget::([a-z_]+))");
+    static const std::regex plan_field(R"(\bplan\.(?:budget\.)?([a-z_]+))");
+    static const std::regex flag(R"( \(--[a-z0-9-]+\))");
+    std::string out = std::regex_replace(message, options, "$1=");
+    out = std::regex_replace(out, budget, "$1=");
+    out = std::regex_replace(out, plan_field, "$1=");
+    out = std::regex_replace(out, flag, "");
+    const std::string stop = "EpochRange::request_stop";
+    for (auto at = out.find(stop); at != std::string::npos; at = out.find(stop, at)) {
+        out.replace(at, stop.size(), "Epoch.request_stop()");
+    }
+    return out;
+}
+
 void bind_errors(py::module_& m) {
-    // Translators are tried newest first, so the subclasses are registered after the base.
+    // The Python types; the translator below (registered last, so tried first) raises them
+    // with the message in Python's names.
     auto& base = py::register_exception<Error>(m, "Error", PyExc_RuntimeError);
-    py::register_exception<ConfigError>(m, "ConfigError", base.ptr());
-    py::register_exception<IoError>(m, "IoError", base.ptr());
-    py::register_exception<FormatError>(m, "FormatError", base.ptr());
-    py::register_exception<MpiError>(m, "MpiError", base.ptr());
-    py::register_exception<Hdf5Error>(m, "Hdf5Error", base.ptr());
-    py::register_exception<CudaError>(m, "CudaError", base.ptr());
+    auto& config = py::register_exception<ConfigError>(m, "ConfigError", base.ptr());
+    auto& io = py::register_exception<IoError>(m, "IoError", base.ptr());
+    auto& format = py::register_exception<FormatError>(m, "FormatError", base.ptr());
+    auto& mpi = py::register_exception<MpiError>(m, "MpiError", base.ptr());
+    auto& hdf5 = py::register_exception<Hdf5Error>(m, "Hdf5Error", base.ptr());
+    auto& cuda = py::register_exception<CudaError>(m, "CudaError", base.ptr());
+    static PyObject* const types[] = {config.ptr(), io.ptr(),   format.ptr(), mpi.ptr(),
+                                      hdf5.ptr(),   cuda.ptr(), base.ptr()};
+    py::register_exception_translator([](std::exception_ptr p) {
+        if (!p) return;
+        auto raise = [](PyObject* type, const Error& e) {
+            PyErr_SetString(type, python_names(e.what()).c_str());
+        };
+        try {
+            std::rethrow_exception(p);
+        } catch (const ConfigError& e) {
+            raise(types[0], e);
+        } catch (const IoError& e) {
+            raise(types[1], e);
+        } catch (const FormatError& e) {
+            raise(types[2], e);
+        } catch (const MpiError& e) {
+            raise(types[3], e);
+        } catch (const Hdf5Error& e) {
+            raise(types[4], e);
+        } catch (const CudaError& e) {
+            raise(types[5], e);
+        } catch (const Error& e) {
+            raise(types[6], e);
+        }
+    });
 }
 
 }  // namespace mpistage::python
@@ -149,8 +195,10 @@ PYBIND11_MODULE(_mpistage, m) {
     namespace mp = mpistage::python;
     m.doc() = "mpistage C++ core: sources, Loader, StreamLoader (use the `mpistage` package)";
     m.attr("version") = MPISTAGE_VERSION;
+    mp::init_interruptible();
     mp::bind_errors(m);
     mp::bind_options(m);
     mp::bind_loader(m);
     mp::bind_streams(m);
+    mp::bind_checks(m);
 }

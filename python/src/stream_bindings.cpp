@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "bindings.hpp"
+#include "interruptible.hpp"
 
 namespace mpistage::python {
 
@@ -185,6 +186,7 @@ void bind_streams(py::module_& m) {
              })
         .def("next",
              [](StreamLoader& l) -> py::object {
+                 settle();
                  HostBatch batch;
                  bool more = false;
                  {

@@ -13,6 +13,7 @@
 
 #include "comm/agree.hpp"
 #include "mpistage/comm.hpp"
+#include "plan/implied_sharding.hpp"
 
 namespace mpistage::cli {
 
@@ -106,7 +107,7 @@ struct StageArgs {
     /// --sharding as the run uses it: `--shuffle global` alone is the one switch of a global
     /// shuffle (PlanOptions::shuffle_globally) and implies `global`.
     std::string effective_sharding() const {
-        return shuffle == "global" && !was_given("--sharding") ? "global" : sharding;
+        return mpistage::detail::implied_sharding(shuffle, was_given("--sharding"), sharding);
     }
     /// True when the input is a stream (--sqlite).
     bool stream() const noexcept { return !sqlite.empty(); }

@@ -200,7 +200,7 @@ def test_budget_batches(small_h5):
     loader = load(source, batch_bytes=7 * 20, remainder="mask")  # 20 bytes a sample
     ids = []
     for batch in loader.epoch(0):
-        assert len(batch) <= 7
+        assert batch.size <= 7
         ids.extend(batch.index[batch.valid].tolist())
     assert np.array_equal(np.sort(gather_ids(ids)), np.arange(N))
 

@@ -63,7 +63,7 @@ def test_uneven_streams_end_together_exactly_once(sharding, remainder):
 def test_byte_budget():
     loader = mpistage.StreamLoader(source(), batch_size=64, batch_bytes=40, timeout=TIMEOUT)
     for batch in loader.epoch(0):
-        payload = int(batch.offsets["payload"][-1]) + 8 * len(batch)
+        payload = int(batch.offsets["payload"][-1]) + 8 * batch.size
         assert payload <= 40 or loader.last_oversize
     assert loader.stats["batches"] == loader.steps
 

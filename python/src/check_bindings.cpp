@@ -1,0 +1,95 @@
+// The CLI's exactly-once check (`mpistage stage --verify`, cli/verify.hpp) for epochs driven from
+// Python: the same IdCount (ids counted by their owner rank, N/W bits a rank) and the same
+// verdict (`verify_epoch`), so `Loader(verify=True)` and `--verify` agree on every epoch.
+#include <optional>
+#include <string>
+
+#include "bindings.hpp"
+#include "cli/verify.hpp"
+#include "comm/agree.hpp"
+#include "interruptible.hpp"
+
+namespace mpistage::python {
+
+namespace {
+
+// One epoch's check: `add` each batch as it is yielded (collective every `every` steps, the same
+// step on every rank since every rank yields the same steps), `finish` after the last one.
+class EpochCheck {
+public:
+    explicit EpochCheck(const Loader& loader)
+        : comm_(loader.comm()), num_samples_(loader.num_samples()) {
+        const PlanOptions& plan = loader.options().plan;
+        every_ = cli::exchange_interval(plan.budget.active() ? plan.budget.max_batch_samples
+                                                             : plan.batch_size);
+        py::gil_scoped_release unlocked;
+        run_agreed(comm_, [&] { count_.emplace(comm_, num_samples_, "the loader's source"); });
+    }
+
+    // Collective every `every` steps. `index` int64 [B], `valid` bool [B] of one batch.
+    void add(const py::array_t<std::int64_t, py::array::c_style>& index,
+             const py::array_t<bool, py::array::c_style>& valid) {
+        const auto ids = index.unchecked<1>();
+        const auto ok = valid.unchecked<1>();
+        for (py::ssize_t j = 0; j < ids.shape(0); ++j) {
+            if (ok(j)) count_->add(ids(j));
+        }
+        ++batches_;
+        if (batches_ % every_ == 0) {
+            py::gil_scoped_release unlocked;
+            count_->exchange();
+        }
+    }
+
+    // Collective: the verdict, identical on every rank. `partial`: the range ended before its
+    // plan's end (max_steps, an agreed stop): only what was yielded is expected, once.
+    py::dict finish(std::uint64_t epoch, const EpochRange& range, bool partial) {
+        cli::EpochReport r;
+        {
+            py::gil_scoped_release unlocked;
+            cli::Expectation x;
+            x.num_samples = num_samples_;
+            x.expected = partial ? comm_.allreduce_sum(count_->added())
+                                 : range.totals().valid_samples;
+            r = cli::verify_epoch(comm_, epoch, *count_, batches_, x);
+        }
+        py::dict d;
+        d["epoch"] = r.epoch;
+        d["ok"] = r.ok;
+        d["batches"] = r.batches;
+        d["valid"] = r.valid;
+        d["expected"] = r.expected;
+        d["duplicates"] = r.duplicates;
+        d["missing"] = r.missing;
+        d["out_of_range"] = r.out_of_range;
+        return d;
+    }
+
+private:
+    const Communicator& comm_;
+    std::uint64_t num_samples_ = 0;
+    std::optional<cli::IdCount> count_;
+    std::uint64_t every_ = 1;
+    std::uint64_t batches_ = 0;
+};
+
+}  // namespace
+
+void bind_checks(py::module_& m) {
+    py::class_<EpochCheck>(m, "EpochCheck")
+        .def(py::init([](const Loader& loader) {
+                 settle();
+                 return std::make_unique<EpochCheck>(loader);
+             }),
+             py::arg("loader"), py::keep_alive<1, 2>(),
+             "Collective: the exactly-once check of one epoch of `loader` (mpistage stage "
+             "--verify). @throws ConfigError when the id bitmap does not fit the node's memory.")
+        .def("add", &EpochCheck::add, py::arg("index"), py::arg("valid"),
+             "Collective every few steps: counts one yielded batch's valid ids.")
+        .def("finish", &EpochCheck::finish, py::arg("epoch"), py::arg("range"),
+             py::arg("partial"),
+             "Collective: the verdict as a dict (ok, batches and valid per rank, expected, "
+             "duplicates, missing, out_of_range), identical on every rank.");
+}
+
+}  // namespace mpistage::python
