@@ -209,7 +209,7 @@ void Checkpointer::save(const Communicator& comm, const SavedState& state, std::
             s.ids_path = log.substr(log.find_last_of('/') + 1);
             s.ids_count = state.epoch() == epoch ? logged_ : 0;
         }
-        write_file_atomically(path_, saved_state_json(s), "--save-state file");
+        write_output_file(path_, saved_state_json(s), "--save-state file");
     });
     log_started_ = true;
     log_epoch_ = epoch;

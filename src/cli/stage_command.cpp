@@ -319,7 +319,7 @@ int stage_input(const Communicator& comm, const StageArgs& a, const LocalChecks&
         if (!a.ids_out.empty()) {
             std::string text;
             for (std::int64_t id : run.delivered()) text += std::to_string(id) + "\n";
-            write_file_atomically(a.ids_out, text, "--ids-out file");
+            write_output_file(a.ids_out, text, "--ids-out file");
         }
         if (!a.json.empty()) write_stage_json(a, o);
     });
