@@ -47,6 +47,7 @@ const Setters<LoaderOptions>& loader_setters() {
         {"non_blocking", [](O& o, V v) { o.non_blocking = v.cast<bool>(); }},
         {"timeout", [](O& o, V v) { o.timeout = seconds(v); }},
         {"verify_files", [](O& o, V v) { o.verify_files = v.cast<bool>(); }},
+        {"accept_legacy_state", [](O& o, V v) { o.accept_legacy_state = v.cast<bool>(); }},
         {"fingerprint",
          [](O& o, V v) { o.fingerprint = parse_fingerprint_level(v.cast<std::string>()); }},
         {"stage", [](O& o, V v) { o.stage = parse_stage(v.cast<std::string>()); }},

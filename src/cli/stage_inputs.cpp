@@ -26,6 +26,7 @@ LoaderOptions loader_options(const StageArgs& a) {
     o.timeout = std::chrono::seconds(a.timeout_seconds);
     o.verify_files = a.verify_files;
     o.fingerprint = parse_fingerprint_level(a.fingerprint);
+    o.accept_legacy_state = a.accept_legacy_state;
     o.device = a.device;
     o.log_device_fallback = !a.quiet;
     o.stage = parse_stage(a.stage);
