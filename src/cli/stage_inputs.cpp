@@ -162,6 +162,7 @@ void FileInput::describe(const StageArgs& a, StageOutcome& o) const {
                       {"timeout_seconds", opt.timeout.count()},
                       {"verify_files", opt.verify_files},
                       {"fingerprint", to_string(opt.fingerprint)},
+                      {"accept_legacy_state", opt.accept_legacy_state},
                       {"device", opt.device},
                       {"stage", to_string(opt.stage)},
                       {"stage_budget_bytes", opt.stage_budget_bytes},
