@@ -112,6 +112,12 @@ struct LoaderOptions {
     /// `state()`; `restore` recomputes it at the level of the state it is given. Must be
     /// equal on every rank.
     FingerprintLevel fingerprint = FingerprintLevel::sampled;
+    /// `restore` takes a state without a consumed-id digest (format versions 1 to 3, or one
+    /// whose `consumed_digest` was removed) only when this is true: such a state's keys can
+    /// be edited consistently (epoch, steps with samples) and nothing would tell. False (the
+    /// default): `restore` refuses it with a ConfigError naming this option (Python
+    /// `accept_legacy_state`, CLI `--accept-legacy-state`). Must be equal on every rank.
+    bool accept_legacy_state = false;
     /// The staging tier (docs/architecture.md, "Memory tier"). With `memory`, construction is
     /// where the data is read: rank r reads its shard `[begin[r], begin[r+1])`
     /// (`balanced_shard_begins`) once with large contiguous reads (collective H5Dread /

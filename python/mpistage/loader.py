@@ -207,7 +207,7 @@ class Loader(_lifetime.Tracked):
     means "global", False "none"; "global" without sharding= implies sharding="global"),
     remainder ("drop" | "pad" | "mask"), balance_steps, prefetch, io_threads, device
     ("auto" | "cpu" | "cuda" | "cuda:N"), pin_memory, non_blocking, timeout (seconds),
-    verify_files, fingerprint ("sampled" | "full"), stage ("none" | "memory" | "auto"),
+    verify_files, accept_legacy_state, fingerprint ("sampled" | "full"), stage ("none" | "memory" | "auto"),
     stage_budget_bytes, stage_ranks_per_node, stage_read ("auto" | "map" | "copy"),
     two_phase ("off" | "on" | "auto"; ``stats``
     says whether "auto" chose it: ``two_phase``, ``two_phase_note``). ``prefetch`` defaults

@@ -92,6 +92,7 @@ const Setters<LoaderOptions>& loader_setters() {
         {"non_blocking", [](O& o, V v) { o.non_blocking = flag(v); }},
         {"timeout", [](O& o, V v) { o.timeout = seconds(v); }},
         {"verify_files", [](O& o, V v) { o.verify_files = flag(v); }},
+        {"accept_legacy_state", [](O& o, V v) { o.accept_legacy_state = flag(v); }},
         {"fingerprint",
          [](O& o, V v) { o.fingerprint = parse_fingerprint_level(text(v)); }},
         {"stage", [](O& o, V v) { o.stage = parse_stage(text(v)); }},

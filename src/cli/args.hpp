@@ -40,6 +40,8 @@ struct StageArgs {
     bool verify_files = false;
     /// --fingerprint: sampled or full (LoaderOptions::fingerprint).
     std::string fingerprint = "sampled";
+    /// --accept-legacy-state (LoaderOptions::accept_legacy_state).
+    bool accept_legacy_state = false;
     std::string json;
     bool quiet = false;
     /// --progress auto|bar|lines|none (cli/progress.hpp) and the seconds between two lines.
@@ -55,6 +57,9 @@ struct StageArgs {
     /// Signals that stop the run at the next agreed step, save the state and exit 75
     /// (cli/stop_signals.hpp); "none" = none.
     std::string stop_signals = "USR1,TERM";
+    /// --stop-marker: a file rank 0 removes before the run and writes when a stop signal ended
+    /// it (the launcher-independent form of exit code 75; empty: none).
+    std::string stop_marker;
     std::string resume;
     bool balance_steps = false;
     /// Emulated compute per step in milliseconds (paces a run like a trainer would).

@@ -1,8 +1,11 @@
 // --save-state files and their id logs.
 #include "cli/checkpoint.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -23,9 +26,16 @@ namespace {
 
 constexpr int kStateFileVersion = 1;
 
-std::string ids_path_of(const std::string& state_path) {
-    return state_path + ".ids";
+// Prefix of the id logs of the state file `state_path`: each log is a new file
+// `state_path.ids.XXXXXX` named by the state that uses it, so no save ever truncates the log
+// that the state file on disk names (a kill between the two writes leaves the old pair).
+std::string ids_prefix_of(const std::string& state_path) {
+    return state_path + ".ids.";
 }
+
+// A --resume file larger than this is no state file (a loader state is about 700 bytes, a
+// stream state a few hundred per sub-stream): refused before it is read (docs/resume.md).
+constexpr std::uint64_t kMaxStateFileBytes = 1u << 20;
 
 std::string saved_state_json(const SavedState& s) {
     nlohmann::ordered_json j;
@@ -48,7 +58,14 @@ std::string saved_state_json(const SavedState& s) {
 }  // namespace
 
 SavedState read_saved_state(const std::string& path) {
-    detail::probe_input_file(path, "stage: --resume file");
+    const std::uint64_t size_bytes =
+        detail::probe_input_file(path, "stage: --resume file").size_bytes;
+    if (size_bytes > kMaxStateFileBytes) {
+        throw ConfigError("stage: --resume file '" + path + "' holds " +
+                          std::to_string(size_bytes) + " bytes, more than the " +
+                          std::to_string(kMaxStateFileBytes) +
+                          " a state file may hold: not a --save-state file (not read)");
+    }
     std::ifstream in(path, std::ios::binary);
     if (!in) throw IoError("stage: cannot read --resume file '" + path + "'");
     std::stringstream text;
@@ -130,14 +147,19 @@ std::vector<std::int64_t> read_id_log(const SavedState& state) {
         throw IoError("stage: cannot read the first " + std::to_string(state.ids_count) +
                       " ids of the --verify id log '" + path + "' of the --resume state");
     }
-    std::vector<std::uint8_t> seen(n, 0);
-    for (std::size_t k = 0; k < ids.size(); ++k) {
-        const std::int64_t id = ids[k];
+    // Duplicates by sorting (entry, position) pairs: memory follows the log, never the state's
+    // num_samples (a forged 2^63 must not size anything; the dataset is not open yet).
+    std::vector<std::pair<std::int64_t, std::size_t>> sorted(ids.size());
+    for (std::size_t k = 0; k < ids.size(); ++k) sorted[k] = {ids[k], k};
+    std::sort(sorted.begin(), sorted.end());
+    for (std::size_t j = 0; j < sorted.size(); ++j) {
+        const std::int64_t id = sorted[j].first;
+        const std::size_t k = j + 1 < sorted.size() && sorted[j + 1].first == id
+                                  ? sorted[j + 1].second
+                                  : sorted[j].second;
         const bool in_range = id >= 0 && static_cast<std::uint64_t>(id) < n;
-        if (in_range && seen[static_cast<std::size_t>(id)] == 0) {
-            seen[static_cast<std::size_t>(id)] = 1;
-            continue;
-        }
+        const bool twice = k != sorted[j].second;
+        if (in_range && !twice) continue;
         throw ConfigError("stage: the --verify id log '" + path + "' of the --resume state has " +
                           (in_range ? "sample id " + std::to_string(id) + " twice"
                                     : "sample id " + std::to_string(id) + " outside [0, " +
@@ -157,10 +179,24 @@ Checkpointer::Checkpointer(std::string path, bool log_ids, std::uint64_t prior_e
 
 void Checkpointer::write_log(const std::vector<std::int64_t>& gathered, std::uint64_t epoch,
                              bool reset) {
-    const std::string log = ids_path_of(path_);
-    // A new log (first save of this run, or a new epoch) starts empty, then gets the ids the
-    // resumed epoch consumed before this run, so the state file stays self-contained.
-    std::FILE* f = std::fopen(log.c_str(), reset ? "wb" : "ab");
+    // A new log (first save of this run, or a new epoch) is a new file, which starts with the
+    // ids the resumed epoch consumed before this run, so the state file stays self-contained;
+    // later saves of the epoch append to it (the state names how many of its ids count).
+    std::FILE* f = nullptr;
+    if (reset) {
+        std::string fresh = ids_prefix_of(path_) + "XXXXXX";
+        const int fd = ::mkstemp(fresh.data());
+        if (fd < 0) throw_log_io(fresh, "create");
+        if (::fchmod(fd, 0644) != 0 || !(f = ::fdopen(fd, "wb"))) {
+            ::close(fd);
+            ::unlink(fresh.c_str());
+            throw_log_io(fresh, "open");
+        }
+        log_path_ = fresh;
+    } else {
+        f = std::fopen(log_path_.c_str(), "ab");
+    }
+    const std::string& log = log_path_;
     if (!f) throw_log_io(log, "open");
     std::vector<std::int64_t> head;
     if (reset) {
@@ -205,11 +241,15 @@ void Checkpointer::save(const Communicator& comm, const SavedState& state, std::
             write_log(gathered, epoch, reset);
             // The log belongs to the state's epoch; a state at the start of the next epoch
             // has consumed nothing of it yet.
-            const std::string log = ids_path_of(path_);
-            s.ids_path = log.substr(log.find_last_of('/') + 1);
+            s.ids_path = log_path_.substr(log_path_.find_last_of('/') + 1);
             s.ids_count = state.epoch() == epoch ? logged_ : 0;
         }
-        write_file_atomically(path_, saved_state_json(s), "--save-state file");
+        write_output_file(path_, saved_state_json(s), "--save-state file");
+        // The state on disk names the new log now: the logs earlier states named (this run's
+        // previous epoch, the run before, a killed run's) are no longer anyone's.
+        if (log_ids_ && reset) {
+            remove_stale_temporaries(ids_prefix_of(path_), s.ids_path);
+        }
     });
     log_started_ = true;
     log_epoch_ = epoch;

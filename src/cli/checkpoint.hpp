@@ -69,6 +69,8 @@ private:
     std::string path_;
     bool log_ids_;
     std::uint64_t log_epoch_;
+    /// Rank 0: the id log of `log_epoch_` this run writes (`path_` + ".ids.XXXXXX").
+    std::string log_path_;
     /// Rank 0: ids in the log file of `log_epoch_`.
     std::uint64_t logged_ = 0;
     /// Rank 0: ids of the resumed epoch still to be written as the log's head.

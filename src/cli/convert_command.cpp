@@ -1,6 +1,7 @@
 // `mpistage convert idx`: rank 0 converts; every rank gets the same outcome.
 #include <cstdio>
 
+#include "cli/atomic_file.hpp"
 #include "cli/commands.hpp"
 #include "comm/agree.hpp"
 #include "mpistage/convert.hpp"
@@ -19,6 +20,14 @@ void run_convert(const Communicator& comm, const ConvertArgs& a) {
         if (a.format != "hdf5" && a.format != "tfrecord") {
             throw ConfigError("convert: unknown --format '" + a.format +
                               "' (expected hdf5 or tfrecord)");
+        }
+        // The writers build the file beside -o and rename it over: never over a device or a
+        // FIFO (that would replace /dev/null itself), nor into a directory.
+        if (output_kind(a.output, "-o file") != OutputKind::replace) {
+            throw ConfigError("convert: -o '" + a.output +
+                              "' is not a regular file: convert writes a whole " + a.format +
+                              " file and renames it into place; give a regular file or a new "
+                              "path");
         }
         const IdxArray images = read_idx_any(a.images);
         const IdxArray labels = read_idx_any(a.labels);

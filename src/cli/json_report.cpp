@@ -150,7 +150,7 @@ void write_stage_json(const StageArgs& a, const StageOutcome& o) {
         j["ranks"].push_back(rank_json(r, o.ranks[r], r < o.hosts.size() ? o.hosts[r] : ""));
     }
     j["hosts"] = hosts_json(o.hosts);
-    write_file_atomically(a.json,
+    write_output_file(a.json,
                           j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n",
                           "--json file");
 }
@@ -161,7 +161,7 @@ void write_error_json(const std::string& path, int world_size, const Error& erro
     j["status"] = "error";
     j["world_size"] = world_size;
     j["error"] = {{"kind", error_kind_name(error.kind())}, {"message", error.what()}};
-    write_file_atomically(path,
+    write_output_file(path,
                           j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n",
                           "--json file");
 }

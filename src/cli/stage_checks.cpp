@@ -1,6 +1,11 @@
 // The local checks of `mpistage stage` (stage_checks.hpp).
 #include "cli/stage_checks.hpp"
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include "cli/atomic_file.hpp"
 #include "cli/open_source.hpp"
 #include "cli/stage_inputs.hpp"
@@ -37,6 +42,16 @@ LocalChecks check_locally(const Communicator& comm, const StageArgs& a) {
         if (!a.json.empty()) check_json_destination(a.json);
         if (!a.save_state.empty()) check_destination(a.save_state, "--save-state file");
         if (!a.ids_out.empty()) check_destination(a.ids_out, "--ids-out file");
+        if (!a.stop_marker.empty()) {
+            check_destination(a.stop_marker, "--stop-marker file");
+            // A marker left by an earlier run must not speak for this one.
+            if (output_kind(a.stop_marker, "--stop-marker file") == OutputKind::replace &&
+                ::unlink(a.stop_marker.c_str()) != 0 && errno != ENOENT) {
+                throw ConfigError("stage: cannot remove the --stop-marker file '" +
+                                  a.stop_marker + "' of an earlier run: " +
+                                  std::strerror(errno));
+            }
+        }
     }
     if (!a.resume.empty()) {
         c.resume = read_saved_state(a.resume);

@@ -319,9 +319,17 @@ int stage_input(const Communicator& comm, const StageArgs& a, const LocalChecks&
         if (!a.ids_out.empty()) {
             std::string text;
             for (std::int64_t id : run.delivered()) text += std::to_string(id) + "\n";
-            write_file_atomically(a.ids_out, text, "--ids-out file");
+            write_output_file(a.ids_out, text, "--ids-out file");
         }
         if (!a.json.empty()) write_stage_json(a, o);
+        // Last: a job script that sees the marker finds the state and the report written.
+        if (!a.stop_marker.empty() && !o.stopped_by_signal.empty()) {
+            write_output_file(a.stop_marker,
+                              "stopped by SIG" + o.stopped_by_signal + " after " +
+                                  std::to_string(o.stopped_after) + " step(s); state: " +
+                                  (a.save_state.empty() ? "(not saved)" : a.save_state) + "\n",
+                              "--stop-marker file");
+        }
     });
     if (a.verify && !o.all_ok) return 1;
     return run.signalled() ? kExitStopped : 0;

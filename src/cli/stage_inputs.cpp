@@ -26,6 +26,7 @@ LoaderOptions loader_options(const StageArgs& a) {
     o.timeout = std::chrono::seconds(a.timeout_seconds);
     o.verify_files = a.verify_files;
     o.fingerprint = parse_fingerprint_level(a.fingerprint);
+    o.accept_legacy_state = a.accept_legacy_state;
     o.device = a.device;
     o.log_device_fallback = !a.quiet;
     o.stage = parse_stage(a.stage);
@@ -161,6 +162,7 @@ void FileInput::describe(const StageArgs& a, StageOutcome& o) const {
                       {"timeout_seconds", opt.timeout.count()},
                       {"verify_files", opt.verify_files},
                       {"fingerprint", to_string(opt.fingerprint)},
+                      {"accept_legacy_state", opt.accept_legacy_state},
                       {"device", opt.device},
                       {"stage", to_string(opt.stage)},
                       {"stage_budget_bytes", opt.stage_budget_bytes},

@@ -110,10 +110,18 @@ void add_stage_resume_options(CLI::App& cmd, StageArgs& a) {
                    "the state is saved (--save-state) and the run exits with code 75; resume "
                    "with --resume")
         ->capture_default_str();
+    cmd.add_option("--stop-marker", a.stop_marker,
+                   "A file removed before the run and written when a --stop-signals signal "
+                   "stopped it (state saved): a job script tells \"stopped for preemption\" "
+                   "from \"failed\" by it where the launcher hides exit code 75 (mpirun "
+                   "exits 1 after forwarding SIGTERM)");
     cmd.add_option("--resume", a.resume,
                    "Continue from a --save-state file: the rest of its epoch, then the epochs up "
                    "to --first-epoch + --epochs. Global sharding resumes at any number of "
                    "ranks, byte_range at the same number");
+    cmd.add_flag("--accept-legacy-state", a.accept_legacy_state,
+                 "Let --resume take a state without a consumed-id digest (format version 1 to "
+                 "3): its consumed samples cannot be checked (refused by default)");
     cmd.add_option("--fingerprint", a.fingerprint,
                    "What the saved state's dataset fingerprint covers: sampled (1024 spread "
                    "samples and every sample's size; reads about 1026 samples) or full (also "

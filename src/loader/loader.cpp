@@ -76,6 +76,7 @@ void Loader::Impl::require_same_options() const {
                   {"dataset fingerprint", "hash " + std::to_string(dataset)},
                   {"timeout", std::to_string(options.timeout.count()) + " s"},
                   {"verify_files", options.verify_files ? "true" : "false"},
+                  {"accept_legacy_state", options.accept_legacy_state ? "true" : "false"},
                   {"fingerprint", to_string(options.fingerprint)},
                   {"two_phase", to_string(options.two_phase)},
                   {"plan fingerprint", plan_fingerprint(num_samples, comm.size(), p)}},

@@ -77,6 +77,15 @@ void Loader::Impl::apply_resume(const LoaderState& state) {
         if (epoch_active || progress.started) {
             throw ConfigError("loader: restore must come before the first epoch");
         }
+        if (state.consumed_digest.empty() && !options.accept_legacy_state) {
+            throw ConfigError(
+                "loader: cannot resume: the saved state has no 'consumed_digest' (format "
+                "version 1 to 3, or the key was removed), so which samples it consumed cannot "
+                "be checked: an edited epoch or steps would resume silently wrong. Resume from "
+                "a state saved by this version, or accept it knowingly (LoaderOptions::"
+                "accept_legacy_state, Python accept_legacy_state=True, CLI "
+                "--accept-legacy-state)");
+        }
         if (state.dataset_fingerprint != fingerprint || state.num_samples != num_samples ||
             state.skipped_records != skipped_records) {
             throw ConfigError(

@@ -1,11 +1,16 @@
 #include "tier/staging.hpp"
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <numeric>
 
 #include "comm/agree.hpp"
+#include "mpistage/error.hpp"
 #include "sources/collective_rows.hpp"
+#include "sources/file_rows.hpp"
 
 namespace mpistage::detail {
 
@@ -100,6 +105,63 @@ void read_pieces(const Source& source, const ShardLayout& layout, std::byte* fix
     }
 }
 
+/// What a file is to the kernel (size, modification and status-change times), taken before the
+/// staging read and compared after it: a write of the same size anywhere in the file moves
+/// the times, where the source's own check (size, first and last 64 KiB) sees nothing. The
+/// same identity the mapped staging checks (MappedRows::check_file).
+struct FileStamp {
+    int fd = -1;
+    std::string path;
+    struct stat st {};
+};
+
+std::string stamp_text(const struct stat& st) {
+    return std::to_string(st.st_size) + " bytes, modified " + std::to_string(st.st_mtim.tv_sec) +
+           "." + std::to_string(st.st_mtim.tv_nsec) + ", changed " +
+           std::to_string(st.st_ctim.tv_sec) + "." + std::to_string(st.st_ctim.tv_nsec);
+}
+
+/// Local: the stamps of the files the source's fixed fields lie in (none for sources that
+/// cannot say, e.g. TFRecord, whose records carry their own CRCs).
+std::vector<FileStamp> stamp_files(const Source& source) {
+    std::vector<FileStamp> stamps;
+    for (std::size_t f = 0; f < source.fields().size(); ++f) {
+        FileRows where;
+        if (!source.file_rows(f, where) || where.fd < 0) continue;
+        const bool seen = std::any_of(stamps.begin(), stamps.end(),
+                                      [&](const FileStamp& s) { return s.fd == where.fd; });
+        if (seen) continue;
+        FileStamp s;
+        s.fd = where.fd;
+        s.path = where.path;
+        if (::fstat(s.fd, &s.st) != 0) {
+            throw IoError("tier: " + s.path + ": fstat failed: " + std::strerror(errno));
+        }
+        stamps.push_back(std::move(s));
+    }
+    return stamps;
+}
+
+/// Local: throws when a file stamped before the read was written meanwhile.
+void check_stamps(const std::vector<FileStamp>& before) {
+    const auto same = [](const timespec& a, const timespec& b) {
+        return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec;
+    };
+    for (const FileStamp& s : before) {
+        struct stat now {};
+        if (::fstat(s.fd, &now) != 0) {
+            throw IoError("tier: " + s.path + ": fstat failed: " + std::strerror(errno));
+        }
+        if (now.st_size != s.st.st_size || !same(now.st_mtim, s.st.st_mtim) ||
+            !same(now.st_ctim, s.st.st_ctim)) {
+            throw IoError("tier: " + s.path + " changed while it was staged (before the read: " +
+                          stamp_text(s.st) + "; after: " + stamp_text(now) +
+                          "): bytes read from it may mix two versions, nothing is served from "
+                          "it");
+        }
+    }
+}
+
 }  // namespace
 
 RaggedStaging::RaggedStaging(const std::vector<FieldInfo>& infos, std::uint64_t count)
@@ -150,6 +212,8 @@ std::vector<ShardLayout> fixed_layouts(const std::vector<FieldInfo>& fields,
 std::string read_shard(const Communicator& comm, const Source& source, const ShardLayout& layout,
                        std::byte* fixed_base, RaggedStaging& ragged) {
     const CollectiveRows* rows = collective_rows(comm, source);
+    std::vector<FileStamp> stamps;
+    agree_or_throw(comm, capture([&] { stamps = stamp_files(source); }));
     if (rows != nullptr) {
         for (std::size_t f = 0; f < source.fields().size(); ++f) {
             rows->read_rows_collective(f, layout.first, layout.count,
@@ -160,7 +224,11 @@ std::string read_shard(const Communicator& comm, const Source& source, const Sha
     }
     // A collective read of a file truncated meanwhile returns zeros past its end without an
     // error: what was read is served only if every rank still sees the file it opened.
-    agree_or_throw(comm, capture([&] { source.check_unchanged(); }));
+    // A write of the same size (other bytes, anywhere) moves the file's times.
+    agree_or_throw(comm, capture([&] {
+                       source.check_unchanged();
+                       check_stamps(stamps);
+                   }));
     return rows != nullptr ? "collective" : "independent";
 }
 

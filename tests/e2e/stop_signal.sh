@@ -96,4 +96,37 @@ rc=$?
 set -e
 [ "$rc" = 2 ] && grep -q "stop-signals: 'KILL' is not a signal that can be caught" <<<"$out" \
     || { echo "$out"; fail "--stop-signals KILL must be refused by name (rc $rc)"; }
+# SIGTERM to mpirun (a scheduler's preemption): mpirun forwards it to the ranks, which stop at
+# an agreed step and save the state, but mpirun itself exits 1, not 75. --stop-marker is the
+# launcher-independent sign (docs/resume.md, "Requeue under mpirun"): removed before a run,
+# written when a stop signal ended it.
+marker="$work/stopped.marker"
+echo "from an earlier run" >"$marker"
+timeout 120 "$mpiexec" -np 2 --oversubscribe "$cli" stage "$h5" "${common[@]}" -q \
+    --stop-marker "$marker" >/dev/null || fail "a run with --stop-marker failed"
+[ ! -e "$marker" ] || fail "a finished run left the marker of an earlier run"
+st4="$work/term.json"; rm -f "$st4" "$st4".ids*
+setsid "$mpiexec" -np 3 --oversubscribe "$cli" stage "$h5" "${common[@]}" --verify \
+    --save-state "$st4" --save-every 5 --compute-ms 100 --stop-marker "$marker" \
+    >"$work/term.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 1200); do
+    if [ -s "$st4" ] && [ "$(quick_field "$st4" steps_consumed)" -ge 5 ]; then break; fi
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+done
+kill -TERM "$pid"
+set +e
+timeout 120 tail --pid="$pid" -f /dev/null
+wait "$pid"
+rc=$?
+set -e
+echo "SIGTERM to mpirun: exit code $rc"
+[ -s "$marker" ] || { cat "$work/term.log"; fail "no --stop-marker after SIGTERM to mpirun (rc $rc)"; }
+grep -q "^stopped by SIGTERM after [0-9]* step(s); state: $st4\$" "$marker" ||
+    { cat "$marker"; fail "the marker does not say the stop"; }
+out=$(timeout 300 "$mpiexec" -np 2 --oversubscribe "$cli" stage "$h5" "${common[@]}" --verify \
+    --resume "$st4" --stop-marker "$marker") || { echo "$out"; fail "resume after SIGTERM"; }
+grep -q '^exactly-once: OK$' <<<"$out" || { echo "$out"; fail "no exactly-once: OK after SIGTERM"; }
+[ ! -e "$marker" ] || fail "the completed continuation left the marker"
 echo "stop_signal: OK"

@@ -8,6 +8,8 @@
  * PMI_RANK or SLURM_PROCID) stops itself (MPISTAGE_FAULT_ACTION=stop, SIGSTOP, the default) or dies
  * (kill, SIGKILL), or, with MPISTAGE_FAULT_ACTION=truncate, cuts the file MPISTAGE_FAULT_FILE
  * to MPISTAGE_FAULT_SIZE bytes once and lets the call proceed (a file truncated during a read),
+ * or, with MPISTAGE_FAULT_ACTION=rewrite, overwrites 4096 bytes of MPISTAGE_FAULT_FILE at
+ * offset MPISTAGE_FAULT_SIZE once, keeping its size (a same-size edit during a read),
  * or, with MPISTAGE_FAULT_ACTION=enodev and MPISTAGE_FAULT_CALL=mmap, makes every mmap of the
  * file MPISTAGE_FAULT_FILE (its path as /proc/self/fd shows it) fail with ENODEV (a file system
  * that cannot map).
@@ -57,6 +59,28 @@ static void maybe_fault(const char* call) {
             const int rc = truncate(path, (off_t)atoll(size));
             fprintf(stderr, "fault_inject: world rank %d truncated %s to %s bytes on entering %s%s\n",
                     world_rank(), path, size, call, rc == 0 ? "" : " (FAILED)");
+            fflush(stderr);
+        }
+        return;
+    }
+    if (action && strcmp(action, "rewrite") == 0) {
+        /* Once: 4096 bytes at offset MPISTAGE_FAULT_SIZE inverted in place, then the call
+         * proceeds; the file keeps its size. */
+        const char* path = getenv("MPISTAGE_FAULT_FILE");
+        const char* offset = getenv("MPISTAGE_FAULT_SIZE");
+        if (entries == (skip ? atoi(skip) : 0) + 1 && path && offset) {
+            unsigned char block[4096];
+            int ok = 0;
+            FILE* f = fopen(path, "r+b");
+            if (f && fseeko(f, (off_t)atoll(offset), SEEK_SET) == 0 &&
+                fread(block, 1, sizeof block, f) == sizeof block) {
+                for (size_t i = 0; i < sizeof block; ++i) block[i] = (unsigned char)~block[i];
+                ok = fseeko(f, (off_t)atoll(offset), SEEK_SET) == 0 &&
+                     fwrite(block, 1, sizeof block, f) == sizeof block;
+            }
+            if (f && fclose(f) != 0) ok = 0;
+            fprintf(stderr, "fault_inject: world rank %d rewrote 4096 bytes of %s at offset %s on entering %s%s\n",
+                    world_rank(), path, offset, call, ok ? "" : " (FAILED)");
             fflush(stderr);
         }
         return;

@@ -396,6 +396,19 @@ const std::map<std::string, Spec>& spec() {
               return c.r["options"]["fingerprint"] == "full" &&
                      st["loader"]["fingerprint_level"] == "full";
           }}},
+        {"--accept-legacy-state",
+         {[](const std::string&, const std::string&) { return Args{"--accept-legacy-state"}; },
+          [](const Context& c) {
+              return c.r["options"]["accept_legacy_state"] == true &&
+                     c.base["options"]["accept_legacy_state"] == false;
+          }}},
+        {"--stop-marker",
+         {[](const std::string&, const std::string& w) {
+              // A marker of an earlier run: removed before this one (which is not stopped).
+              std::ofstream(w + ".marker") << "stopped by SIGTERM after 1 step(s)\n";
+              return Args{"--stop-marker", w + ".marker"};
+          },
+          [](const Context& c) { return !std::ifstream(c.work + ".marker").good(); }}},
         {"--stop-after-steps",
          {[](const std::string&, const std::string&) {
               return Args{"--stop-after-steps", "2"};
