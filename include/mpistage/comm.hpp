@@ -72,7 +72,8 @@ class PendingAllreduce;
 /// frees only while MPI is still initialised. Not thread-safe: one thread at a time.
 class Communicator {
 public:
-    /// Collective over `user_comm`; the watchdog deadline starts at `kDefaultCollectiveTimeout`.
+    /// Collective over `user_comm`; the watchdog deadline starts at `timeout`
+    /// (`kDefaultCollectiveTimeout` unless given).
     ///
     /// Not `explicit`, on purpose: every public constructor that takes a `const Communicator&`
     /// also accepts a plain `MPI_Comm` (`Loader loader(MPI_COMM_WORLD, source, options)`). The

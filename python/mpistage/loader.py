@@ -100,7 +100,7 @@ class Source(_lifetime.Tracked):
 
 
 def open_source(paths, *, format="auto", fields=(), index=(), on_corrupt="error", features=(),
-                comm=None):
+                comm=None, timeout=300):
     """Collective over ``comm``: opens ``paths`` (one HDF5 file; IDX files, one field each;
     TFRecord files) as a Source.
 
@@ -111,6 +111,11 @@ def open_source(paths, *, format="auto", fields=(), index=(), on_corrupt="error"
         on_corrupt: "error" or "skip" (TFRecord records whose framing or CRC is bad).
         features: tf.train.Example features as the CLI writes them, e.g.
             ["image:bytes/uint8:28x28", "label:int64"]; empty: raw TFRecord payloads.
+        timeout: whole seconds the open and the source's collective teardown (the last close
+            of an HDF5 or MPI-IO file, when the Source is closed or released) wait for the
+            other ranks before the watchdog ends the job (exit code 70); 0 = wait forever.
+            Raise it when one rank may work long (a checkpoint) while the others release
+            their sources.
     Raises:
         ConfigError, IoError, FormatError, Hdf5Error: identical on every rank, naming the file.
     """
@@ -118,9 +123,11 @@ def open_source(paths, *, format="auto", fields=(), index=(), on_corrupt="error"
     _choice(on_corrupt, "on_corrupt", ("error", "skip"))
     if not isinstance(paths, (str, bytes, list, tuple)) and not hasattr(paths, "__fspath__"):
         raise TypeError(f"paths= takes a path or a list of paths, got {type(paths).__name__}")
+    if isinstance(timeout, bool) or not isinstance(timeout, int):
+        raise TypeError(f"timeout= takes whole seconds (an int), got {type(timeout).__name__}")
     core = _core.open_source(_handle(comm), _text_list(_paths(paths), "paths"), format,
                              _text_list(fields, "fields"), _text_list(index, "index"),
-                             on_corrupt, _text_list(features, "features"))
+                             on_corrupt, _text_list(features, "features"), timeout)
     return Source(core)
 
 

@@ -7,6 +7,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 
@@ -19,7 +20,10 @@ namespace py = pybind11;
 /// A Communicator over the MPI communicator whose Fortran handle is `fortran_handle`
 /// (`mpi4py.MPI.Comm.py2f()`), duplicated (collective over it). @throws MpiError when MPI is not
 /// initialised (import mpi4py.MPI first).
-Communicator communicator(std::int64_t fortran_handle);
+/// `timeout` is the watchdog deadline of its construction and of the teardown of the objects
+/// made on it (a source's file closes), 0 = none.
+Communicator communicator(std::int64_t fortran_handle,
+                          std::chrono::seconds timeout = kDefaultCollectiveTimeout);
 
 /// The numpy dtype of an mpistage element type.
 py::dtype numpy_dtype(DType dtype);

@@ -24,7 +24,7 @@ std::unique_ptr<Source> open(std::int64_t comm, const std::vector<std::string>& 
                              const std::string& format, const std::vector<std::string>& fields,
                              const std::vector<std::string>& index_paths,
                              const std::string& on_corrupt,
-                             const std::vector<std::string>& features) {
+                             const std::vector<std::string>& features, std::int64_t timeout_s) {
     OpenOptions o;
     o.format = parse_format(format);
     o.fields = fields;
@@ -32,7 +32,7 @@ std::unique_ptr<Source> open(std::int64_t comm, const std::vector<std::string>& 
     o.on_corrupt = parse_on_corrupt(on_corrupt);
     for (const std::string& f : features) o.features.push_back(parse_feature_spec(f));
     py::gil_scoped_release unlocked;
-    return open_source(communicator(comm), paths, o);
+    return open_source(communicator(comm, std::chrono::seconds(timeout_s)), paths, o);
 }
 
 py::dict stats_to_python(const LoaderStats& s) {
@@ -104,6 +104,7 @@ void bind_loader(py::module_& m) {
         .def_property_readonly("notes", &Source::notes);
     m.def("open_source", &open, py::arg("comm"), py::arg("paths"), py::arg("format"),
           py::arg("fields"), py::arg("index_paths"), py::arg("on_corrupt"), py::arg("features"),
+          py::arg("timeout_s"),
           "Collective: opens files as a Source (mpistage::open_source).");
 
     py::class_<EpochRange, std::unique_ptr<EpochRange>>(m, "EpochRange")

@@ -14,7 +14,7 @@
 
 namespace mpistage::python {
 
-Communicator communicator(std::int64_t fortran_handle) {
+Communicator communicator(std::int64_t fortran_handle, std::chrono::seconds timeout) {
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (!initialized) {
@@ -22,7 +22,8 @@ Communicator communicator(std::int64_t fortran_handle) {
     }
     const MPI_Comm comm = MPI_Comm_f2c(static_cast<MPI_Fint>(fortran_handle));
     if (comm == MPI_COMM_NULL) throw ConfigError("python: the communicator is MPI_COMM_NULL");
-    return Communicator(comm);
+    check_timeout(timeout, "python: timeout=");
+    return Communicator(comm, timeout);
 }
 
 py::dtype numpy_dtype(DType dtype) {

@@ -176,6 +176,11 @@ public:
     /// watchdog deadline (`kDefaultCollectiveTimeout`); out-of-range values give the default
     /// (the stage command refuses them by name later).
     std::chrono::seconds watchdog_timeout() const;
+    /// Local: true when `parse_local` met --help, --help-all or --version, which `main` prints
+    /// without a communicator in a world of one (a `mpistage --version` in a batch script is
+    /// not refused by the launcher check); `print_help_or_version` prints it.
+    bool help_or_version() const noexcept { return printed_.has_value() && !parsed_.failed; }
+    void print_help_or_version() { app_.exit(*printed_); }
     /// The CLI11 description of every command (local; for help texts and tests).
     CLI::App& app() { return app_; }
     /// The `stage` subcommand (its options are what `stage --help` lists).

@@ -24,6 +24,12 @@ int run_command(cli::CommandLine& cl, int argc, char** argv) {
     // Parsed before the communicator exists, so that its construction (collective: a
     // duplicate and a node split, each under the watchdog) already has the user's --timeout.
     cl.parse_local(argc, argv);
+    int world_size = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+    if (world_size == 1 && cl.help_or_version()) {
+        cl.print_help_or_version();
+        return 0;
+    }
     Communicator comm(MPI_COMM_WORLD, cl.watchdog_timeout());
     int rc = 0;
     switch (cl.agree_parsed(comm)) {
@@ -39,6 +45,15 @@ int run_command(cli::CommandLine& cl, int argc, char** argv) {
         case cli::Command::none:
             break;  // --help or --version was printed
     }
+    // Every rank leaves together, through a watched barrier that names a missing rank and ends
+    // the job with MPI_Abort (srun, unlike mpirun, does not end the other tasks when one exits
+    // with an error inside MPI_Finalize, the fallback below).
+    comm.set_context([] {
+        CollectiveContext c;
+        c.phase = "the end of the run";
+        return c;
+    }());
+    comm.barrier();
     comm.free();
     return rc;
 }

@@ -7,15 +7,38 @@
 
 namespace mpistage::cli {
 
-const CLI::Validator kNonNegative(
-    [](std::string& value) -> std::string {
-        const auto first = value.find_first_not_of(" \t");
-        if (first != std::string::npos && value[first] == '-') {
-            return "must not be negative (got '" + value + "')";
-        }
-        return {};
-    },
-    "NONNEGATIVE", "non-negative");
+CLI::Validator non_negative(const std::string& hidden_names) {
+    const std::string flag = hidden_names.substr(0, hidden_names.find(','));
+    return CLI::Validator(
+        [flag](std::string& value) -> std::string {
+            const auto first = value.find_first_not_of(" \t");
+            if (first != std::string::npos && value[first] == '-') {
+                // CLI11 prefixes "--flag: " to the message, but not for options in no --help
+                // group: those name themselves.
+                return (flag.empty() ? "" : flag + ": ") + "must not be negative (got '" + value +
+                       "')";
+            }
+            return {};
+        },
+        "NONNEGATIVE", "non-negative");
+}
+
+CLI::Validator whole_number(const std::string& unit) {
+    return CLI::Validator(
+        [unit](std::string& value) -> std::string {
+            const auto first = value.find_first_not_of(" \t");
+            const auto last = value.find_last_not_of(" \t");
+            if (first == std::string::npos) return "takes whole " + unit + " (got '')";
+            for (auto i = first; i <= last; ++i) {
+                if (value[i] < '0' || value[i] > '9') {
+                    if (i == first && (value[i] == '-' || value[i] == '+')) continue;
+                    return "takes whole " + unit + " (got '" + value + "')";
+                }
+            }
+            return {};
+        },
+        "WHOLE", "a whole number");
+}
 
 namespace {
 
@@ -71,10 +94,13 @@ void add_stage_safety_options(CLI::App& cmd, StageArgs& a) {
     cmd.add_flag("--verify", a.verify,
                  "Check that every sample is yielded exactly once per "
                  "epoch with equal batch counts; exit 1 otherwise");
-    add_count(cmd, "--timeout", a.timeout_seconds,
+    cmd.add_option("--timeout", a.timeout_seconds,
               "Seconds a rank waits in one of the loader's "
               "collectives for the other ranks before the job is aborted with a message "
               "naming them (0 = wait forever)")
+        ->capture_default_str()
+        ->check(whole_number("seconds"))
+        ->check(non_negative())
         ->check(CLI::Range(std::int64_t{0}, static_cast<std::int64_t>(kMaxTimeout.count())));
     cmd.add_flag("--verify-files", a.verify_files,
                  "Hash every byte of the dataset and compare "
@@ -102,7 +128,7 @@ void add_stage_resume_options(CLI::App& cmd, StageArgs& a) {
               "Steps between two --save-state writes (0 = only at the end)");
     add_count(cmd, "--stop-after-steps", a.stop_after_steps,
               "Stop after this many steps of this run, as if the job were interrupted "
-              "(0 = run every epoch)")
+              "(0 = run every epoch)", /*hidden=*/true)
         ->group("");  // testing
     cmd.add_option("--stop-signals", a.stop_signals,
                    "Signals (comma-separated, e.g. USR1,TERM, or none) that stop FILE input at "
@@ -173,7 +199,7 @@ void add_stage_tier_options(CLI::App& cmd, StageArgs& a) {
               "node's memory divided among its ranks)");
     add_count(cmd, "--stage-ranks-per-node", a.stage_ranks_per_node,
               "Testing: treat groups of this many ranks as nodes, so the memory tier's "
-              "cross-node MPI_Get path runs on one machine (0 = real nodes)")
+              "cross-node MPI_Get path runs on one machine (0 = real nodes)", /*hidden=*/true)
         ->group("");
     cmd.add_option("--stage-read", a.stage_read,
                    "How --stage memory takes in a shard: map (map the files' pages, read them "

@@ -52,6 +52,7 @@ Communicator::Communicator(MPI_Comm user_comm, std::chrono::seconds timeout)
     if (!initialized) throw MpiError("comm: MPI is not initialised; call MPI_Init first");
     if (user_comm == MPI_COMM_NULL) throw ConfigError("comm: the communicator is MPI_COMM_NULL");
     detail::check_launcher();
+    check_timeout(timeout, "comm: the communicator's watchdog deadline");
     set_timeout(timeout);
     // Local: the watch below needs the size (a world of one arms nothing).
     check_mpi(MPI_Comm_size(user_comm, &size_), "MPI_Comm_size");

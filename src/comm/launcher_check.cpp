@@ -62,14 +62,23 @@ std::optional<LauncherClaim> launcher_mismatch(int world_size, const EnvLookup& 
         mpi_launcher_set = true;
         if (*tasks > 1) return LauncherClaim{source.variable, *tasks, source.launcher};
     }
-    for (const Source& source : kTorch) {
-        const std::optional<long long> tasks = count_of(env, source.variable);
-        if (tasks && *tasks > 1) return LauncherClaim{source.variable, *tasks, source.launcher};
+    // Under an MPI launcher's count of 1, WORLD_SIZE may be a job script's leftover export (for
+    // torch's env:// set-up): only torchrun's own marks make it torchrun's.
+    const bool torchrun = env("TORCHELASTIC_RUN_ID").has_value() || env("GROUP_RANK").has_value();
+    if (!mpi_launcher_set || torchrun) {
+        for (const Source& source : kTorch) {
+            const std::optional<long long> tasks = count_of(env, source.variable);
+            if (tasks && *tasks > 1) return LauncherClaim{source.variable, *tasks, source.launcher};
+        }
     }
     if (mpi_launcher_set) return std::nullopt;  // mpirun -n 1 inside a larger allocation
     for (const Source& source : kSlurm) {
         const std::optional<long long> tasks = count_of(env, source.variable);
-        if (tasks && *tasks > 1) return LauncherClaim{source.variable, *tasks, source.launcher};
+        if (!tasks) continue;
+        if (*tasks > 1) return LauncherClaim{source.variable, *tasks, source.launcher};
+        // srun's step count, when set, is the count of this step: the allocation's
+        // SLURM_NTASKS that follows may be larger on purpose (srun -n 1 inside sbatch -n 4).
+        if (std::string(source.variable) == "SLURM_STEP_NUM_TASKS") return std::nullopt;
     }
     return std::nullopt;
 }

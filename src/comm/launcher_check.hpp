@@ -37,8 +37,11 @@ inline constexpr const char* kAllowSingletonVariable = "MPISTAGE_ALLOW_SINGLETON
 ///    `PMI_SIZE` from Hydra/PMI-1/PMI-2 launchers and `srun --mpi=pmi2`, `PMIX_SIZE` where the
 ///    PMIx server exports it, `MV2_COMM_WORLD_SIZE` from MVAPICH): above 1 in a world of one means
 ///    this binary's MPI did not join the launcher's job (two MPI libraries mixed up);
-///  - torchrun's `WORLD_SIZE` and `LOCAL_WORLD_SIZE`;
-///  - Slurm's `SLURM_STEP_NUM_TASKS`, `SLURM_NTASKS`, `SLURM_NPROCS`, but only when no MPI
+///  - torchrun's `WORLD_SIZE` and `LOCAL_WORLD_SIZE`; under an MPI launcher's count of 1 only
+///    when torchrun's own `TORCHELASTIC_RUN_ID` or `GROUP_RANK` is set too (`mpirun -n 1
+///    torchrun ...`), since job scripts export `WORLD_SIZE` for torch themselves;
+///  - Slurm's `SLURM_STEP_NUM_TASKS` (when set, the only one read: an `srun -n 1` step), else
+///    `SLURM_NTASKS`, `SLURM_NPROCS`, but only when no MPI
 ///    launcher count is set: `mpirun -n 1` inside an `sbatch -n 4` allocation sets
 ///    `OMPI_COMM_WORLD_SIZE=1`, and that intended run of one is not refused.
 /// Values that are not whole numbers are ignored (they are not this check's business).

@@ -39,7 +39,11 @@ TEST(LauncherCheck, TorchrunWorldSizeAboveOneInAWorldOfOneIsRefused) {
     EXPECT_EQ(variable_of(1, {{"LOCAL_WORLD_SIZE", "8"}}), "LOCAL_WORLD_SIZE=8");
     EXPECT_EQ(variable_of(1, {{"WORLD_SIZE", "1"}}), "");
     // mpirun -n 1 torchrun --nproc_per_node 2: the MPI launcher said 1, torchrun 2.
-    EXPECT_EQ(variable_of(1, {{"OMPI_COMM_WORLD_SIZE", "1"}, {"WORLD_SIZE", "2"}}), "WORLD_SIZE=2");
+    EXPECT_EQ(variable_of(1, {{"OMPI_COMM_WORLD_SIZE", "1"}, {"WORLD_SIZE", "2"},
+                              {"TORCHELASTIC_RUN_ID", "none"}}),
+              "WORLD_SIZE=2");
+    // mpirun -n 1 ./tool in a script that exported WORLD_SIZE for torch: intended.
+    EXPECT_EQ(variable_of(1, {{"OMPI_COMM_WORLD_SIZE", "1"}, {"WORLD_SIZE", "4"}}), "");
 }
 
 TEST(LauncherCheck, AWorldOfMoreThanOneIsNeverRefused) {
@@ -54,6 +58,8 @@ TEST(LauncherCheck, SlurmTasksWithoutAnMpiLauncherAreRefused) {
     EXPECT_EQ(variable_of(1, {{"SLURM_STEP_NUM_TASKS", "4"}, {"SLURM_NTASKS", "4"}}),
               "SLURM_STEP_NUM_TASKS=4");
     EXPECT_EQ(variable_of(1, {{"SLURM_NTASKS", "1"}}), "");
+    // srun -n 1 inside sbatch -n 4: the step's own count is 1.
+    EXPECT_EQ(variable_of(1, {{"SLURM_STEP_NUM_TASKS", "1"}, {"SLURM_NTASKS", "4"}}), "");
 }
 
 TEST(LauncherCheck, MpirunOfOneInsideALargerAllocationIsAccepted) {
