@@ -93,6 +93,22 @@ py::object next_batch(const py::object& self) {
     return batch_to_python(std::move(batch));
 }
 
+// Collective for HDF5 and TFRecord (their close() is; Python calls it on every rank): closes the
+// files of a source open_source made. Reads after it throw the source's ConfigError.
+void close_source(Source& source) {
+    settle();
+    py::gil_scoped_release unlocked;
+    if (auto* h5 = dynamic_cast<Hdf5Source*>(&source)) {
+        h5->close();
+    } else if (auto* tf = dynamic_cast<TfRecordSource*>(&source)) {
+        tf->close();
+    } else if (auto* raw = dynamic_cast<RawSource*>(&source)) {
+        raw->close();
+    } else {
+        throw ConfigError("Source.close(): this kind of source cannot be closed");
+    }
+}
+
 }  // namespace
 
 void bind_loader(py::module_& m) {
@@ -101,7 +117,10 @@ void bind_loader(py::module_& m) {
                                [](const Source& s) { return fields_to_python(s.fields()); })
         .def_property_readonly("num_samples", &Source::num_samples)
         .def_property_readonly("fingerprint", &Source::fingerprint)
-        .def_property_readonly("notes", &Source::notes);
+        .def_property_readonly("notes", &Source::notes)
+        .def("close", &close_source,
+             "Collective: closes the source's files (Hdf5Source / TfRecordSource / "
+             "RawSource::close); later reads throw ConfigError naming them.");
     m.def("open_source", &open, py::arg("comm"), py::arg("paths"), py::arg("format"),
           py::arg("fields"), py::arg("index_paths"), py::arg("on_corrupt"), py::arg("features"),
           "Collective: opens files as a Source (mpistage::open_source).");

@@ -1,0 +1,86 @@
+"""The CLI's checks from Python (issue 41), part 2: Source.close() (collective, reads after it a
+ConfigError naming the source) and stop signals (the CLI's --stop-signals machinery): a SIGTERM
+to one rank stops every rank at the same step, the state is equal, resume is exactly once.
+Needs peers: 2 ranks (also runs at 1)."""
+import os
+import signal
+
+import numpy as np
+import pytest
+from conftest import COMM, TIMEOUT, gather_ids, same_on_every_rank
+
+import mpistage
+
+N = 103
+
+
+def load(source, **kw):
+    kw.setdefault("timeout", TIMEOUT)
+    kw.setdefault("device", "cpu")
+    return mpistage.Loader(source, **kw)
+
+
+def test_source_close(small_h5):
+    source = mpistage.open_source(small_h5)
+    loader = load(source, batch_size=4)
+    with pytest.raises(mpistage.ConfigError) as busy:
+        source.close()  # a loader still reads it
+    assert "still open" in str(busy.value) and small_h5 in str(busy.value)
+    assert not source.closed
+    assert sum(1 for _ in loader.epoch(0)) == len(loader)
+    loader.close()
+    source.close()
+    source.close()  # twice is fine
+    assert source.closed and source.num_samples == N and source.paths == [small_h5]
+    with pytest.raises(mpistage.ConfigError) as closed:
+        load(source, batch_size=4)
+    assert "closed" in str(closed.value) and small_h5 in str(closed.value)
+    assert same_on_every_rank(str(closed.value))
+    with mpistage.open_source(small_h5) as again:  # `with` closes it
+        assert again.num_samples == N
+    assert again.closed
+
+
+def test_stop_signal_arguments():
+    with pytest.raises(mpistage.ConfigError) as bad:
+        mpistage.install_stop_signals("TERM,KILL")
+    assert "KILL" in str(bad.value) and "signals=" in str(bad.value)
+    assert same_on_every_rank(str(bad.value))
+    with pytest.raises(TypeError):
+        mpistage.install_stop_signals(1.5)
+    assert mpistage.install_stop_signals("none") == []
+    assert mpistage.EXIT_STOPPED == 75
+
+
+def test_sigterm_to_one_rank_stops_all_at_one_step(small_h5):
+    assert mpistage.install_stop_signals([signal.SIGUSR1, "TERM"]) == ["USR1", "TERM"]
+    source = mpistage.open_source(small_h5)
+    loader = load(source, batch_size=2, sharding="global", shuffle="global", seed=3,
+                  remainder="mask", prefetch=2)
+    epoch = loader.epoch(0)
+    seen = []
+    for step, batch in enumerate(epoch):
+        seen += batch.index[batch.valid].tolist()
+        if step == 3 and COMM.rank == COMM.size - 1:
+            os.kill(os.getpid(), signal.SIGTERM)  # only the last rank gets it
+    steps = step + 1
+    assert epoch.stopped and steps < len(loader)
+    assert same_on_every_rank(steps)
+    assert mpistage.stop_signal() == ("TERM" if COMM.rank == COMM.size - 1 else None)
+    state = loader.state_dict()
+    assert same_on_every_rank(state)
+    loader.close()
+    mpistage.clear_stop_request()
+    assert not mpistage.stop_requested()
+    # resume: the rest of epoch 0, every sample exactly once over both parts and all ranks
+    resumed = load(source, state=state, batch_size=2, sharding="global", shuffle="global",
+                   seed=3, remainder="mask", prefetch=2)
+    rest = []
+    for batch in resumed:
+        rest += batch.index[batch.valid].tolist()
+    ids = np.sort(np.concatenate([gather_ids(seen), gather_ids(rest)]))
+    assert np.array_equal(ids, np.arange(N))
+    resumed.close()
+    mpistage.install_stop_signals("none")
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGUSR1, signal.SIG_DFL)
