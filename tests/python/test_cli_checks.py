@@ -84,3 +84,30 @@ def test_sigterm_to_one_rank_stops_all_at_one_step(small_h5):
     mpistage.install_stop_signals("none")
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGUSR1, signal.SIG_DFL)
+
+
+def write_idx(path, array):
+    """An uncompressed IDX file of a uint8 array (rank 0 writes): magic 0x0000 08 ndim, dims."""
+    if COMM.rank == 0:
+        with open(path, "wb") as f:
+            f.write(bytes([0, 0, 0x08, array.ndim]))
+            f.write(np.asarray(array.shape, dtype=">i4").tobytes())
+            f.write(array.astype(np.uint8).tobytes())
+    COMM.Barrier()
+    return path
+
+
+def test_idx_source_close(workdir):
+    images = write_idx(os.path.join(workdir, "close-images-idx3-ubyte"),
+                       (np.arange(N * 4) % 251).reshape(N, 2, 2))
+    labels = write_idx(os.path.join(workdir, "close-labels-idx1-ubyte"), np.arange(N) % 10)
+    source = mpistage.open_source([images, labels], format="idx")
+    loader = load(source, batch_size=4, remainder="mask")
+    ids = [i for b in loader.epoch(0) for i in b.index[b.valid].tolist()]
+    assert np.array_equal(np.sort(gather_ids(ids)), np.arange(N))
+    loader.close()
+    source.close()  # RawSource::close
+    assert source.closed and source.num_samples == N
+    with pytest.raises(mpistage.ConfigError) as closed:
+        load(source, batch_size=4)
+    assert images in str(closed.value)
