@@ -58,6 +58,9 @@ py::dict stats_to_python(const LoaderStats& s) {
     d["stage_s"] = s.stage_time.count();
     d["stage_read_method"] = s.stage_read_method;
     d["stage_read_note"] = s.stage_read_note;
+    // As the CLI's --json ranks[] (cli::FileInput::totals): host -> device copies.
+    d["h2d_bytes"] = s.staging.bytes_copied;
+    d["h2d_seconds"] = s.staging.copy_seconds;
     return d;
 }
 

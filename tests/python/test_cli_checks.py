@@ -111,3 +111,16 @@ def test_idx_source_close(workdir):
     with pytest.raises(mpistage.ConfigError) as closed:
         load(source, batch_size=4)
     assert images in str(closed.value)
+
+
+def test_stats_dict_counts_what_was_yielded(small_h5):
+    source = mpistage.open_source(small_h5)
+    loader = load(source, batch_size=4, remainder="mask")
+    valid = sum(b.num_valid for b in loader.epoch(0))
+    stats = loader.stats
+    assert stats["batches"] == len(loader) and stats["valid_samples"] == valid
+    # x float32 [3] + y int64: 20 bytes a sample; at least the valid ones were read
+    assert stats["bytes_read"] >= valid * 20
+    assert stats["device"] == "cpu" and stats["h2d_bytes"] == 0 and stats["h2d_seconds"] == 0
+    assert sum(COMM.allgather(stats["valid_samples"])) == N
+    loader.close()
