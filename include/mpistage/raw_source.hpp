@@ -62,6 +62,13 @@ public:
     /// Fields stored as they are returned: one-byte elements, or not `big_endian`.
     bool file_rows(std::size_t field, detail::FileRows& out) const override;
 
+    /// Not collective (each rank closes its own descriptors; callers that close every rank's
+    /// source at once, such as Python's `Source.close()`, make it a collective step): closes
+    /// the files. Safe to call twice. Later reads and `check_unchanged()` throw ConfigError
+    /// naming the files; `fields()`, `num_samples()` and `fingerprint()` stay valid. Waits for
+    /// reads running in other threads.
+    void close() noexcept;
+
 private:
     struct Impl;
     std::unique_ptr<Impl> impl_;

@@ -27,6 +27,14 @@ from ._mpistage import (  # noqa: F401
 )
 from .batch import Batch  # noqa: F401
 from .loader import Epoch, Loader, Source, open_source  # noqa: F401
+from .stop import (  # noqa: F401
+    EXIT_STOPPED,
+    clear_stop_request,
+    install_stop_signals,
+    request_stop,
+    stop_requested,
+    stop_signal,
+)
 from .streams import (  # noqa: F401
     Field,
     StreamLoader,
@@ -37,9 +45,10 @@ from .streams import (  # noqa: F401
 )
 
 __all__ = [
-    "Batch", "ConfigError", "CudaError", "Epoch", "Error", "Field", "FormatError", "Hdf5Error",
-    "IoError", "Loader", "MpiError", "Source", "StreamLoader", "StreamSource", "open_source",
-    "open_sqlite", "per_rank_stream", "stream_source",
+    "Batch", "ConfigError", "CudaError", "EXIT_STOPPED", "Epoch", "Error", "Field",
+    "FormatError", "Hdf5Error", "IoError", "Loader", "MpiError", "Source", "StreamLoader",
+    "StreamSource", "clear_stop_request", "install_stop_signals", "open_source", "open_sqlite",
+    "per_rank_stream", "request_stop", "stop_requested", "stop_signal", "stream_source",
 ]
 
 

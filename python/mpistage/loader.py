@@ -2,6 +2,7 @@
 import json
 import logging
 import warnings
+import weakref
 
 from mpi4py import MPI
 
@@ -75,13 +76,68 @@ def _paths(paths):
 class Source(_lifetime.Tracked):
     """Files opened as one dataset of samples addressed by id (HDF5, IDX, TFRecord/Example).
 
-    ``fields``: list of dicts (name, dtype, shape, sample_bytes, ragged); ``num_samples``: N.
-    Created by ``open_source``; must outlive the loaders reading it (they keep a reference).
+    ``fields``: list of dicts (name, dtype, shape, sample_bytes, ragged); ``num_samples``: N;
+    ``paths``: the files. Created by ``open_source``; must outlive the loaders reading it (they
+    keep a reference). ``close()`` (or ``with open_source(...) as source:``) closes the files.
+    Not thread-safe.
     """
 
-    def __init__(self, core):
+    def __init__(self, core, paths=()):
         self._core = core
+        self._paths = list(paths)
+        self._closed = False
+        self._loaders = weakref.WeakSet()  # loaders built over this source (open or closed)
         self._track()
+
+    @property
+    def paths(self):
+        """The files, as given to ``open_source``."""
+        return list(self._paths)
+
+    @property
+    def closed(self):
+        """Whether ``close()`` was called (the same on every rank)."""
+        return self._closed
+
+    def _name(self):
+        shown = ", ".join(f"'{p}'" for p in self._paths[:3])
+        more = len(self._paths) - 3
+        return f"source {shown}" + (f" and {more} other file(s)" if more > 0 else "")
+
+    def _check_open(self, what):
+        """ConfigError naming the source when it was closed (identical on every rank: close()
+        is collective)."""
+        if self._closed:
+            raise _core.ConfigError(f"{what}: {self._name()} was closed (Source.close()); "
+                                    "open it again with open_source")
+
+    def close(self):
+        """Collective over the source's communicator (every rank calls it at the same point):
+        closes the files (HDF5: the collective H5Fclose; TFRecord: the MPI files and the
+        shared descriptor window; IDX: the descriptors). Safe to call twice. ``fields``,
+        ``num_samples``, ``paths`` and ``notes`` stay valid; a ``Loader`` over the closed
+        source, and any read of it, is a ConfigError naming the source.
+
+        Raises:
+            ConfigError: a loader reading this source is still open (``loader.close()``
+                first); the same on every rank, the source left open.
+        """
+        if self._closed:
+            return
+        open_loaders = [l for l in self._loaders if "_core" in l.__dict__]
+        if open_loaders:
+            raise _core.ConfigError(
+                f"Source.close(): {len(open_loaders)} loader(s) reading {self._name()} are "
+                "still open; close them first (loader.close(), collective)")
+        self._core.close()
+        self._closed = True
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if exc[0] is None:
+            self.close()
 
     @property
     def fields(self):
@@ -128,7 +184,7 @@ def open_source(paths, *, format="auto", fields=(), index=(), on_corrupt="error"
     core = _core.open_source(_handle(comm), _text_list(_paths(paths), "paths"), format,
                              _text_list(fields, "fields"), _text_list(index, "index"),
                              on_corrupt, _text_list(features, "features"), timeout)
-    return Source(core)
+    return Source(core, _paths(paths))
 
 
 class Epoch(_lifetime.Tracked):
@@ -246,6 +302,7 @@ class Loader(_lifetime.Tracked):
         if not isinstance(source, Source):
             raise TypeError(f"source= takes an mpistage.Source (from open_source), got "
                             f"{type(source).__name__}")
+        source._check_open("mpistage.Loader")
         if state is not None and not isinstance(state, dict):
             raise TypeError(f"state= takes a dict from state() / state_dict(), got "
                             f"{type(state).__name__}")
@@ -288,6 +345,7 @@ class Loader(_lifetime.Tracked):
         if tensors == "torch":
             _torch_module()  # imported here, not inside the first epoch
         self._next_epoch = 0 if state is None else int(state["epoch"])
+        source._loaders.add(self)
         self._track()
         self._report_remainder()
 
@@ -359,6 +417,7 @@ class Loader(_lifetime.Tracked):
         if not isinstance(state_dict, dict):
             raise TypeError(f"load_state_dict: state_dict= takes a dict from state_dict(), got "
                             f"{type(state_dict).__name__}")
+        self._source._check_open("load_state_dict")
         core = _core.Loader.restore(self._handle, self._source._core, self._options,
                                     json.dumps(state_dict))
         old = self.__dict__.get("_core")

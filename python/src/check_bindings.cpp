@@ -3,8 +3,10 @@
 // verdict (`verify_epoch`), so `Loader(verify=True)` and `--verify` agree on every epoch.
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "bindings.hpp"
+#include "cli/stop_signals.hpp"
 #include "cli/verify.hpp"
 #include "comm/agree.hpp"
 #include "interruptible.hpp"
@@ -76,6 +78,43 @@ private:
 }  // namespace
 
 void bind_checks(py::module_& m) {
+    // `mpistage stage --stop-signals` (cli/stop_signals.hpp, mpistage/stop.hpp): the same parser
+    // of signal names and the library's process-wide stop request every loader's agreement
+    // carries.
+    m.def(
+        "install_stop_signals",
+        [](std::int64_t comm, const std::string& list) {
+            std::vector<int> signals;
+            {
+                const Communicator c = communicator(comm);
+                py::gil_scoped_release unlocked;
+                // As `stage` installs them: agreed, so a bad list fails on every rank.
+                run_agreed(c, [&] {
+                    signals = cli::parse_stop_signals(list);
+                    install_stop_signals(signals);
+                });
+            }
+            std::vector<std::string> names;
+            for (int s : signals) names.push_back(cli::signal_name(s));
+            return names;
+        },
+        py::arg("comm"), py::arg("signals"),
+        "Collective over `comm`: --stop-signals' list (\"USR1,TERM\", \"none\") installed as stop handlers; "
+        "returns their names. @throws ConfigError naming an entry that is not a catchable signal.");
+    m.attr("EXIT_STOPPED") = cli::kExitStopped;
+    m.def("request_stop", &request_stop, "Local, async-signal-safe: mpistage::request_stop().");
+    m.def("stop_requested", &stop_requested, "Local: mpistage::stop_requested().");
+    m.def(
+        "stop_signal",
+        []() -> py::object {
+            const int s = stop_signal();
+            if (s == 0) return py::none();
+            return py::str(cli::signal_name(s));
+        },
+        "Local: the name of the signal that requested the stop (\"TERM\"), or None.");
+    m.def("clear_stop_request", &clear_stop_request,
+          "Local: mpistage::clear_stop_request().");
+
     py::class_<EpochCheck>(m, "EpochCheck")
         .def(py::init([](const Loader& loader) {
                  settle();

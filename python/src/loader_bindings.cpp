@@ -58,6 +58,9 @@ py::dict stats_to_python(const LoaderStats& s) {
     d["stage_s"] = s.stage_time.count();
     d["stage_read_method"] = s.stage_read_method;
     d["stage_read_note"] = s.stage_read_note;
+    // As the CLI's --json ranks[] (cli::FileInput::totals): host -> device copies.
+    d["h2d_bytes"] = s.staging.bytes_copied;
+    d["h2d_seconds"] = s.staging.copy_seconds;
     return d;
 }
 
@@ -93,6 +96,22 @@ py::object next_batch(const py::object& self) {
     return batch_to_python(std::move(batch));
 }
 
+// Collective for HDF5 and TFRecord (their close() is; Python calls it on every rank): closes the
+// files of a source open_source made. Reads after it throw the source's ConfigError.
+void close_source(Source& source) {
+    settle();
+    py::gil_scoped_release unlocked;
+    if (auto* h5 = dynamic_cast<Hdf5Source*>(&source)) {
+        h5->close();
+    } else if (auto* tf = dynamic_cast<TfRecordSource*>(&source)) {
+        tf->close();
+    } else if (auto* raw = dynamic_cast<RawSource*>(&source)) {
+        raw->close();
+    } else {
+        throw ConfigError("Source.close(): this kind of source cannot be closed");
+    }
+}
+
 }  // namespace
 
 void bind_loader(py::module_& m) {
@@ -101,7 +120,10 @@ void bind_loader(py::module_& m) {
                                [](const Source& s) { return fields_to_python(s.fields()); })
         .def_property_readonly("num_samples", &Source::num_samples)
         .def_property_readonly("fingerprint", &Source::fingerprint)
-        .def_property_readonly("notes", &Source::notes);
+        .def_property_readonly("notes", &Source::notes)
+        .def("close", &close_source,
+             "Collective: closes the source's files (Hdf5Source / TfRecordSource / "
+             "RawSource::close); later reads throw ConfigError naming them.");
     m.def("open_source", &open, py::arg("comm"), py::arg("paths"), py::arg("format"),
           py::arg("fields"), py::arg("index_paths"), py::arg("on_corrupt"), py::arg("features"),
           py::arg("timeout_s"),

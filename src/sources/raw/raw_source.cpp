@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <mutex>
+#include <shared_mutex>
 
 #include "comm/agree.hpp"
 #include "sources/file_rows.hpp"
@@ -71,6 +73,18 @@ struct RawSource::Impl {
     std::vector<FieldInfo> infos;
     std::uint64_t num_samples = 0;
     std::uint64_t record_bytes = 0;
+    /// Held shared by every use of `files`, exclusively by close(): a read in another thread
+    /// never sees a descriptor closed under it.
+    mutable std::shared_mutex files_mutex;
+    bool closed = false;  ///< after close(): every read throws (check_open)
+
+    /// @throws ConfigError after `close()`: a read of a closed source, naming its files.
+    void check_open(const char* what) const {
+        if (!closed) return;
+        std::string names;
+        for (const RawField& f : raw) names += (names.empty() ? "'" : ", '") + f.path + "'";
+        throw ConfigError("raw: " + names + ": " + what + " of a closed source (after close())");
+    }
 };
 
 RawSource::RawSource(const Communicator& comm, std::vector<RawField> fields)
@@ -134,6 +148,12 @@ RawSource::RawSource(const Communicator& comm, std::vector<RawField> fields)
 
 RawSource::~RawSource() = default;
 
+void RawSource::close() noexcept {
+    const std::unique_lock<std::shared_mutex> lock(impl_->files_mutex);
+    impl_->files.clear();
+    impl_->closed = true;
+}
+
 const std::vector<FieldInfo>& RawSource::fields() const { return impl_->infos; }
 std::uint64_t RawSource::num_samples() const { return impl_->num_samples; }
 std::uint64_t RawSource::records_in_cut(int rank, int world_size) const {
@@ -167,6 +187,8 @@ std::size_t run_length(const std::uint64_t* ids, const std::vector<std::size_t>&
 
 void RawSource::read(const std::uint64_t* ids, std::size_t count, BatchSink& sink) const {
     constexpr std::uint64_t kMaxReadBytes = std::uint64_t{1} << 30;
+    const std::shared_lock<std::shared_mutex> lock(impl_->files_mutex);
+    impl_->check_open("read");
     for (std::size_t k = 0; k < count; ++k) {
         if (ids[k] >= impl_->num_samples) {
             throw ConfigError("raw: sample id " + std::to_string(ids[k]) + " out of range");
@@ -210,13 +232,16 @@ void RawSource::read(const std::uint64_t* ids, std::size_t count, BatchSink& sin
 }
 
 void RawSource::check_unchanged() const {
+    const std::shared_lock<std::shared_mutex> lock(impl_->files_mutex);
+    impl_->check_open("check_unchanged");
     for (std::size_t i = 0; i < impl_->files.size(); ++i) {
         detail::check_file_unchanged(impl_->files[i], impl_->identities[i], "raw");
     }
 }
 
 bool RawSource::file_rows(std::size_t field, detail::FileRows& out) const {
-    if (field >= impl_->raw.size()) return false;
+    const std::shared_lock<std::shared_mutex> lock(impl_->files_mutex);
+    if (impl_->closed || field >= impl_->raw.size()) return false;
     const RawField& f = impl_->raw[field];
     if (f.big_endian && dtype_size(f.dtype) > 1) return false;
     const detail::PosixFile& file = impl_->files[field];

@@ -151,7 +151,12 @@ std::uint64_t TfRecordSource::sample_bytes(std::uint64_t id) const {
 
 tfrecord::RecordRef TfRecordSource::record(std::uint64_t id) const {
     if (impl_->records == nullptr) {
-        throw ConfigError("tfrecord: record " + std::to_string(id) + " asked of a closed source");
+        throw ConfigError("tfrecord: '" + impl_->paths.front() + "'" +
+                          (impl_->paths.size() > 1
+                               ? " and " + std::to_string(impl_->paths.size() - 1) + " other file(s)"
+                               : std::string()) +
+                          ": record " + std::to_string(id) +
+                          " asked of a closed source (after close())");
     }
     if (id >= impl_->num_records) {
         throw ConfigError("tfrecord: record id " + std::to_string(id) +
