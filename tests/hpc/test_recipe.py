@@ -287,9 +287,10 @@ PKG_CONFIG_MODULES = {"libisal": "isa-l", "sqlite3": "sqlite", "libxxhash": "xxh
 # The Spack package of each third-party module the Python package (python/mpistage) imports
 # at run time; the standard library needs none.
 PYTHON_IMPORTS = {"mpi4py": "py-mpi4py", "numpy": "py-numpy", "torch": "py-torch"}
-PYTHON_STDLIB = {"atexit", "gc", "itertools", "json", "weakref", "os", "sys", "collections",
-                 "typing", "contextlib", "functools", "threading", "warnings", "datetime",
-                 "socket"}
+# The standard library needs no depends_on: Python's own list (3.10+), or a fallback list.
+PYTHON_STDLIB = set(getattr(sys, "stdlib_module_names", ())) or {
+    "atexit", "gc", "itertools", "json", "weakref", "os", "sys", "collections", "typing",
+    "contextlib", "functools", "threading", "warnings", "datetime", "socket", "logging", "signal"}
 # depends_on that no find_package names: the compilers, and the build tool itself.
 NOT_FOUND_BY_CMAKE = {"c", "cxx", "cmake"}
 
