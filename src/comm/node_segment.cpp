@@ -1,18 +1,104 @@
 #include "comm/node_segment.hpp"
 
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 #include <utility>
+#include <vector>
 
+#include "comm/agree.hpp"
 #include "comm/blocking_watch.hpp"
 #include "mpistage/comm.hpp"
+#include "mpistage/error.hpp"
 #include "util/page_populate.hpp"
 
 namespace mpistage::detail {
 
+namespace {
+
+/// A string control variable of the MPI library through the MPI tool interface (MPI-3.1
+/// MPI_T_cvar_*); empty when the library has no variable of that name.
+std::string mpi_string_cvar(const char* name) {
+    int provided = 0;
+    if (MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS) return {};
+    std::string value;
+    int index = 0;
+    if (MPI_T_cvar_get_index(name, &index) == MPI_SUCCESS) {
+        MPI_T_cvar_handle handle = MPI_T_CVAR_HANDLE_NULL;
+        int count = 0;
+        if (MPI_T_cvar_handle_alloc(index, nullptr, &handle, &count) == MPI_SUCCESS) {
+            if (count > 0 && count < 65536) {
+                std::vector<char> buf(static_cast<std::size_t>(count) + 1, '\0');
+                if (MPI_T_cvar_read(handle, buf.data()) == MPI_SUCCESS) value = buf.data();
+            }
+            MPI_T_cvar_handle_free(&handle);
+        }
+    }
+    MPI_T_finalize();
+    return value;
+}
+
+/// The directory whose file system backs MPI's shared-memory windows: Open MPI's
+/// `osc_sm_backing_directory` (default /dev/shm on Linux; set by OMPI_MCA_osc_sm_backing_directory
+/// or `--mca`), else /dev/shm where it exists (MPICH and its derivatives map files there); empty
+/// when neither is known, and the capacity is then not checked.
+std::string window_backing_directory() {
+    std::string dir = mpi_string_cvar("osc_sm_backing_directory");
+    if (dir.empty()) dir = "/dev/shm";
+    struct stat st {};
+    if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return {};
+    return dir;
+}
+
+/// Collective over `comm` (every rank of `nodes`' node communicator constructs the window at
+/// the same point): refuses a node window whose bytes, summed over the node's ranks, exceed the
+/// free space of the file system that backs it. Without the check Open MPI prints a warning and
+/// one rank never returns from MPI_Win_allocate_shared, so the job waits its whole timeout and
+/// the watchdog blames a stopped rank. @throws ConfigError (agreed) naming both sizes.
+void check_window_capacity(const Communicator& comm, const NodeMap& nodes,
+                           std::uint64_t size_bytes, const std::string& purpose,
+                           const std::string& advice) {
+    unsigned long long node_bytes = 0;
+    unsigned long long mine = size_bytes;
+    check_mpi(MPI_Allreduce(&mine, &node_bytes, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM,
+                            nodes.node_comm.get()),
+              "node window: MPI_Allreduce(node bytes)");
+    int node_size = 1;
+    check_mpi(MPI_Comm_size(nodes.node_comm.get(), &node_size), "node window: MPI_Comm_size(node)");
+    LocalStatus status = capture([&] {
+        if (node_bytes == 0) return;
+        const std::string dir = window_backing_directory();
+        struct statvfs fs {};
+        if (dir.empty() || ::statvfs(dir.c_str(), &fs) != 0) return;
+        const std::uint64_t free_bytes =
+            static_cast<std::uint64_t>(fs.f_bavail) * static_cast<std::uint64_t>(fs.f_frsize);
+        // The library rounds each rank's segment up to pages and keeps a page of state a rank.
+        const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+        const std::uint64_t needed = node_bytes + 2 * page * static_cast<std::uint64_t>(node_size);
+        if (needed <= free_bytes) return;
+        throw ConfigError(purpose + ": the node's shared-memory window needs " +
+                          std::to_string(needed) + " bytes (" + std::to_string(node_size) +
+                          " rank(s) of this node) but " + dir + " has " +
+                          std::to_string(free_bytes) +
+                          " bytes free (MPI backs shared windows with files there); " + advice +
+                          ", or give " + dir +
+                          " more room (a larger tmpfs: `mount -o remount,size=...`; Open MPI: "
+                          "OMPI_MCA_osc_sm_backing_directory=<a larger local directory>)");
+    });
+    agree_or_throw(comm, status);
+}
+
+}  // namespace
+
 NodeSegment::NodeSegment(const Communicator& watch_comm, const NodeMap& nodes,
-                         std::uint64_t size_bytes, SegmentLayout layout)
+                         std::uint64_t size_bytes, SegmentLayout layout,
+                         const std::string& purpose, const std::string& advice)
     : size_(size_bytes), timeout_(watch_comm.timeout()), ranks_(watch_comm.size()) {
+    check_window_capacity(watch_comm, nodes, size_bytes, purpose, advice);
     const MPI_Comm comm = watch_comm.get();
     const std::string what =
         "node window: MPI_Win_allocate_shared(" + std::to_string(size_bytes) + " bytes)";

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "comm/node_map.hpp"
@@ -35,10 +36,17 @@ struct SegmentLayout {
 class NodeSegment {
 public:
     NodeSegment() = default;
-    /// Collective over `comm`. The window's teardown (`MPI_Win_free`) is watched with `comm`'s
-    /// timeout. @throws MpiError naming the call and the bytes.
+    /// Collective over `comm` (every rank of `comm` constructs its segment at the same point).
+    /// First checks that the node's segments fit in the free space of the file system that
+    /// backs MPI's shared windows (Open MPI's `osc_sm_backing_directory`, /dev/shm by default).
+    /// The window's teardown (`MPI_Win_free`) is watched with `comm`'s timeout.
+    /// @param purpose what the window holds, first in the error ("memory tier of a.h5").
+    /// @param advice how the user can do without so large a window, in the error.
+    /// @throws ConfigError (agreed) naming both sizes and the directory when it does not fit;
+    ///         MpiError naming the call and the bytes.
     NodeSegment(const Communicator& comm, const NodeMap& nodes, std::uint64_t size_bytes,
-                SegmentLayout layout = {});
+                SegmentLayout layout = {}, const std::string& purpose = "node window",
+                const std::string& advice = "use fewer bytes per node");
     NodeSegment(NodeSegment&& o) noexcept;
     NodeSegment& operator=(NodeSegment&& o) noexcept;
     NodeSegment(const NodeSegment&) = delete;

@@ -68,7 +68,11 @@ NodeMap arrive_and_map(const Communicator& comm, int ranks_per_node) {
 NodeSegment allocate_segment(const Communicator& comm, const NodeMap& nodes,
                              std::uint64_t size_bytes, const char* what) {
     const BlockingWatch watch(comm, std::string("MPI_Win_allocate_shared (tier, ") + what + ")");
-    return NodeSegment(comm, nodes, size_bytes);
+    return NodeSegment(comm, nodes, size_bytes, SegmentLayout{},
+                       std::string("memory tier (") + what + ")",
+                       "stage with --stage-read map (Python: stage_read=\"map\"; the file's own "
+                       "pages, no window), or lower --stage-budget below the shard so that "
+                       "--stage auto reads the files instead");
 }
 
 }  // namespace

@@ -166,8 +166,11 @@ void exchange_descriptors(const Communicator& comm, SourceState& state, LocalRec
         detail::SegmentLayout layout;
         layout.contiguous = true;
         layout.cross_node = false;
-        state.descriptor_window = detail::NodeSegment(comm, state.descriptor_nodes,
-                                                      seg.count[me] * sizeof(RecordRef), layout);
+        state.descriptor_window = detail::NodeSegment(
+            comm, state.descriptor_nodes, seg.count[me] * sizeof(RecordRef), layout,
+            "tfrecord: the descriptors of " + std::to_string(total) + " records (first file: " +
+                state.files[0].path + ")",
+            "split the dataset into several sources or run on more nodes");
     }
     run_agreed(comm, [&] {
         check_contiguous(state.descriptor_nodes, state.descriptor_window, seg, comm.rank());
