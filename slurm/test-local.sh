@@ -5,6 +5,9 @@
 #   2. slurm/train.sbatch, one short epoch with a node-local copy: the loss falls and the whole
 #      test set is evaluated; when the cluster has GPUs (gres "gpu", real or fake), every task
 #      is bound to a different GPU of its node (CUDA_VISIBLE_DEVICES by node-local rank)
+#   3. slurm/train_python.sbatch (when the build has the Python module), one epoch from Python
+#      with a node-local copy: every rank its shard (the steps of 60000 / NTASKS samples), the
+#      whole test set evaluated, test accuracy >= 70 %
 #
 #   slurm/test-local.sh [--build-dir DIR] [--work DIR] [--fashion-mnist DIR] [--ntasks N]
 #                       [--starter SCRIPT]
@@ -107,4 +110,18 @@ if [ "$gpus" = 1 ]; then
     [ "$bound" -eq "$ntasks" ] && [ "$distinct" -eq "$ntasks" ] \
         || fail "train job: $bound task(s) bound, $distinct distinct GPU(s); want $ntasks each"
 fi
-echo "slurm test-local: OK (stage and train jobs, $ntasks tasks; outputs in $work)"
+if [ -d "$build_dir/python/mpistage" ]; then
+    echo "== Python train job ($ntasks tasks, one epoch, node-local copy)"
+    EPOCHS=1 MIN_ACCURACY=70 submit train_python.sbatch
+    line=$(grep '^epoch 0: ' "$job_out") || fail "Python train job: no 'epoch 0:' line"
+    grep -q '(10000 images)' <<<"$line" || fail "Python train job: the test set was not evaluated whole"
+    steps=$(sed -n 's/^epoch 0: \([0-9]*\) steps.*/\1/p' <<<"$line")
+    # Equal steps on every rank, each rank its shard: ceil(60000 / ntasks / 64) with remainder mask.
+    want=$(( (60000 / ntasks + 63) / 64 ))
+    [ "$steps" -ge "$want" ] && [ "$steps" -le $((want + 1)) ] \
+        || fail "Python train job: $steps steps, want about $want (60000 samples over $ntasks ranks)"
+    if compgen -G "$STAGE_DIR/mpistage-*" >/dev/null; then fail "Python train job: node-local copy left behind"; fi
+else
+    echo "slurm test-local: no Python module in $build_dir/python (built without it): Python job not run"
+fi
+echo "slurm test-local: OK (stage, train and Python train jobs, $ntasks tasks; outputs in $work)"

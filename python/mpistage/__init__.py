@@ -26,6 +26,7 @@ from ._mpistage import (  # noqa: F401
     version as __version__,
 )
 from .batch import Batch  # noqa: F401
+from .convert import convert_idx, write_index  # noqa: F401
 from .loader import Epoch, Loader, Source, open_source  # noqa: F401
 from .stop import (  # noqa: F401
     EXIT_STOPPED,
@@ -49,6 +50,7 @@ __all__ = [
     "FormatError", "Hdf5Error", "IoError", "Loader", "MpiError", "Source", "StreamLoader",
     "StreamSource", "clear_stop_request", "install_stop_signals", "open_source", "open_sqlite",
     "per_rank_stream", "request_stop", "stop_requested", "stop_signal", "stream_source",
+    "convert_idx", "write_index",
 ]
 
 

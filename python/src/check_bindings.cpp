@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "bindings.hpp"
+#include "cli/args.hpp"
+#include "cli/commands.hpp"
 #include "cli/stop_signals.hpp"
 #include "cli/verify.hpp"
 #include "comm/agree.hpp"
@@ -114,6 +116,44 @@ void bind_checks(py::module_& m) {
         "Local: the name of the signal that requested the stop (\"TERM\"), or None.");
     m.def("clear_stop_request", &clear_stop_request,
           "Local: mpistage::clear_stop_request().");
+
+    // `mpistage convert idx` and `mpistage index`: the CLI's own commands (cli/commands.hpp), so
+    // a Python job converts and indexes exactly as the CLI does, with the same errors.
+    m.def(
+        "convert_idx",
+        [](std::int64_t comm, const std::string& images, const std::string& labels,
+           const std::string& output, const std::string& format, std::uint64_t chunk_rows,
+           int gzip_level) {
+            const Communicator c = communicator(comm);
+            cli::ConvertArgs a;
+            a.images = images;
+            a.labels = labels;
+            a.output = output;
+            a.format = format;
+            a.chunk_rows = chunk_rows;
+            a.gzip_level = gzip_level;
+            py::gil_scoped_release unlocked;
+            cli::run_convert(c, a);
+        },
+        py::arg("comm"), py::arg("images"), py::arg("labels"), py::arg("output"),
+        py::arg("format"), py::arg("chunk_rows"), py::arg("gzip_level"),
+        "Collective over `comm`: `mpistage convert idx` (rank 0 converts). @throws ConfigError, "
+        "IoError, FormatError, Hdf5Error, identically on every rank.");
+    m.def(
+        "write_index",
+        [](std::int64_t comm, const std::vector<std::string>& files,
+           const std::vector<std::string>& outputs) {
+            const Communicator c = communicator(comm);
+            cli::IndexArgs a;
+            a.files = files;
+            a.outputs = outputs;
+            py::gil_scoped_release unlocked;
+            cli::run_index(c, a);
+        },
+        py::arg("comm"), py::arg("files"), py::arg("outputs"),
+        "Collective over `comm`: `mpistage index` (DALI index files of TFRecord files, scanned "
+        "in parallel; rank 0 writes). @throws ConfigError, IoError, FormatError, identically on "
+        "every rank.");
 
     py::class_<EpochCheck>(m, "EpochCheck")
         .def(py::init([](const Loader& loader) {

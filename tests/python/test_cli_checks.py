@@ -1,7 +1,8 @@
 """The CLI's checks from Python (issue 41), part 2: Source.close() (collective, reads after it a
 ConfigError naming the source) and stop signals (the CLI's --stop-signals machinery): a SIGTERM
-to one rank stops every rank at the same step, the state is equal, resume is exactly once.
-Needs peers: 2 ranks (also runs at 1)."""
+to one rank stops every rank at the same step, the state is equal, resume is exactly once;
+convert_idx and write_index (the CLI's convert and index commands) against h5py and a framing
+parse of the TFRecord written here. Needs peers: 2 ranks (also runs at 1)."""
 import os
 import signal
 
@@ -124,3 +125,75 @@ def test_stats_dict_counts_what_was_yielded(small_h5):
     assert stats["device"] == "cpu" and stats["h2d_bytes"] == 0 and stats["h2d_seconds"] == 0
     assert sum(COMM.allgather(stats["valid_samples"])) == N
     loader.close()
+
+
+def write_idx_gz(path, array):
+    """An IDX file (big-endian dims, ubyte elements), gzip-compressed, written by rank 0."""
+    if COMM.rank == 0:
+        import gzip
+        import struct
+        with gzip.open(path, "wb") as f:
+            f.write(bytes([0, 0, 0x08, array.ndim]))
+            f.write(struct.pack(">" + "I" * array.ndim, *array.shape))
+            f.write(np.ascontiguousarray(array, dtype=np.uint8).tobytes())
+    COMM.Barrier()
+    return path
+
+
+def tfrecord_framing(path):
+    """(offset, payload + 16) of each record, parsed here from TensorFlow's framing (u64 length,
+    masked CRC of it, payload, masked CRC of it), independently of mpistage."""
+    import struct
+    out = []
+    with open(path, "rb") as f:
+        data = f.read()
+    offset = 0
+    while offset < len(data):
+        (length,) = struct.unpack_from("<Q", data, offset)
+        out.append((offset, length + 16))
+        offset += length + 16
+    assert offset == len(data)
+    return out
+
+
+def test_convert_idx_and_write_index(workdir):
+    rng = np.random.default_rng(5)
+    images = rng.integers(0, 256, size=(50, 4, 3), dtype=np.uint8)
+    labels = rng.integers(0, 10, size=50, dtype=np.uint8)
+    img = write_idx_gz(os.path.join(workdir, "conv-images.gz"), images)
+    lab = write_idx_gz(os.path.join(workdir, "conv-labels.gz"), labels)
+    h5 = os.path.join(workdir, "conv.h5")
+    mpistage.convert_idx(img, lab, h5)
+    if COMM.rank == 0:
+        import h5py
+        with h5py.File(h5, "r") as f:  # the known answer: h5py against the arrays written
+            assert np.array_equal(f["images"][()], images)
+            assert np.array_equal(f["labels"][()].astype(np.int64), labels.astype(np.int64))
+    COMM.Barrier()
+    with mpistage.open_source(h5) as source:
+        assert source.num_samples == 50
+
+    tfr = os.path.join(workdir, "conv.tfrecord")
+    mpistage.convert_idx(img, lab, tfr, format="tfrecord")
+    mpistage.write_index(tfr)
+    COMM.Barrier()
+    with open(tfr + ".idx") as f:
+        index = [tuple(int(v) for v in line.split()) for line in f]
+    assert index == tfrecord_framing(tfr) and len(index) == 50
+    mpistage.write_index([tfr], [os.path.join(workdir, "other.idx")])
+    with open(os.path.join(workdir, "other.idx")) as f:
+        assert [tuple(int(v) for v in line.split()) for line in f] == index
+
+    with pytest.raises(mpistage.ConfigError) as directory:
+        mpistage.convert_idx(img, lab, workdir)  # a directory, never replaced
+    assert workdir in str(directory.value) and "is a directory" in str(directory.value)
+    assert same_on_every_rank(str(directory.value))
+    with pytest.raises(mpistage.ConfigError) as fmt:
+        mpistage.convert_idx(img, lab, h5, format="zip")
+    assert "format=" in str(fmt.value)
+    with pytest.raises(mpistage.IoError) as missing:
+        mpistage.convert_idx(os.path.join(workdir, "absent.gz"), lab, h5)
+    assert "absent.gz" in str(missing.value) and same_on_every_rank(str(missing.value))
+    with pytest.raises(mpistage.ConfigError) as count:
+        mpistage.write_index([tfr], ["a.idx", "b.idx"])
+    assert "outputs=" in str(count.value)
