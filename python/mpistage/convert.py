@@ -24,7 +24,7 @@ def convert_idx(images, labels, output, *, format="hdf5", chunk_rows=0, gzip_lev
     Args:
         images, labels: IDX files; ``images`` [N, ...] uint8, ``labels`` [N] uint8.
         output: the file written (via a temporary file renamed into place; a regular file or a
-            new path). HDF5: datasets ``images`` [N, 28, 28] and ``labels`` [N]; TFRecord:
+            new path). HDF5: datasets ``images`` (the IDX shape, e.g. [N, 28, 28]) and ``labels`` [N]; TFRecord:
             tf.train.Example records with features ``image`` (bytes) and ``label`` (int64).
         format: "hdf5" or "tfrecord".
         chunk_rows: HDF5 only: 0 writes contiguous datasets, else chunks of that many rows.
