@@ -23,8 +23,14 @@ namespace {
 /// A string control variable of the MPI library through the MPI tool interface (MPI-3.1
 /// MPI_T_cvar_*); empty when the library has no variable of that name.
 std::string mpi_string_cvar(const char* name) {
+    // Asked for the thread level MPI_Init_thread gave: Open MPI 4.1's MPI_T_init_thread stores
+    // the level it is asked for as the process's (ompi_mpi_thread_level), so asking for
+    // MPI_THREAD_SINGLE turned a MPI_THREAD_MULTIPLE job into one that MPI_Query_thread reports
+    // as single-threaded (the loader then started no I/O thread).
+    int level = MPI_THREAD_SINGLE;
+    check_mpi(MPI_Query_thread(&level), "node window: MPI_Query_thread");
     int provided = 0;
-    if (MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS) return {};
+    if (MPI_T_init_thread(level, &provided) != MPI_SUCCESS) return {};
     std::string value;
     int index = 0;
     if (MPI_T_cvar_get_index(name, &index) == MPI_SUCCESS) {

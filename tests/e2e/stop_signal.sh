@@ -76,12 +76,20 @@ assert all(x["exactly_once"] for x in r["epochs"]), r["epochs"]
 PY
 
 # --stop-signals none: SIGUSR1 keeps its default action (the rank dies, the job fails).
+# The signal goes to a rank that is mid-epoch (its periodic save of step 5 is written), so
+# that the rank's own setup, not only mpirun's start, is behind it: on a loaded machine the
+# ranks took over 2 s to appear.
+stn="$work/none-state.json"; rm -f "$stn" "$stn".ids*
 setsid "$mpiexec" -np 2 --oversubscribe "$cli" stage "$h5" "${common[@]}" --compute-ms 40 \
-    --stop-signals none -q >"$work/none.log" 2>&1 &
+    --save-state "$stn" --save-every 5 --stop-signals none -q >"$work/none.log" 2>&1 &
 pid=$!
-sleep 2
+for _ in $(seq 1 1200); do
+    if [ -s "$stn" ] && [ "$(quick_field "$stn" steps_consumed)" -ge 5 ]; then break; fi
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+done
 ranks=$(pgrep -P "$pid" || true)
-[ -n "$ranks" ] || fail "no rank processes for --stop-signals none"
+[ "$(wc -w <<<"$ranks")" = 2 ] || { cat "$work/none.log"; fail "expected 2 rank processes for --stop-signals none, found: $ranks"; }
 kill -USR1 $(tr ' ' '\n' <<<"$ranks" | head -n 1)
 set +e
 timeout 120 tail --pid="$pid" -f /dev/null
