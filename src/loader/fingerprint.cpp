@@ -41,8 +41,8 @@ std::string hex64(std::uint64_t v) {
 /// N, the skipped-record count and the fields (name, dtype, shape, ragged).
 std::string metadata(const Source& source, std::uint64_t num_samples,
                      std::uint64_t skipped_records) {
-    std::string s = "N=" + std::to_string(num_samples) + ";skipped=" +
-                    std::to_string(skipped_records);
+    std::string s =
+        "N=" + std::to_string(num_samples) + ";skipped=" + std::to_string(skipped_records);
     for (const FieldInfo& f : source.fields()) {
         s += ";" + f.name + ":" + dtype_name(f.dtype) + (f.ragged ? ":ragged:[" : ":[");
         for (const auto d : f.sample_shape) s += std::to_string(d) + ",";
@@ -133,13 +133,13 @@ SweepSums sweep_shard(const Communicator& comm, const Source& source, std::uint6
         if (comm.rank() == 0 && now >= next_report) {
             const std::uint64_t done = at - begin;
             const std::uint64_t total = end - begin;
-            std::fprintf(stderr,
-                         "mpistage: %s: rank 0 has swept %" PRIu64 " of the %" PRIu64
-                         " samples of its shard (%.1f%%) in %.0f s; every rank sweeps its own\n",
-                         what.c_str(), done, total,
-                         total == 0 ? 100.0 : 100.0 * static_cast<double>(done) /
-                                                  static_cast<double>(total),
-                         std::chrono::duration<double>(now - start).count());
+            std::fprintf(
+                stderr,
+                "mpistage: %s: rank 0 has swept %" PRIu64 " of the %" PRIu64
+                " samples of its shard (%.1f%%) in %.0f s; every rank sweeps its own\n",
+                what.c_str(), done, total,
+                total == 0 ? 100.0 : 100.0 * static_cast<double>(done) / static_cast<double>(total),
+                std::chrono::duration<double>(now - start).count());
             std::fflush(stderr);
             while (next_report <= now) next_report += kProgressEvery;
         }
@@ -189,20 +189,17 @@ std::string dataset_fingerprint(const Communicator& comm, const Source& source,
     const auto begins = balanced_shard_begins(num_samples, comm.size());
     const auto r = static_cast<std::size_t>(comm.rank());
     PositionSums positions;
-    run_agreed(comm, [&] {
-        positions = position_sums(source, num_samples, begins[r], begins[r + 1]);
-    });
+    run_agreed(comm,
+               [&] { positions = position_sums(source, num_samples, begins[r], begins[r + 1]); });
     // `sampled_v4` and `full` also sweep every sample of the shard: O(N/W) per rank.
     SweepSums swept;
     if (level != FingerprintLevel::sampled) {
-        swept = sweep_shard(comm, source, begins[r], begins[r + 1],
-                            level == FingerprintLevel::full,
+        swept = sweep_shard(comm, source, begins[r], begins[r + 1], level == FingerprintLevel::full,
                             "dataset fingerprint (" + to_string(level) + ")");
     }
-    const std::uint64_t sizes =
-        level == FingerprintLevel::sampled ? positions.sizes : swept.sizes;
-    const std::vector<std::uint64_t> all = comm.allgather(
-        std::vector<std::uint64_t>{positions.contents, sizes, swept.contents});
+    const std::uint64_t sizes = level == FingerprintLevel::sampled ? positions.sizes : swept.sizes;
+    const std::vector<std::uint64_t> all =
+        comm.allgather(std::vector<std::uint64_t>{positions.contents, sizes, swept.contents});
     std::uint64_t sums[3] = {0, 0, 0};
     for (std::size_t k = 0; k < all.size(); ++k) sums[k % 3] += all[k];
     if (level == FingerprintLevel::sampled) {
@@ -211,9 +208,8 @@ std::string dataset_fingerprint(const Communicator& comm, const Source& source,
         meta += ";level=sampled;sampled=" + hex64(sums[0]) + ";sampled_sizes=" + hex64(sums[1]);
     } else {
         // Versions 3 and 4 (`sampled`, now `sampled_v4`) and `full`: the sizes of every sample.
-        meta += std::string(";level=") +
-                (level == FingerprintLevel::full ? "full" : "sampled") + ";sampled=" +
-                hex64(sums[0]) + ";sizes=" + hex64(sums[1]);
+        meta += std::string(";level=") + (level == FingerprintLevel::full ? "full" : "sampled") +
+                ";sampled=" + hex64(sums[0]) + ";sizes=" + hex64(sums[1]);
         if (level == FingerprintLevel::full) meta += ";contents=" + hex64(sums[2]);
     }
     return hex64(XXH3_64bits(meta.data(), meta.size()));

@@ -40,9 +40,7 @@ public:
     std::uint64_t records_in_cut(int rank, int w) const override {
         return fixed_records_in_cut(num_samples_, 8, rank, w);
     }
-    std::string fingerprint() const override {
-        return "virtual:" + std::to_string(num_samples_);
-    }
+    std::string fingerprint() const override { return "virtual:" + std::to_string(num_samples_); }
     std::uint64_t sample_bytes(std::uint64_t id) const override {
         (void)id;
         sizes_.fetch_add(1, std::memory_order_relaxed);
@@ -64,8 +62,8 @@ public:
     }
     /// Collective: rows read and sizes looked up on every rank since the last call, summed.
     std::pair<std::uint64_t, std::uint64_t> take_counts(const Communicator& comm) {
-        const auto sums = comm.allreduce_sum(std::vector<std::uint64_t>{rows_.exchange(0),
-                                                                         sizes_.exchange(0)});
+        const auto sums =
+            comm.allreduce_sum(std::vector<std::uint64_t>{rows_.exchange(0), sizes_.exchange(0)});
         return {sums[0], sums[1]};
     }
 
@@ -91,8 +89,8 @@ TEST(FingerprintCost, SampledTouchesABoundedNumberOfRows) {
     std::vector<std::pair<std::uint64_t, std::uint64_t>> counts;
     for (const std::uint64_t n : {kMillion, kTrillion}) {
         VirtualSource src(n);
-        const std::string fp = detail::dataset_fingerprint(comm, src, n, 0,
-                                                           FingerprintLevel::sampled);
+        const std::string fp =
+            detail::dataset_fingerprint(comm, src, n, 0, FingerprintLevel::sampled);
         const auto [rows, sizes] = src.take_counts(comm);  // the same on every rank
         const std::uint64_t positions = detail::fingerprint_positions(n).size();
         EXPECT_EQ(fp.size(), 16u);
@@ -146,14 +144,12 @@ TEST(FingerprintCost, FullSweepOfOneSlowRankStaysUnderTheWatchdog) {
     constexpr std::uint64_t kCalls = 400;  // read calls of 64 rows in the slow half, 5 ms each
     const std::uint64_t n = 2 * kCalls * 64;
     VirtualSource src(n);
-    const std::string quick =
-        detail::dataset_fingerprint(comm, src, n, 0, FingerprintLevel::full);
+    const std::string quick = detail::dataset_fingerprint(comm, src, n, 0, FingerprintLevel::full);
     src.slow_down(n / 2, std::chrono::milliseconds(5));  // rank 0's shard at 2 ranks
     int expiries = 0;
     comm.set_timeout(std::chrono::seconds(1));
     comm.set_expiry_handler([&](const std::string&) { ++expiries; });
-    const std::string slow =
-        detail::dataset_fingerprint(comm, src, n, 0, FingerprintLevel::full);
+    const std::string slow = detail::dataset_fingerprint(comm, src, n, 0, FingerprintLevel::full);
     comm.set_expiry_handler({});
     comm.set_timeout(std::chrono::seconds(300));
     EXPECT_EQ(comm.allreduce_sum(static_cast<std::uint64_t>(expiries)), 0u);
@@ -172,8 +168,8 @@ TEST(FingerprintCost, SampledV4SizesEveryRowAndDiffersFromSampled) {
     Communicator comm(MPI_COMM_WORLD);
     const std::uint64_t n = 100000;
     VirtualSource src(n);
-    const std::string v4 = detail::dataset_fingerprint(comm, src, n, 0,
-                                                       FingerprintLevel::sampled_v4);
+    const std::string v4 =
+        detail::dataset_fingerprint(comm, src, n, 0, FingerprintLevel::sampled_v4);
     const auto [rows, sizes] = src.take_counts(comm);
     const std::uint64_t positions = detail::fingerprint_positions(n).size();
     EXPECT_EQ(rows, positions);
