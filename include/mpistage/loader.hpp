@@ -106,11 +106,15 @@ struct LoaderOptions {
     /// Must be equal on every rank.
     bool verify_files = false;
     /// How much of the dataset the state's fingerprint covers (docs/resume.md, "Fingerprint
-    /// levels"): `sampled` (default: metadata, 1024 spread samples and every sample's size;
-    /// reads about 1026 samples in all) or `full` (also every byte, hashed in parallel: reads
-    /// the dataset once at construction). Computed collectively at construction, stored by
-    /// `state()`; `restore` recomputes it at the level of the state it is given. Must be
-    /// equal on every rank.
+    /// levels"; `FingerprintLevel` says what each level catches and misses): `sampled`
+    /// (default: metadata plus the bytes and sizes of 1024 spread samples and samples 0 and
+    /// N−1; at most 1026 reads in all, whatever N is, so it misses an edit of a sample it
+    /// does not read) or `full` (also every sample's size and bytes, hashed in parallel:
+    /// reads the dataset once at construction, O(N/W) per rank, with progress lines from rank
+    /// 0 and under the watchdog). Computed collectively at construction, stored by `state()`;
+    /// `restore` recomputes it at the level of the state it is given (`sampled_v4` for a
+    /// `sampled` state of format version 3 or 4: O(N/W) size look-ups per rank). Must be equal
+    /// on every rank.
     FingerprintLevel fingerprint = FingerprintLevel::sampled;
     /// `restore` takes a state without a consumed-id digest (format versions 1 to 3, or one
     /// whose `consumed_digest` was removed) only when this is true: such a state's keys can
@@ -353,7 +357,9 @@ public:
     /// order (docs/resume.md, "Budget batches"): the resumed job gets exactly the batches the
     /// saved one did not consume, dealt in turn from rank 0.
     /// The dataset is compared at the state's `fingerprint_level` (recomputed collectively
-    /// when it differs from `options.fingerprint`), and the state's numbers are checked
+    /// when it differs from `options.fingerprint`: for a state of an older format version at
+    /// `ends` or `sampled_v4`, or a `full` state restored with `sampled` or the reverse), and
+    /// the state's numbers are checked
     /// against each other and its options (docs/resume.md, "Validation").
     /// @throws ConfigError, identical on every rank, when the state differs between ranks, is
     ///         of another format version, holds a value out of range or numbers that

@@ -11,28 +11,41 @@
 namespace mpistage {
 
 /// How much of the dataset `LoaderState::dataset_fingerprint` covers (docs/resume.md,
-/// "Fingerprint levels"). Option `LoaderOptions::fingerprint`, CLI `--fingerprint`.
+/// "Fingerprint levels"): what each level catches, what it can miss, and what it costs.
+/// Option `LoaderOptions::fingerprint`, CLI `--fingerprint`. Every level covers the metadata:
+/// N, the fields (name, dtype, shape, ragged) and the skipped-record count.
 enum class FingerprintLevel : std::uint8_t {
     /// Samples 0, N/2 and N−1 only: the fingerprint of states of format versions 1 and 2,
     /// still checked when such a state is restored. Not accepted as an option.
     ends,
-    /// The default: N, the fields, the skipped-record count, the bytes of 1024 samples spread
-    /// over [0, N) (one in each of 1024 equal strata, at a position fixed by N, plus samples 0
-    /// and N−1) and the stored size of every sample (summed per block of 4096 consecutive
-    /// samples). Reads at most 1026 samples in all, divided among the ranks; O(N/W) size
-    /// look-ups per rank.
+    /// The `sampled` level of format versions 3 and 4: `sampled`'s samples plus the stored
+    /// size (`Source::sample_bytes`) of every sample, O(N/W) size look-ups per rank (swept
+    /// like `full`, with progress, under the watchdog). Still checked when such a state is
+    /// restored; not accepted as an option.
+    sampled_v4,
+    /// The default: the metadata plus the bytes and the stored size (`Source::sample_bytes`)
+    /// of a bounded sample: one sample at a position fixed by N in each of
+    /// min(N, kFingerprintStrata = 1024) equal strata of [0, N), and samples 0 and N−1. Reads
+    /// and sizes at most 1026 samples in all, divided among the ranks: the cost does not
+    /// depend on N. Catches another N, field, dtype, shape or skipped count, and any edit
+    /// (bytes or length) of a sampled row, so rows moved, permuted or inserted with N kept
+    /// almost surely; misses an edit of a sample it does not read (a flipped byte, a record
+    /// rewritten, with its length or not) when N > 1024.
     sampled,
-    /// `sampled` plus a content hash of every byte of every sample (XXH3 64 per block of 4096
-    /// consecutive samples, each rank hashing its share of the blocks; the block hashes are
-    /// combined through their block index, so the result does not depend on W). Reads the
-    /// whole dataset once, divided among the ranks.
+    /// `sampled`'s samples plus the stored size and a content hash of every byte of every
+    /// sample (XXH3 64 per sample keyed by its id, summed, so the result does not depend on
+    /// W). Catches any edit anywhere (not edits made to collide on purpose: a fast hash, not a
+    /// cryptographic one). Reads the whole dataset once at construction, divided among the
+    /// ranks: O(N/W) per rank, in slices under the watchdog, rank 0 reporting its progress on
+    /// stderr every 10 s.
     full,
 };
-/// "ends", "sampled" or "full".
+/// "ends", "sampled_v4", "sampled" or "full".
 std::string to_string(FingerprintLevel level);
-/// Parses "sampled" or "full" (and "ends" when `allow_ends`, for saved states).
+/// Parses "sampled" or "full" (and the levels of older saved states, "ends" and "sampled_v4",
+/// when `allow_legacy`, for saved states).
 /// @throws ConfigError naming the accepted words.
-FingerprintLevel parse_fingerprint_level(const std::string& s, bool allow_ends = false);
+FingerprintLevel parse_fingerprint_level(const std::string& s, bool allow_legacy = false);
 
 /// Largest world size a saved state is accepted from (bounds every per-rank computation a
 /// restore derives from the state's `world_size`).
@@ -48,13 +61,13 @@ constexpr int kMaxStateWorldSize = 1 << 24;
 /// on W, and the state resumes only at the same world size.
 struct LoaderState {
     /// Version of this layout. `from_json` also reads versions 1 (fixed batches only, no
-    /// budget keys), 2 (no fingerprint level, no run start) and 3 (no consumed-id digest):
-    /// the fingerprint of versions 1 and 2 is of level `ends`, their run start is taken as the
-    /// state itself, and states of versions 1 to 3 have no `consumed_digest` to check (a
-    /// restore computes it and keeps it in the state it continues from). Other versions are
-    /// refused.
-    static constexpr int kFormatVersion = 4;
-
+    /// budget keys), 2 (no fingerprint level, no run start), 3 (no consumed-id digest) and 4
+    /// (the `sampled` fingerprint covered every sample's size): the fingerprint of versions 1
+    /// and 2 is of level `ends`, a `sampled` fingerprint of versions 3 and 4 is of level
+    /// `sampled_v4` (both checked as such on restore), their run start is taken as the state
+    /// itself, and states of versions 1 to 3 have no `consumed_digest` to check (a restore
+    /// computes it and keeps it in the state it continues from). Other versions are refused.
+    static constexpr int kFormatVersion = 5;
     int format_version = kFormatVersion;
     /// Identity of the dataset independent of paths (so staged copies resume), at
     /// `fingerprint_level`: 16 hex digits (FNV-1a 64 for `ends`, XXH3 64 otherwise).

@@ -149,10 +149,12 @@ void add_stage_resume_options(CLI::App& cmd, StageArgs& a) {
                  "Let --resume take a state without a consumed-id digest (format version 1 to "
                  "3): its consumed samples cannot be checked (refused by default)");
     cmd.add_option("--fingerprint", a.fingerprint,
-                   "What the saved state's dataset fingerprint covers: sampled (1024 spread "
-                   "samples and every sample's size; reads about 1026 samples) or full (also "
-                   "every byte, hashed in parallel: reads the dataset once). A --resume checks "
-                   "the dataset at the level its state was saved with")
+                   "What the saved state's dataset fingerprint covers: sampled (the bytes and "
+                   "sizes of 1024 spread samples and the first and last: at most 1026 reads "
+                   "whatever the dataset's size; misses an edit of an unread sample) or full "
+                   "(also every sample's size and bytes, hashed in parallel: reads the dataset "
+                   "once, with progress lines). A --resume checks the dataset at the level its "
+                   "state was saved with")
         ->capture_default_str()
         ->check(CLI::IsMember({"sampled", "full"}));
     cmd.add_flag("--balance-steps", a.balance_steps,

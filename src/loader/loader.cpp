@@ -31,10 +31,11 @@ void LoaderOptions::validate() const {
                           std::to_string(kMaxIoThreads));
     }
     (void)parse_device(device);
-    if (fingerprint == FingerprintLevel::ends) {
-        throw ConfigError(
-            "loader: fingerprint level 'ends' (samples 0, N/2 and N−1) is only "
-            "read from old saved states; use sampled or full");
+    if (fingerprint == FingerprintLevel::ends || fingerprint == FingerprintLevel::sampled_v4) {
+        throw ConfigError("loader: fingerprint level '" + to_string(fingerprint) +
+                          "' is only read from old saved states (format versions " +
+                          (fingerprint == FingerprintLevel::ends ? "1 and 2" : "3 and 4") +
+                          "); use sampled or full");
     }
     check_timeout(timeout, "loader");
     if (two_phase == TwoPhase::on && plan.budget.active()) {

@@ -14,22 +14,28 @@ namespace mpistage {
 std::string to_string(FingerprintLevel level) {
     switch (level) {
         case FingerprintLevel::ends: return "ends";
+        case FingerprintLevel::sampled_v4: return "sampled_v4";
         case FingerprintLevel::sampled: return "sampled";
         case FingerprintLevel::full: return "full";
     }
     return "sampled";
 }
 
-FingerprintLevel parse_fingerprint_level(const std::string& s, bool allow_ends) {
+FingerprintLevel parse_fingerprint_level(const std::string& s, bool allow_legacy) {
     if (s == "sampled") return FingerprintLevel::sampled;
     if (s == "full") return FingerprintLevel::full;
-    if (allow_ends && s == "ends") return FingerprintLevel::ends;
-    throw ConfigError("unknown fingerprint level '" + s + "' (expected sampled or full)");
+    if (allow_legacy && s == "ends") return FingerprintLevel::ends;
+    if (allow_legacy && s == "sampled_v4") return FingerprintLevel::sampled_v4;
+    throw ConfigError("unknown fingerprint level '" + s + "' (expected sampled or full" +
+                      (allow_legacy ? std::string(", or ends or sampled_v4 in a saved state)")
+                                    : std::string(")")));
 }
 
 std::string LoaderState::to_json() const {
     // A state without a consumed-id digest (read from versions 1 to 3, or built by hand) is
-    // written as version 3, the layout without it, so it reads back the same.
+    // written as version 3, the layout without it, so it reads back the same (its level word
+    // included: a version-3 "sampled" is read as `sampled_v4`, which is what such a state,
+    // saved by version 3, holds; a legacy level is written by its own word).
     nlohmann::ordered_json j = {
         {"format_version", consumed_digest.empty() ? 3 : format_version},
         {"dataset_fingerprint", dataset_fingerprint},
@@ -86,11 +92,15 @@ LoaderState LoaderState::from_json(const std::string& text, const std::string& o
         s.plan.sharding = parse_sharding(detail::json_string(j, "sharding", where));
         s.plan.shuffle = parse_shuffle(detail::json_string(j, "shuffle", where));
         s.plan.remainder = parse_remainder(detail::json_string(j, "remainder", where));
-        // Versions 1 and 2 fingerprinted samples 0, N/2 and N−1.
+        // Versions 1 and 2 fingerprinted samples 0, N/2 and N−1; the `sampled` of versions 3
+        // and 4 also covered every sample's size (`sampled_v4`, still computed to check it).
         s.fingerprint_level =
             read_version >= 3
                 ? parse_fingerprint_level(detail::json_string(j, "fingerprint_level", where), true)
                 : FingerprintLevel::ends;
+        if (read_version <= 4 && s.fingerprint_level == FingerprintLevel::sampled) {
+            s.fingerprint_level = FingerprintLevel::sampled_v4;
+        }
     } catch (const ConfigError& e) {
         throw ConfigError("state " + origin + ": " + e.what());
     }

@@ -100,8 +100,13 @@ j["loader"]["steps_consumed"] = 25; j["loader"]["samples_consumed"] = 1600; del 
     "--accept-legacy-state" --timeout 10
 mutate legacy_moved_verify '
 j["loader"]["format_version"] = 3; del j["loader"]["consumed_digest"]' "--accept-legacy-state"
-# ... and an honest version-3 state resumes exactly once when accepted knowingly.
-python3 - "$st" "$work/v3.json" <<'PY'
+# ... and an honest version-3 state resumes exactly once when accepted knowingly. (Saved at
+# --fingerprint full, which versions 3 to 5 compute alike: the `sampled` of version 3 also
+# covered every sample's size, a value only a version-3 build or the loader's sampled_v4 makes.)
+stf="$work/stf.json"; rm -f "$stf" "$stf".ids*
+run --save-state "$stf" --stop-after-steps 10 --verify --fingerprint full -q >/dev/null ||
+    fail "run saving a full-fingerprint state"
+python3 - "$stf" "$work/v3.json" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))
 j["loader"]["format_version"] = 3; del j["loader"]["consumed_digest"]

@@ -1,8 +1,9 @@
 // Fingerprint levels (docs/resume.md, "Fingerprint levels"): each edit is caught by the level
 // that claims to catch it — a flipped byte and a rewritten record of the same size by `full`,
-// rows permuted with samples 0, N/2 and N−1 kept by `sampled` (and `full`), a TFRecord record rewritten with
-// another length by `sampled` (its size) — and the fingerprint does not depend on the world
-// size (a resume at another W). A state saved over one version of a file is refused over the
+// rows permuted with samples 0, N/2 and N−1 kept by `sampled` (and `full`), a TFRecord record
+// rewritten with another length by `sampled` when it reads it, by `full` and `sampled_v4`
+// anywhere — and what a level does not claim is shown missed. The fingerprint does not depend
+// on the world size (a resume at another W). A state saved over one version of a file is refused over the
 // other, the same on every rank.
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -129,10 +130,15 @@ TEST(Fingerprint, EachEditIsCaughtByTheLevelThatClaimsIt) {
     comm.free();
 }
 
-TEST(Fingerprint, TfRecordRecordRewrittenWithAnotherLengthIsCaughtBySampled) {
+// A TFRecord record rewritten with another length: caught by `sampled` when the record is one
+// it reads (its bytes and its size), missed when it is not (the bounded sample's limit,
+// docs/resume.md), caught anywhere by `full` and by the `sampled_v4` of older states (every
+// sample's size).
+TEST(Fingerprint, TfRecordRecordRewrittenWithAnotherLength) {
     Communicator comm(MPI_COMM_WORLD);
     const std::string dir = tfrecord_test::shared_tmp_dir(comm);
     const std::uint64_t r = unsampled_row(kRows / 2);
+    const std::uint64_t read_row = detail::fingerprint_positions(kRows)[3];
     const auto write = [&](const std::string& name, int edit) {
         const std::string path = dir + "/" + name;
         if (comm.rank() == 0) {
@@ -141,6 +147,7 @@ TEST(Fingerprint, TfRecordRecordRewrittenWithAnotherLengthIsCaughtBySampled) {
                 std::vector<std::uint8_t> payload(1 + (i * 13) % 40, static_cast<std::uint8_t>(i));
                 if (i == r && edit == 1) payload.push_back(0);     // another length
                 if (i == r && edit == 2) payload[0] ^= 0x80;       // same length, one bit
+                if (i == read_row && edit == 3) payload.push_back(0);  // a read row, longer
                 tfrecord::append_record(bytes, payload.data(), payload.size());
             }
             tfrecord_test::spit(path, bytes);
@@ -151,13 +158,18 @@ TEST(Fingerprint, TfRecordRecordRewrittenWithAnotherLengthIsCaughtBySampled) {
     const std::string base = write("base.tfrecord", 0);
     const std::string longer = write("longer.tfrecord", 1);
     const std::string bit = write("bit.tfrecord", 2);
+    const std::string longer_read = write("longer_read.tfrecord", 3);
     const auto fp = [&](const std::string& p, FingerprintLevel l) {
         TfRecordSource src(comm, {p});
         const std::string out = detail::dataset_fingerprint(comm, src, src.num_samples(), 0, l);
         src.close();
         return out;
     };
-    EXPECT_NE(fp(base, FingerprintLevel::sampled), fp(longer, FingerprintLevel::sampled));
+    EXPECT_NE(fp(base, FingerprintLevel::sampled), fp(longer_read, FingerprintLevel::sampled));
+    EXPECT_EQ(fp(base, FingerprintLevel::sampled), fp(longer, FingerprintLevel::sampled))
+        << "sampled reads a bounded sample: an unread record is not covered";
+    EXPECT_NE(fp(base, FingerprintLevel::sampled_v4), fp(longer, FingerprintLevel::sampled_v4));
+    EXPECT_NE(fp(base, FingerprintLevel::full), fp(longer, FingerprintLevel::full));
     EXPECT_NE(fp(base, FingerprintLevel::full), fp(bit, FingerprintLevel::full));
     EXPECT_EQ(fp(base, FingerprintLevel::full),
               [&] {

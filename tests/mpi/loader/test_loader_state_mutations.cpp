@@ -21,6 +21,7 @@
 
 #include "../hdf5_test_util.hpp"
 #include "budget_test_util.hpp"
+#include "loader/fingerprint.hpp"
 #include "mpistage/hash.hpp"
 #include "mpistage/hdf5_source.hpp"
 #include "mpistage/loader.hpp"
@@ -202,9 +203,15 @@ void run_property(const Communicator& comm, const Source& src, const LoaderOptio
         // silent edges", F2: its keys can be edited consistently and nothing would tell);
         // with accept_legacy_state it resumes, and restore computes the digest the saving run
         // summed.
+        // A version-3 state's "sampled" fingerprint covered every sample's size (`sampled_v4`):
+        // the value such a state holds.
         nlohmann::json v3 = nlohmann::json::parse(saved.state.to_json());
         v3["format_version"] = 3;
         v3.erase("consumed_digest");
+        ASSERT_EQ(saved.state.fingerprint_level, FingerprintLevel::sampled);
+        v3["dataset_fingerprint"] = detail::dataset_fingerprint(
+            comm, src, src.num_samples(), saved.state.skipped_records,
+            FingerprintLevel::sampled_v4);
         const LoaderState legacy = LoaderState::from_json(v3.dump(), "v3");
         H5T_EXPECT_SAME_ERROR(ConfigError, Loader::restore(comm, src, o, legacy),
                               "accept_legacy_state");

@@ -15,6 +15,7 @@
 
 #include "loader/state_check.hpp"
 #include "mpistage/error.hpp"
+#include "mpistage/loader.hpp"
 #include "mpistage/state.hpp"
 
 namespace {
@@ -171,8 +172,8 @@ TEST(StateValidation, ParsingRefusesNegativeFractionalHugeAndMistypedValues) {
         {"batch_size", "must be at least 1"},
         {"num_samples", "at least 1"},
         {"samples_consumed", "exceeds num_samples"},
-        {"format_version", "versions 1 to 4"}};
-    const nlohmann::json values[] = {1ull << 40, 0, 0, 158, 5};
+        {"format_version", "versions 1 to 5"}};
+    const nlohmann::json values[] = {1ull << 40, 0, 0, 158, 6};
     for (std::size_t k = 0; k < std::size(cases); ++k) {
         try {
             (void)LoaderState::from_json(with(cases[k].first, values[k]), "t.json");
@@ -229,6 +230,42 @@ TEST(StateValidation, OldVersionsAreReadWithTheEndsFingerprint) {
     EXPECT_EQ(LoaderState::from_json(s.to_json(), "again"), s);
     EXPECT_THROW(parse_fingerprint_level("ends"), ConfigError);
     EXPECT_EQ(parse_fingerprint_level("ends", true), FingerprintLevel::ends);
+}
+
+// Versions 3 and 4 wrote "sampled" for the level that also covered every sample's size: it is
+// read as `sampled_v4` (and checked at that level on restore), written back by that word, and
+// never taken as an option; from version 5 "sampled" is the bounded level.
+TEST(StateValidation, SampledOfVersionsThreeAndFourIsReadAsSampledV4) {
+    nlohmann::json j = nlohmann::json::parse(valid_json());
+    j["fingerprint_level"] = "sampled";
+    EXPECT_EQ(LoaderState::from_json(j.dump(), "v5").fingerprint_level,
+              FingerprintLevel::sampled);
+    j["format_version"] = 4;
+    const LoaderState v4 = LoaderState::from_json(j.dump(), "v4");
+    EXPECT_EQ(v4.fingerprint_level, FingerprintLevel::sampled_v4);
+    EXPECT_EQ(v4.format_version, LoaderState::kFormatVersion);
+    EXPECT_NE(v4.to_json().find("\"fingerprint_level\":\"sampled_v4\""), std::string::npos)
+        << v4.to_json();
+    EXPECT_EQ(LoaderState::from_json(v4.to_json(), "again"), v4);
+    j["fingerprint_level"] = "full";  // computed the same way in every version
+    EXPECT_EQ(LoaderState::from_json(j.dump(), "v4 full").fingerprint_level,
+              FingerprintLevel::full);
+    j["format_version"] = 3;
+    j["fingerprint_level"] = "sampled";
+    j.erase("consumed_digest");
+    const LoaderState v3 = LoaderState::from_json(j.dump(), "v3");
+    EXPECT_EQ(v3.fingerprint_level, FingerprintLevel::sampled_v4);
+    EXPECT_EQ(LoaderState::from_json(v3.to_json(), "again"), v3);
+    EXPECT_THROW(parse_fingerprint_level("sampled_v4"), ConfigError);
+    EXPECT_EQ(parse_fingerprint_level("sampled_v4", true), FingerprintLevel::sampled_v4);
+    LoaderOptions o;
+    o.fingerprint = FingerprintLevel::sampled_v4;
+    try {
+        o.validate();
+        ADD_FAILURE() << "sampled_v4 accepted as an option";
+    } catch (const ConfigError& e) {
+        EXPECT_NE(std::string(e.what()).find("versions 3 and 4"), std::string::npos) << e.what();
+    }
 }
 
 }  // namespace
