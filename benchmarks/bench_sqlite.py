@@ -4,6 +4,7 @@ shell running the same query, on the same database of 10^6 two-column rows, side
 
 Usage: bench_sqlite.py MPISTAGE_CLI [--runs N] [--rows N] [--work DIR] [--ranks 1,2,4]
                        [--baseline OTHER_CLI] [--sessions job,rank]
+                       [--shards chunk,range:id,hash:id]
 
 Rates are rows/s, medians of N runs (after one warm-up run of each method, warm page cache;
 methods interleaved run by run, so load changes hit every method alike):
@@ -84,6 +85,8 @@ def main():
     ap.add_argument("--chunk-rows", type=int, default=8192)
     ap.add_argument("--baseline", default="", help="another mpistage CLI, run the same way")
     ap.add_argument("--sessions", default="job,rank", help="job, rank or both (see above)")
+    ap.add_argument("--shards", default="chunk,range:id,hash:id",
+                    help="the --shard values to run, comma-separated")
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
     db = os.path.join(a.work, "rows.db")
@@ -119,7 +122,7 @@ def main():
         return r["epochs"][0]["seconds"], loop, wall, max(cpu)
 
     ranks = [int(x) for x in a.ranks.split(",")]
-    shards = ["chunk", "range:id"]
+    shards = a.shards.split(",")
     sessions = a.sessions.split(",")
     runs = [(b, s, n, e) for b in builds for e in sessions for s in shards for n in ranks]
     load = [loadavg()]

@@ -65,11 +65,11 @@ enum class SqliteNulls {
 struct SqliteOptions {
     /// Path of the SQLite database file (opened read-only, never created or changed).
     std::string path;
-    /// One read-only statement (SELECT, VALUES or WITH … SELECT; a trailing `;` and comments
-    /// are fine), used as written. Give it an ORDER BY when rows must keep their positions
-    /// across runs (resume uses positions in the result; within one run all ranks read one
-    /// snapshot, so the order is the same on every rank unless the query calls a
-    /// non-deterministic function such as random(), see `SqliteSource::unstable_order`).
+    /// One read-only, deterministic statement (SELECT, VALUES or WITH … SELECT; a trailing `;`
+    /// and comments are fine), used as written; see `SqliteSource` for what is refused. Give
+    /// it an ORDER BY when rows must keep their positions across runs (resume uses positions
+    /// in the result; within one run all ranks read one snapshot with one SQLite library, so
+    /// every execution returns the same rows in the same order).
     std::string query;
     /// Column whose value is the item key of `StreamSharding::hash` (integers as themselves,
     /// text and blobs hashed with FNV-1a); empty: key 0.
@@ -116,6 +116,30 @@ struct SqliteOptions {
 /// keep committing to a WAL database meanwhile (a rollback-journal writer waits). WAL databases
 /// need every rank on the host that owns the `-shm` file, as SQLite requires.
 ///
+/// Deterministic SQL only, for every sharding: the query runs several times against the
+/// snapshot (each rank for its rows, each key range, the row count, the `--verify` reference,
+/// every epoch), and rows are delivered exactly once only when every run returns the same rows
+/// in the same order. Refused with a ConfigError before anything runs: a call of a scalar
+/// function SQLite does not mark SQLITE_DETERMINISTIC (random(), randomblob(), changes(),
+/// current_timestamp, … as `pragma_function_list` lists them; sqlite_version() and the
+/// compile-option functions are constant for the one library every rank links), a date/time
+/// function given the literal 'now' or no time value (`date()`, `strftime('%s')`), and
+/// parameters (`?`, `:name`), which nothing binds. Not refused: LIMIT/OFFSET or an ORDER BY
+/// that leaves ties — within one snapshot the same statement under the same SQLite returns the
+/// same rows in the same order (a key range's `WHERE` over such a query is applied to its
+/// result: SQLite neither flattens a LIMIT subquery into an outer WHERE nor pushes the WHERE
+/// into it), but which rows a LIMIT picks may change when the database is rewritten, so a
+/// resumed run needs a total order. Also refused: result columns with an empty or repeated
+/// name (and, under `SqliteNulls::mask`, a column named like another's `<name>.valid`).
+/// Table-valued functions (`pragma_table_info(...)`, `json_each(...)`) are read-only and
+/// allowed.
+///
+/// Identity: `open` (every stream, every epoch) checks that the file at the path is still the
+/// one whose snapshot the ranks hold (device, inode, size, modification time, header; under
+/// WAL a changed size or time counts only when no commit or checkpoint shows in the
+/// wal-index) and otherwise throws an IoError (agreed by the loader): a database copied over
+/// or rewritten in place between epochs is not read silently.
+///
 /// Thread safety: one thread at a time per source (readers share its connection).
 class SqliteSource final : public StreamSource {
 public:
@@ -139,9 +163,6 @@ public:
     std::unique_ptr<StreamReader> open(std::size_t stream) const override;
     /// Path, query, key column, typing options and file size.
     std::string fingerprint() const override;
-    /// Non-empty when the query calls a non-deterministic SQL function (random(), randomblob(),
-    /// a date/time function of 'now', changes(), …): its rows have no order shared by the ranks.
-    std::string unstable_order() const override { return unstable_; }
     /// Local: the number of rows of the query in the source's snapshot: the sum of
     /// `count_rows(s)` over every stream. @throws IoError naming the path and SQLite's message.
     std::uint64_t count_rows() const;
@@ -160,7 +181,6 @@ private:
     std::vector<Column> columns_;
     int key_column_ = -1;
     std::uint64_t size_bytes_ = 0;
-    std::string unstable_;
     /// The query's statement as SQLite parsed it (without a trailing `;` or comment).
     std::string statement_;
     /// With `range_column`: the lower bound of each key range, ascending.
@@ -170,8 +190,14 @@ private:
     void plan_ranges(const Communicator& comm);
     /// Collective: every rank's connection in a read transaction on one version.
     void agree_snapshot(const Communicator& comm);
-    /// Local: columns and fields from the prepared query's result columns.
+    /// Local: columns and fields from the prepared query's result columns. @throws ConfigError
+    /// for an empty or repeated column name.
     void type_columns(sqlite3_stmt* stmt);
+    /// Local. @throws ConfigError when the prepared query is not deterministic (see the class).
+    void refuse_nondeterministic(sqlite3_stmt* stmt) const;
+    static std::string statement_of(sqlite3_stmt* stmt);
+    /// Local. @throws IoError when the file changed since the snapshot was agreed.
+    void check_unchanged() const;
     /// This rank's connection, inside the read transaction of the agreed snapshot.
     struct Connection;
     std::unique_ptr<Connection> conn_;

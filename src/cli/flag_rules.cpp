@@ -69,7 +69,10 @@ constexpr Rule kRules[] = {
     {"--batch-size", fixed_batches, "the budget decides the batches; use --max-batch-samples"},
     {"--epochs", any_input, ""},
     {"--first-epoch", any_input, ""},
-    {"--shuffle", files, "rows come in query order (use ORDER BY RANDOM() in --query)"},
+    {"--shuffle", files,
+     "rows come in query order; for a shuffled order that every sharding accepts, order by a "
+     "fixed pseudo-random expression of a key in --query, e.g. ORDER BY (id * 1103515245 + 7) "
+     "% 2147483648 (random() is refused: not deterministic)"},
     {"--sharding", files, "use --shard chunk|hash:COLUMN"},
     {"--seed", files, "rows come in query order"},
     {"--remainder", fixed_files,

@@ -267,6 +267,11 @@ StreamOptions stream_options(const StageArgs& a, SqliteOptions& sqlite) {
     o.batch_bytes = a.batch_bytes;
     o.batch_tokens = a.batch_tokens;
     o.batch_size = a.budget() ? a.max_batch_samples : a.batch_size;
+    if (o.batch_size == 0) {
+        throw ConfigError(std::string("stage: ") +
+                          (a.budget() ? "--max-batch-samples" : "--batch-size") +
+                          " must be at least 1, not 0");
+    }
     o.timeout = std::chrono::seconds(a.timeout_seconds);
     o.validate();
     return o;
@@ -283,11 +288,6 @@ StreamInput::StreamInput(const Communicator& comm, const StageArgs& a,
         run_agreed(comm, [&] {
             options.token_field = token_field_index(source_->fields(), a.token_field, "sqlite");
         });
-    }
-    // A query without an order shared by the ranks (random()) is read by one rank and routed
-    // by its key under hash sharding; chunk sharding refuses it (StreamLoader).
-    if (!source_->unstable_order().empty() && options.sharding == StreamSharding::hash) {
-        options.hash_reading = HashReading::sources;
     }
     const StreamState* state = resume && resume->stream ? &*resume->stream : nullptr;
     loader_ = std::make_unique<StreamLoader>(comm, *source_, options, state);

@@ -4,15 +4,18 @@
 // result column is delivered (see mpistage/sqlite_source.hpp).
 
 #include <sqlite3.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <initializer_list>
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "mpistage/error.hpp"
 #include "mpistage/sqlite_source.hpp"
@@ -93,7 +96,17 @@ struct AuthLog {
     std::string unstable;  ///< a non-deterministic function it calls
     bool date_functions = false;
     bool internal = false;  ///< our own statements (BEGIN, COMMIT, the snapshot probe)
+    /// Upper-case names of the connection's scalar functions that SQLite does not mark
+    /// SQLITE_DETERMINISTIC (from `pragma_function_list`), less those constant for one build.
+    std::vector<std::string> nondeterministic;
 };
+
+/// Scalar functions without SQLITE_DETERMINISTIC whose value is nevertheless the same for every
+/// execution under one SQLite library (every rank links the same one).
+inline bool constant_for_one_build(const std::string& upper_name) {
+    return upper_name == "SQLITE_VERSION" || upper_name == "SQLITE_SOURCE_ID" ||
+           upper_name == "SQLITE_COMPILEOPTION_GET" || upper_name == "SQLITE_COMPILEOPTION_USED";
+}
 
 inline bool one_of(const char* s, std::initializer_list<const char*> names) {
     if (!s) return false;
@@ -115,17 +128,38 @@ inline int authorize(void* ctx, int action, const char* a1, const char* a2, cons
         case SQLITE_READ:
         case SQLITE_RECURSIVE:
             return SQLITE_OK;
-        case SQLITE_FUNCTION:
-            if (one_of(a2, {"random", "randomblob", "changes", "total_changes", "last_insert_rowid",
-                            "current_date", "current_time", "current_timestamp"})) {
+        case SQLITE_FUNCTION: {
+            // Non-deterministic: what SQLite itself does not mark deterministic (the list of
+            // the connection, so functions of a newer SQLite count too), and the known ones in
+            // case that list is not compiled in (SQLITE_OMIT_INTROSPECTION_PRAGMAS).
+            const std::string name = upper(a2 ? a2 : "");
+            const bool listed = std::find(log.nondeterministic.begin(),
+                                          log.nondeterministic.end(),
+                                          name) != log.nondeterministic.end();
+            if (listed || one_of(a2, {"random", "randomblob", "changes", "total_changes",
+                                      "last_insert_rowid", "current_date", "current_time",
+                                      "current_timestamp"})) {
                 if (log.unstable.empty())
-                    log.unstable = std::string("the query calls ") + a2 + "()";
+                    log.unstable = std::string("it calls ") + (a2 ? a2 : "?") + "()";
             }
             if (one_of(a2, {"date", "time", "datetime", "julianday", "strftime", "unixepoch",
                             "timediff"})) {
                 log.date_functions = true;
             }
             return SQLITE_OK;
+        }
+        case SQLITE_UPDATE:
+            // Preparing a table-valued function (`pragma_table_info(...)`, `json_each(...)`)
+            // parses its eponymous virtual table's schema, which SQLite reports as an update
+            // of sqlite_master's columns; the statement itself is read-only (pragma_* table
+            // functions exist only for PRAGMAs without side effects, pragma.html), and a real
+            // write is refused by `sqlite3_stmt_readonly` after preparing anyway.
+            if (one_of(a1, {"sqlite_master", "sqlite_temp_master"})) return SQLITE_OK;
+            if (log.refused.empty()) {
+                log.refused = std::string("it writes to the database (UPDATE of ") +
+                              (a1 ? a1 : "?") + ")";
+            }
+            return SQLITE_DENY;
         case SQLITE_PRAGMA:
             if (one_of(a1,
                        {"table_info", "table_xinfo", "index_list", "index_info", "index_xinfo",
@@ -190,6 +224,93 @@ struct SqliteSource::Connection {
         if (rc != SQLITE_OK) throw IoError(db_error(raw, path, "open"));
         sqlite3_busy_timeout(raw, static_cast<int>(busy.count()));
         sqlite3_set_authorizer(raw, authorize, &auth);
+        load_nondeterministic();
+    }
+
+    /// The connection's scalar functions that SQLite does not mark SQLITE_DETERMINISTIC
+    /// (pragma.html#pragma_function_list: `flags` holds SQLITE_DETERMINISTIC, 0x800, since
+    /// 3.31); without the pragma `authorize` falls back to its fixed list.
+    void load_nondeterministic() {
+        sqlite3_stmt* raw = nullptr;
+        auth.internal = true;
+        const int rc = sqlite3_prepare_v2(db.get(),
+                                          "SELECT DISTINCT name FROM pragma_function_list "
+                                          "WHERE type = 's' AND (flags & 2048) = 0",
+                                          -1, &raw, nullptr);
+        auth.internal = false;
+        Stmt s(raw);
+        if (rc != SQLITE_OK || !raw) return;
+        while (sqlite3_step(raw) == SQLITE_ROW) {
+            const auto* n = reinterpret_cast<const char*>(sqlite3_column_text(raw, 0));
+            const std::string name = detail::sqlite::upper(n ? n : "");
+            if (!name.empty() && !detail::sqlite::constant_for_one_build(name)) {
+                auth.nondeterministic.push_back(name);
+            }
+        }
+    }
+
+    /// What identifies the database file's content while the snapshot is held: the file at
+    /// the path (device, inode), its size and modification time, its header as read through
+    /// this connection's file object, and under WAL the wal-index header and the checkpoint's
+    /// backfill count (walformat.html §2.1), which change when a writer commits or
+    /// checkpoints.
+    struct Identity {
+        std::uint64_t device = 0, inode = 0, size_bytes = 0;
+        std::int64_t mtime_ns = 0;
+        std::string header;
+        bool wal = false;
+        std::string wal_index;
+    };
+
+    Identity identity() const {
+        Identity id;
+        struct stat st {};
+        if (::stat(path.c_str(), &st) == 0) {
+            id.device = static_cast<std::uint64_t>(st.st_dev);
+            id.inode = static_cast<std::uint64_t>(st.st_ino);
+            id.size_bytes = static_cast<std::uint64_t>(st.st_size);
+            id.mtime_ns = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 +
+                          static_cast<std::int64_t>(st.st_mtim.tv_nsec);
+        }
+        id.header = db_header();
+        id.wal = id.header.size() == 100 && id.header[18] == 2;
+        if (id.wal) id.wal_index = shm_prefix(100);
+        return id;
+    }
+
+    /// The identity of the file when the agreed snapshot began (set by the source).
+    Identity snapshot_identity;
+
+    /// Local: "" while the file at the path is the one whose snapshot this connection reads,
+    /// else what changed. A rollback-journal database cannot change legitimately meanwhile
+    /// (the read transaction's shared lock keeps writers from committing), so any change of
+    /// size, time or header is a write that bypassed SQLite's locks (a copy over it, a
+    /// rewrite in place). A WAL writer may commit and checkpoint meanwhile (frames up to this
+    /// snapshot only): there a changed size or time counts only when the wal-index shows no
+    /// commit or checkpoint since the last check.
+    std::string changed_since_snapshot() {
+        Identity now = identity();
+        Identity& then = snapshot_identity;
+        if (now.device != then.device || now.inode != then.inode) {
+            return "was replaced by another file (device/inode " + std::to_string(then.device) +
+                   "/" + std::to_string(then.inode) + " then, " + std::to_string(now.device) +
+                   "/" + std::to_string(now.inode) + " now)";
+        }
+        const bool same_file = now.size_bytes == then.size_bytes && now.mtime_ns == then.mtime_ns;
+        const std::string what = "was written to outside SQLite's locks (size " +
+                                 std::to_string(then.size_bytes) + " then, " +
+                                 std::to_string(now.size_bytes) + " bytes now; modification " +
+                                 "time " + std::to_string(then.mtime_ns) + " then, " +
+                                 std::to_string(now.mtime_ns) + " ns now)";
+        if (!then.wal) {
+            if (!same_file) return what;
+            if (now.header != then.header) return "had its header rewritten outside SQLite's locks";
+            return {};
+        }
+        if (now.wal != then.wal) return "is no longer in WAL mode (its header was rewritten)";
+        if (!same_file && now.wal_index == then.wal_index) return what;
+        then = std::move(now);  // a writer's commit or checkpoint: the next check from here
+        return {};
     }
 
     void exec(const char* sql, const char* what) {
@@ -231,13 +352,17 @@ struct SqliteSource::Connection {
 
     /// The wal-index header (the first 48 bytes of the -shm, walformat.html §2.1) as mapped
     /// by this connection; "" when it is not mapped.
-    std::string wal_index_header() const {
+    std::string wal_index_header() const { return shm_prefix(48); }
+
+    /// The first `n` (at most 32768) bytes of the -shm as mapped by this connection; "" when
+    /// it is not mapped.
+    std::string shm_prefix(std::size_t n) const {
         sqlite3_file* f = file();
         if (!f || f->pMethods->iVersion < 2 || !f->pMethods->xShmMap) return {};
         void volatile* region = nullptr;
         if (f->pMethods->xShmMap(f, 0, 32768, 0, &region) != SQLITE_OK || !region) return {};
-        std::string h(48, '\0');
-        std::memcpy(h.data(), const_cast<void*>(region), 48);
+        std::string h(n, '\0');
+        std::memcpy(h.data(), const_cast<void*>(region), n);
         return h;
     }
 

@@ -88,11 +88,7 @@ SqliteSource::SqliteSource(const Communicator& comm, SqliteOptions options)
     agree_snapshot(comm);
     run_agreed(comm, [&] {
         Stmt stmt = conn_->prepare_query(options_.query);
-        unstable_ = conn_->auth.unstable;
-        if (unstable_.empty() && conn_->auth.date_functions &&
-            upper(options_.query).find("'NOW'") != std::string::npos) {
-            unstable_ = "the query calls a date/time function of 'now'";
-        }
+        refuse_nondeterministic(stmt.get());
         type_columns(stmt.get());
         if (!options_.key_column.empty() && key_column_ < 0) {
             throw ConfigError("sqlite: key column '" + options_.key_column +
@@ -103,10 +99,80 @@ SqliteSource::SqliteSource(const Communicator& comm, SqliteOptions options)
     if (!options_.range_column.empty()) plan_ranges(comm);
     std::string text;
     for (const auto& f : fields_) text += f.name + ":" + dtype_name(f.dtype) + ";";
-    require_same(
-        comm,
-        {{"columns of the query", text}, {"fingerprint", fingerprint()}, {"order", unstable_}},
-        "sqlite: ranks see different data", "every rank must open the same database");
+    require_same(comm, {{"columns of the query", text}, {"fingerprint", fingerprint()}},
+                 "sqlite: ranks see different data", "every rank must open the same database");
+}
+
+namespace {
+
+/// A call of a date/time function that reads the clock: the literal 'now', or no time value
+/// (`date()`, `unixepoch()`, `strftime('%s')`), as SQLite takes them (lang_datefunc.html).
+bool reads_the_clock(const std::string& sql) {
+    const std::string u = upper(sql);
+    if (u.find("'NOW'") != std::string::npos) return true;
+    for (const char* f : {"DATE", "TIME", "DATETIME", "JULIANDAY", "UNIXEPOCH", "STRFTIME"}) {
+        const std::string name(f);
+        for (std::size_t at = u.find(name); at != std::string::npos; at = u.find(name, at + 1)) {
+            if (at > 0 && (std::isalnum(static_cast<unsigned char>(u[at - 1])) || u[at - 1] == '_'))
+                continue;
+            std::size_t i = at + name.size();
+            while (i < u.size() && std::isspace(static_cast<unsigned char>(u[i]))) ++i;
+            if (i >= u.size() || u[i] != '(') continue;
+            ++i;
+            while (i < u.size() && std::isspace(static_cast<unsigned char>(u[i]))) ++i;
+            if (i < u.size() && u[i] == ')') return true;  // no time value: now
+            if (name != "STRFTIME" || i >= u.size() || u[i] != '\'') continue;
+            // strftime(FORMAT) without a time value.
+            for (++i; i < u.size(); ++i) {
+                if (u[i] == '\'' && i + 1 < u.size() && u[i + 1] == '\'') {
+                    ++i;
+                } else if (u[i] == '\'') {
+                    break;
+                }
+            }
+            for (++i; i < u.size() && std::isspace(static_cast<unsigned char>(u[i]));) ++i;
+            if (i < u.size() && u[i] == ')') return true;
+        }
+    }
+    return false;
+}
+
+}  // namespace
+
+void SqliteSource::refuse_nondeterministic(sqlite3_stmt* stmt) const {
+    // Every sharding runs the query more than once against the snapshot: each rank for its
+    // rows (chunk: all of them, skipping others' chunks; hash: its key owner's rows; range:
+    // one statement per key range), once more for the row count and the --verify reference,
+    // and again at every epoch. Rows are delivered exactly once only when every execution
+    // returns the same rows in the same order, so the query must be a function of the
+    // snapshot: one rule for every sharding.
+    std::string why = conn_->auth.unstable;
+    if (why.empty() && conn_->auth.date_functions && reads_the_clock(statement_of(stmt))) {
+        why = "it calls a date/time function of 'now' (the clock)";
+    }
+    const std::string refused =
+        "sqlite: the query on '" + options_.path + "' is refused before it runs: ";
+    if (!why.empty()) {
+        throw ConfigError(
+            refused + why +
+            ", which is not deterministic: the ranks, the row count and every epoch each run the "
+            "query and would get other rows or another order, so rows would be delivered twice "
+            "or never. Use deterministic SQL; for a shuffled order, a fixed pseudo-random "
+            "expression of a key, e.g. ORDER BY (id * 1103515245 + 7) % 2147483648");
+    }
+    const int params = sqlite3_bind_parameter_count(stmt);
+    if (params > 0) {
+        const char* name = sqlite3_bind_parameter_name(stmt, 1);
+        throw ConfigError(refused + "it has " + std::to_string(params) + " parameter(s) (" +
+                          (name ? std::string("first: ") + name : std::string("first: ?")) +
+                          ") and nothing binds them (they would be NULL); write the values "
+                          "into the query");
+    }
+}
+
+std::string SqliteSource::statement_of(sqlite3_stmt* stmt) {
+    const char* sql = sqlite3_sql(stmt);
+    return sql ? sql : "";
 }
 
 void SqliteSource::agree_snapshot(const Communicator& comm) {
@@ -130,6 +196,7 @@ void SqliteSource::agree_snapshot(const Communicator& comm) {
         agreed = std::all_of(all.begin(), all.end(), [&](std::uint64_t x) { return x == all[0]; });
         if (!agreed) std::this_thread::sleep_for(std::chrono::milliseconds(1 + 2 * attempt));
     }
+    if (agreed) conn_->snapshot_identity = conn_->identity();
     run_agreed(comm, [&] {
         if (!agreed) {
             throw IoError("sqlite: '" + options_.path + "' changed while the ranks opened it, " +
@@ -142,6 +209,36 @@ void SqliteSource::agree_snapshot(const Communicator& comm) {
 
 void SqliteSource::type_columns(sqlite3_stmt* stmt) {
     const int n = sqlite3_column_count(stmt);
+    // Fields are found by name (typed columns, the key and range columns, Python's batch
+    // dictionaries), so every result column needs a name of its own.
+    const std::string refused =
+        "sqlite: the query on '" + options_.path + "' is refused before it runs: ";
+    for (int c = 0; c < n; ++c) {
+        const char* raw = sqlite3_column_name(stmt, c);
+        const std::string name = raw ? raw : "";
+        if (name.empty()) {
+            throw ConfigError(refused + "result column " + std::to_string(c + 1) +
+                              " has an empty name; name it with AS");
+        }
+        for (int d = 0; d < c; ++d) {
+            if (name == sqlite3_column_name(stmt, d)) {
+                throw ConfigError(refused + "result columns " + std::to_string(d + 1) + " and " +
+                                  std::to_string(c + 1) + " are both named '" + name +
+                                  "'; give each column its own name with AS");
+            }
+        }
+        if (options_.nulls == SqliteNulls::mask) {
+            // The NULL mask adds a field `<column>.valid` for every column.
+            for (int d = 0; d < n; ++d) {
+                if (d != c && name == std::string(sqlite3_column_name(stmt, d)) + ".valid") {
+                    throw ConfigError(refused + "result column " + std::to_string(c + 1) +
+                                      " is named '" + name + "', the name of the NULL mask of "
+                                      "column '" + sqlite3_column_name(stmt, d) +
+                                      "' (--nulls mask); rename it with AS");
+                }
+            }
+        }
+    }
     for (const auto& typed : options_.columns) {
         bool found = false;
         for (int c = 0; c < n; ++c) found = found || typed.name == sqlite3_column_name(stmt, c);
@@ -272,7 +369,18 @@ void SqliteSource::plan_ranges(const Communicator& comm) {
     }
 }
 
+void SqliteSource::check_unchanged() const {
+    const std::string why = conn_->changed_since_snapshot();
+    if (!why.empty()) {
+        throw IoError("sqlite: '" + options_.path + "' " + why +
+                      " since the ranks agreed on its snapshot: its rows are no longer that "
+                      "snapshot's (pages read from now on would come from the new content). "
+                      "Restart the job to read the new database");
+    }
+}
+
 std::unique_ptr<StreamReader> SqliteSource::open(std::size_t s) const {
+    check_unchanged();
     if (options_.range_column.empty()) {
         return std::make_unique<SqliteReader>(options_, columns_, fields_.size(), key_column_,
                                               conn_->db.get(), conn_->prepare_query(options_.query),

@@ -2,8 +2,9 @@
 //  - trailing ';', a trailing comment and WITH queries run as written; writes, VACUUM INTO,
 //    ATTACH, setting PRAGMAs and a second statement are refused on every rank before anything
 //    runs, and no file is created or changed (checksums of the directory before and after);
-//  - ORDER BY random(): chunk sharding is refused (rows have no shared order); hash sharding
-//    reads it on one rank and yields every row exactly once (checked by row content);
+//  - ORDER BY random(): refused by the source for every sharding (not deterministic); the
+//    advised fixed pseudo-random order yields every row exactly once under hash sharding
+//    (checked by row content);
 //  - a writer committing to a WAL database during the run: every rank reads one snapshot (the
 //    union of rows is exactly the first N rows the writer had committed, N = count_rows());
 //  - a WAL database left by a writer killed inside a transaction opens at every rank count.
@@ -152,29 +153,28 @@ TEST(SqliteSnapshot, QueriesRunAsWrittenAndWritesAreRefusedBeforeTheyRun) {
     if (world_rank() == 0) fs::remove_all(dir);
 }
 
-TEST(SqliteSnapshot, RandomOrderIsRefusedByPositionAndExactlyOnceByKey) {
+TEST(SqliteSnapshot, RandomOrderIsRefusedAndAFixedShuffleIsExactlyOnceByKey) {
     Communicator comm(MPI_COMM_WORLD);
     const std::string dir = fresh_dir("random");
     const std::string db = dir + "/rows.db";
     write_rows(db, 3000, false);
-    const std::string q = "SELECT id, v, s FROM t ORDER BY random()";
-    {
-        SqliteSource source(comm, {db, q, ""});
-        EXPECT_NE(source.unstable_order().find("random"), std::string::npos);
-        StreamOptions o;
-        o.chunk_size = 10;
+    // Refused by the source itself, whatever the loader's sharding would be: every run of
+    // the query (each rank, the count, each epoch) would order or pick rows differently.
+    for (const char* key : {"", "id"}) {
         std::string message;
         try {
-            StreamLoader loader(comm, source, o);
+            SqliteSource refused(comm, {db, "SELECT id, v, s FROM t ORDER BY random()", key});
         } catch (const ConfigError& e) {
             message = e.what();
         }
         EXPECT_NE(message.find("random()"), std::string::npos) << message;
+        EXPECT_NE(message.find("not deterministic"), std::string::npos) << message;
     }
+    // The advised replacement: a fixed pseudo-random order of the key.
+    const std::string q = "SELECT id, v, s FROM t ORDER BY (id * 1103515245 + 7) % 2147483648";
     SqliteSource source(comm, {db, q, "id"});
     StreamOptions o;
     o.sharding = StreamSharding::hash;
-    o.hash_reading = HashReading::sources;
     o.batch_size = 16;
     StreamLoader loader(comm, source, o);
     // Rows by content: id, v and s must belong together and each row come exactly once.
