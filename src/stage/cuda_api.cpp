@@ -112,6 +112,18 @@ int current_device() {
     return device;
 }
 
+int current_device_if_context() noexcept {
+    const DriverContextCalls& drv = driver_context_calls();
+    void* context = nullptr;
+    if (!drv.get || drv.get(&context) != 0 || context == nullptr) return -1;
+    int device = -1;
+    if (cudaGetDevice(&device) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return -1;
+    }
+    return device;
+}
+
 CudaStream make_stream() {
     cudaStream_t s = nullptr;
     check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
@@ -217,6 +229,9 @@ DeviceGuard::DeviceGuard(int device) {
 DeviceGuard::~DeviceGuard() = default;
 int current_device() {
     no_cuda("cudaGetDevice");
+}
+int current_device_if_context() noexcept {
+    return -1;
 }
 CudaStream make_stream() {
     no_cuda("cudaStreamCreateWithFlags");

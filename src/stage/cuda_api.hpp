@@ -83,6 +83,11 @@ private:
 
 /// The calling thread's current device (cudaGetDevice). @throws CudaError.
 int current_device();
+/// The calling thread's current device when a context is current on the thread (the driver's
+/// cuCtxGetCurrent, then cudaGetDevice), else −1; −1 too without the CUDA runtime, without the
+/// driver entry point or when the runtime fails (its error is cleared). Creates no context;
+/// never throws.
+int current_device_if_context() noexcept;
 /// A non-blocking stream on the current device. @throws CudaError.
 CudaStream make_stream();
 /// An event (timing enabled) on the current device. @throws CudaError.
