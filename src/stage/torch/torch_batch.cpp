@@ -3,7 +3,6 @@
 
 #include "mpistage/dlpack.hpp"
 #include "mpistage/torch.hpp"
-#include "stage/torch/torch_parts.hpp"
 
 namespace mpistage {
 
@@ -38,37 +37,6 @@ const torch::Tensor& TorchBatch::operator[](const std::string& name) const {
     }
     throw ConfigError("torch: batch has no field '" + name + "'");
 }
-
-namespace detail {
-
-TorchBatch torch_batch(const std::vector<BatchPart>& parts, const std::vector<std::byte*>& data,
-                       const DeviceChoice& device, const std::shared_ptr<void>& lease) {
-    TorchBatch out;
-    const std::size_t fields = parts.size() - 2;  // then "index" and "valid"
-    for (std::size_t i = 0; i < parts.size(); ++i) {
-        torch::Tensor t =
-            tensor_over(data[i], parts[i].sizes, torch_dtype(parts[i].dtype), device, lease);
-        if (i < fields) {
-            out.names.push_back(parts[i].name);
-            out.tensors.push_back(std::move(t));
-        } else if (i == fields) {
-            out.index = std::move(t);
-        } else {
-            out.valid = std::move(t);
-        }
-    }
-    return out;
-}
-
-std::vector<std::byte*> host_pointers(const std::vector<BatchPart>& parts) {
-    std::vector<std::byte*> out;
-    for (const BatchPart& p : parts) {
-        out.push_back(static_cast<std::byte*>(const_cast<void*>(p.span.data)));
-    }
-    return out;
-}
-
-}  // namespace detail
 
 namespace {
 
