@@ -127,20 +127,20 @@ int current_device_if_context() noexcept {
 CudaStream make_stream() {
     cudaStream_t s = nullptr;
     check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
-    return CudaStream(s);
+    return CudaStream(s, current_device());
 }
 
 CudaEvent make_event() {
     cudaEvent_t e = nullptr;
     check(cudaEventCreate(&e), "cudaEventCreate");
-    return CudaEvent(e);
+    return CudaEvent(e, current_device());
 }
 
 DeviceMemory make_device_memory(std::size_t size_bytes) {
     void* p = nullptr;
     check(cudaMalloc(&p, size_bytes == 0 ? 1 : size_bytes),
           "cudaMalloc of " + std::to_string(size_bytes) + " bytes");
-    return DeviceMemory(p);
+    return DeviceMemory(p, current_device());
 }
 
 void copy_to_device_async(void* dst, const void* src, std::size_t size_bytes,
