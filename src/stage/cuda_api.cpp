@@ -58,8 +58,14 @@ struct DriverContextCalls {
 void* driver_entry(const char* symbol) {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult status{};
+#if CUDART_VERSION >= 12050
     const cudaError_t rc =
         cudaGetDriverEntryPointByVersion(symbol, &fn, 12000, cudaEnableDefault, &status);
+#else
+    // CUDA 12.0-12.4 (CMake requires >= 12.0): ByVersion does not exist yet; this one is
+    // deprecated from 12.5 on and removed in 13.
+    const cudaError_t rc = cudaGetDriverEntryPoint(symbol, &fn, cudaEnableDefault, &status);
+#endif
     if (rc != cudaSuccess || status != cudaDriverEntryPointSuccess) {
         (void)cudaGetLastError();
         return nullptr;

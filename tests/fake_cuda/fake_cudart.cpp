@@ -251,6 +251,15 @@ extern "C" cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void
     return *fn ? cudaSuccess : ret(cudaErrorSymbolNotFound);
 }
 
+#if CUDART_VERSION < 12050
+// What src/stage/cuda_api.cpp calls with a CUDA 12.0-12.4 toolkit.
+extern "C" cudaError_t cudaGetDriverEntryPoint(const char* symbol, void** fn,
+                                               unsigned long long flags,
+                                               cudaDriverEntryPointQueryResult* status) {
+    return cudaGetDriverEntryPointByVersion(symbol, fn, 12000, flags, status);
+}
+#endif
+
 // ---- memory -------------------------------------------------------------------------------
 
 extern "C" {

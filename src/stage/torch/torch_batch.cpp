@@ -1,5 +1,6 @@
 // Loader batches as tensors (mpistage/torch.hpp): to_torch and the dtype map.
 #include <ATen/DLConvertor.h>
+#include <torch/version.h>
 
 #include "mpistage/dlpack.hpp"
 #include "mpistage/torch.hpp"
@@ -48,7 +49,12 @@ torch::Tensor part_tensor(const HostBatch& batch, const std::string& name) {
     const bool is_bool = to_legacy_dtypes(m);
     torch::Tensor t;
     try {
-        t = at::fromDLPack(reinterpret_cast<const ::DLManagedTensor*>(m));
+#if TORCH_VERSION_MAJOR >= 2
+        // libtorch 2 deprecates the const overload (and later releases remove it).
+        t = at::fromDLPack(reinterpret_cast<::DLManagedTensor*>(m));
+#else
+        t = at::fromDLPack(reinterpret_cast<const ::DLManagedTensor*>(m));  // 1.x: the only one
+#endif
     } catch (...) {
         m->deleter(m);
         throw;
