@@ -48,5 +48,4 @@ TorchBatch to_torch(const HostBatch& batch, torch::Device device = torch::kCPU);
 /// The torch scalar type used for `t`.
 torch::ScalarType torch_dtype(DType t);
 
-
 }  // namespace mpistage

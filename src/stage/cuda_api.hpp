@@ -96,7 +96,6 @@ using CudaEvent = UniqueHandle<EventTraits>;
 /// A cudaMalloc block.
 using DeviceMemory = UniqueHandle<DeviceMemoryTraits>;
 
-
 /// The calling thread's current device (cudaGetDevice). @throws CudaError.
 int current_device();
 /// The calling thread's current device when a context is current on the thread (the driver's

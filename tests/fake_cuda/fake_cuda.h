@@ -17,7 +17,8 @@
 //  - a context exists per device once a call needed it (cudaSetDevice creates the primary
 //    context, as CUDA ≥ 12 does; a call needing a context with none current, frees and
 //    stream/event destruction included, creates one on device 0 and counts it per device:
-//    mpistage_fake_cuda_implicit_contexts); cuCtxGetCurrent / cuCtxSetCurrent come through cudaGetDriverEntryPointByVersion;
+//    mpistage_fake_cuda_implicit_contexts); cuCtxGetCurrent / cuCtxSetCurrent come through
+//    cudaGetDriverEntryPointByVersion;
 //  - every failing call (cudaErrorNotReady included) sets the calling thread's last error.
 //
 // Environment (read once): MPISTAGE_FAKE_CUDA_DEVICES (visible devices, default 2),

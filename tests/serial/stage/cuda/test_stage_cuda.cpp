@@ -173,4 +173,3 @@ TEST(StageCuda, PoolGrowsWhenBatchesAreKept) {
     for (StagedBatch& k : kept) EXPECT_EQ(read_back(o.device, k.parts[0], host.size()), host);
     EXPECT_NE(kept[0].parts[0], kept[2].parts[0]);
 }
-
