@@ -70,17 +70,22 @@ struct LoaderOptions {
     /// costs more than the copy); across nodes the threads fetch remote samples ahead. A thread
     /// the system refuses is not an error: fewer (or none) read the same batches; said once.
     std::size_t io_threads = 1;
-    /// Where batches are delivered (docs/gpu.md): "auto" (node-local rank mod visible CUDA
-    /// devices, else the CPU), "cpu", "cuda" (a device is required) or "cuda:N". The resolved
+    /// Where batches are delivered (docs/gpu.md, "Choosing the device"): "auto" (a CUDA device,
+    /// else the CPU), "cpu", "cuda" (a device is required) or "cuda:N" (always that device).
+    /// Without an index the device is the constructing thread's current device when it has a
+    /// current context (the trainer chose it), else the rank's node-local rank in the whole job
+    /// (the launcher's local rank, `launcher_local_rank`; without one, the node rank on this
+    /// loader's communicator) mod the visible devices. The resolved
     /// kind is agreed at construction: CUDA on every rank, or the CPU on every rank (when a
     /// rank has no usable device and every rank resolving to CUDA asked `auto`; one line for
     /// the whole job, from rank 0), else the same ConfigError on every rank. With CUDA,
     /// `epoch(e)` yields batches whose fields are on the device (HostBatch::device()). The
     /// loader never changes the caller's current CUDA device or context.
     std::string device = "auto";
-    /// Print the one line saying that `auto` found no usable CUDA device and stages on the CPU
-    /// (stderr, rank 0 of the loader's communicator: one line for the job, once per process).
-    /// False silences it (CLI `--quiet`); rank 0's value decides.
+    /// Print the device lines (stderr, rank 0 of the loader's communicator: one line for the
+    /// job, once per process each): that `auto` found no usable CUDA device and stages on the
+    /// CPU, and that ranks of one node stage to one GPU that none of them asked for. False
+    /// silences them (CLI `--quiet`); rank 0's value decides.
     bool log_device_fallback = true;
     /// Allocate the ring with `cudaHostAlloc` (pinned, once) when the device is a CUDA device.
     bool pin_memory = true;

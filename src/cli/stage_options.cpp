@@ -183,8 +183,9 @@ void add_stage_device_options(CLI::App& cmd, StageArgs& a) {
         },
         "auto|cpu|cuda[:N]", "device");
     cmd.add_option("--device", a.device,
-                   "Where batches go: auto (CUDA device node-local rank mod visible devices, "
-                   "else the CPU, said in one line), cpu, cuda or cuda:N")
+                   "Where batches go: auto (the current CUDA device, else the one of the rank's "
+                   "node-local rank in the job mod visible devices; else the CPU, said in one "
+                   "line), cpu, cuda or cuda:N")
         ->capture_default_str()
         ->check(device_form);
 }

@@ -1,9 +1,14 @@
 // The loader's device delivery (device_delivery.hpp).
 #include "loader/device_delivery.hpp"
 
+#include <unistd.h>
+
 #include <cstdio>
+#include <functional>
+#include <map>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "comm/agree.hpp"
@@ -29,6 +34,49 @@ std::string rank_list(const std::vector<int>& ranks) {
     return s;
 }
 
+// This process's node, as a number equal on the ranks of one host (a hash of its host name;
+// MPI_COMM_TYPE_SHARED groups by host too). Only for the note below: a collision merely names
+// two nodes as one.
+std::uint64_t host_id() {
+    char name[256] = {};
+    if (gethostname(name, sizeof(name) - 1) != 0) return 0;
+    return static_cast<std::uint64_t>(std::hash<std::string>{}(std::string(name)));
+}
+
+// Per rank in the allgather of agree_device.
+constexpr std::size_t kDeviceFacts = 6;
+
+// The note for ranks of one node staging to one GPU that no one of them asked for (by
+// `cuda:N` or by making it current): the first such group, and how many more; empty when none.
+std::string shared_device_note(const std::vector<std::uint64_t>& all, int size) {
+    std::map<std::pair<std::uint64_t, std::uint64_t>, std::vector<int>> groups;  // (host, device)
+    std::map<std::pair<std::uint64_t, std::uint64_t>, bool> implicit;
+    for (int r = 0; r < size; ++r) {
+        const std::uint64_t* v = all.data() + kDeviceFacts * static_cast<std::size_t>(r);
+        if (!v[0]) continue;  // the CPU
+        const auto key = std::make_pair(v[5], v[3]);
+        groups[key].push_back(r);
+        if (v[4]) implicit[key] = true;
+    }
+    std::string first;
+    std::size_t more = 0;
+    for (const auto& [key, ranks] : groups) {
+        if (ranks.size() < 2 || !implicit[key]) continue;
+        if (!first.empty()) {
+            ++more;
+            continue;
+        }
+        first = "mpistage: device: ranks " + rank_list(ranks) +
+                " of one node all stage to cuda:" + std::to_string(key.second - 1);
+    }
+    if (first.empty()) return first;
+    if (more > 0) first += " (and " + std::to_string(more) + " more such group(s))";
+    return first +
+           " without asking for it (node-local rank mod the visible devices); make each rank's "
+           "device current before creating the loader (cudaSetDevice / torch.cuda.set_device) "
+           "or pass device = \"cuda:N\" to choose";
+}
+
 }  // namespace
 
 LoaderDevice agree_device(const Communicator& comm, const LoaderOptions& options) {
@@ -39,10 +87,12 @@ LoaderDevice agree_device(const Communicator& comm, const LoaderOptions& options
                    }));
     const bool is_auto = parse_device(options.device).mode == DeviceMode::automatic;
     const std::vector<std::uint64_t> all = comm.allgather(std::vector<std::uint64_t>{
-        dev.device.cuda ? 1u : 0u, is_auto ? 1u : 0u, dev.device.fell_back ? 1u : 0u});
+        dev.device.cuda ? 1u : 0u, is_auto ? 1u : 0u, dev.device.fell_back ? 1u : 0u,
+        static_cast<std::uint64_t>(dev.device.index + 1),
+        dev.device.origin == DeviceOrigin::local_rank ? 1u : 0u, host_id()});
     std::vector<int> cuda_ranks, cpu_ranks, fell_back, explicit_cuda;
     for (int r = 0; r < comm.size(); ++r) {
-        const std::uint64_t* v = all.data() + 3 * static_cast<std::size_t>(r);
+        const std::uint64_t* v = all.data() + kDeviceFacts * static_cast<std::size_t>(r);
         (v[0] ? cuda_ranks : cpu_ranks).push_back(r);
         if (v[2]) fell_back.push_back(r);
         if (v[0] && !v[1]) explicit_cuda.push_back(r);
@@ -54,6 +104,16 @@ LoaderDevice agree_device(const Communicator& comm, const LoaderOptions& options
             (fell_back.empty() ? std::string(" (device = \"cpu\")") : " (no usable CUDA device)") +
             ": every rank must resolve to the same kind; use device = \"auto\" "
             "everywhere (all CPU then) or give every rank a GPU");
+    }
+    if (cpu_ranks.empty() && comm.rank() == 0 && options.log_device_fallback) {
+        const std::string note = shared_device_note(all, comm.size());
+        static std::once_flag once;  // once per process
+        if (!note.empty()) {
+            std::call_once(once, [&] {
+                std::fprintf(stderr, "%s\n", note.c_str());
+                std::fflush(stderr);
+            });
+        }
     }
     const std::string own_reason = dev.device.reason;
     if (!cuda_ranks.empty() && !cpu_ranks.empty()) {

@@ -17,7 +17,10 @@ namespace mpistage::detail {
 /// back (naming the ranks without a usable device and the lowest one's reason); or, when a
 /// rank without a device faces a rank that asked for CUDA explicitly, the same ConfigError on
 /// every rank. A rank whose own choice throws (cuda asked, no device) makes every rank throw
-/// its error. @throws ConfigError, identical on every rank.
+/// its error. When every rank is on CUDA and ranks of one host (of this communicator: ranks of
+/// the node outside it are not seen) resolve to one device by their node-local rank, rank 0
+/// prints one note for the job (once per process, with `log_device_fallback`).
+/// @throws ConfigError, identical on every rank.
 LoaderDevice agree_device(const Communicator& comm, const LoaderOptions& options);
 
 /// Not collective: the stager of a loader on CUDA device `device` (consumer stream from

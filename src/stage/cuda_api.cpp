@@ -58,8 +58,14 @@ struct DriverContextCalls {
 void* driver_entry(const char* symbol) {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult status{};
+#if CUDART_VERSION >= 12050
     const cudaError_t rc =
         cudaGetDriverEntryPointByVersion(symbol, &fn, 12000, cudaEnableDefault, &status);
+#else
+    // CUDA 12.0-12.4 (CMake requires >= 12.0): ByVersion does not exist yet; this one is
+    // deprecated from 12.5 on and removed in 13.
+    const cudaError_t rc = cudaGetDriverEntryPoint(symbol, &fn, cudaEnableDefault, &status);
+#endif
     if (rc != cudaSuccess || status != cudaDriverEntryPointSuccess) {
         (void)cudaGetLastError();
         return nullptr;
@@ -112,23 +118,35 @@ int current_device() {
     return device;
 }
 
+int current_device_if_context() noexcept {
+    const DriverContextCalls& drv = driver_context_calls();
+    void* context = nullptr;
+    if (!drv.get || drv.get(&context) != 0 || context == nullptr) return -1;
+    int device = -1;
+    if (cudaGetDevice(&device) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return -1;
+    }
+    return device;
+}
+
 CudaStream make_stream() {
     cudaStream_t s = nullptr;
     check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
-    return CudaStream(s);
+    return CudaStream(s, current_device());
 }
 
 CudaEvent make_event() {
     cudaEvent_t e = nullptr;
     check(cudaEventCreate(&e), "cudaEventCreate");
-    return CudaEvent(e);
+    return CudaEvent(e, current_device());
 }
 
 DeviceMemory make_device_memory(std::size_t size_bytes) {
     void* p = nullptr;
     check(cudaMalloc(&p, size_bytes == 0 ? 1 : size_bytes),
           "cudaMalloc of " + std::to_string(size_bytes) + " bytes");
-    return DeviceMemory(p);
+    return DeviceMemory(p, current_device());
 }
 
 void copy_to_device_async(void* dst, const void* src, std::size_t size_bytes,
@@ -217,6 +235,9 @@ DeviceGuard::DeviceGuard(int device) {
 DeviceGuard::~DeviceGuard() = default;
 int current_device() {
     no_cuda("cudaGetDevice");
+}
+int current_device_if_context() noexcept {
+    return -1;
 }
 CudaStream make_stream() {
     no_cuda("cudaStreamCreateWithFlags");

@@ -13,53 +13,6 @@ namespace mpistage::detail {
 /// True when this build has the CUDA runtime (MPISTAGE_STAGE_CUDA).
 bool built_with_cuda() noexcept;
 
-/// Move-only owner of one CUDA handle (an opaque pointer); `Traits::destroy` frees it without
-/// throwing.
-template <class Traits>
-class UniqueHandle {
-public:
-    UniqueHandle() = default;
-    explicit UniqueHandle(void* h) noexcept : handle_(h) {}
-    UniqueHandle(UniqueHandle&& o) noexcept : handle_(std::exchange(o.handle_, nullptr)) {}
-    UniqueHandle& operator=(UniqueHandle&& o) noexcept {
-        if (this != &o) {
-            reset();
-            handle_ = std::exchange(o.handle_, nullptr);
-        }
-        return *this;
-    }
-    UniqueHandle(const UniqueHandle&) = delete;
-    UniqueHandle& operator=(const UniqueHandle&) = delete;
-    ~UniqueHandle() { reset(); }
-
-    void* get() const noexcept { return handle_; }
-    explicit operator bool() const noexcept { return handle_ != nullptr; }
-    void reset() noexcept {
-        if (handle_) Traits::destroy(handle_);
-        handle_ = nullptr;
-    }
-
-private:
-    void* handle_ = nullptr;
-};
-
-struct StreamTraits {
-    static void destroy(void* h) noexcept;
-};
-struct EventTraits {
-    static void destroy(void* h) noexcept;
-};
-struct DeviceMemoryTraits {
-    static void destroy(void* h) noexcept;
-};
-
-/// A cudaStream_t created with cudaStreamNonBlocking (no implicit sync with stream 0).
-using CudaStream = UniqueHandle<StreamTraits>;
-/// A cudaEvent_t with timing enabled.
-using CudaEvent = UniqueHandle<EventTraits>;
-/// A cudaMalloc block.
-using DeviceMemory = UniqueHandle<DeviceMemoryTraits>;
-
 /// Makes `device` current for the calling thread when it is not already, and restores the
 /// caller's current *context* on destruction (the driver's cuCtxGetCurrent/cuCtxSetCurrent,
 /// reached through cudaGetDriverEntryPointByVersion, so libcuda is not linked): a thread that
@@ -81,8 +34,75 @@ private:
     bool restore_context_ = false;
 };
 
+/// Move-only owner of one CUDA handle (an opaque pointer) made on `device`; `Traits::destroy`
+/// frees it without throwing, under a DeviceGuard of that device, so a destructor running on a
+/// thread with no context (or another device current) creates no context on device 0 (issue
+/// 39, bug 6). When the device cannot be made current, the handle is leaked rather than freed
+/// in a context of another device. A negative device (tests) destroys without a guard.
+template <class Traits>
+class UniqueHandle {
+public:
+    UniqueHandle() = default;
+    UniqueHandle(void* h, int device) noexcept : handle_(h), device_(device) {}
+    UniqueHandle(UniqueHandle&& o) noexcept
+        : handle_(std::exchange(o.handle_, nullptr)), device_(o.device_) {}
+    UniqueHandle& operator=(UniqueHandle&& o) noexcept {
+        if (this != &o) {
+            reset();
+            handle_ = std::exchange(o.handle_, nullptr);
+            device_ = o.device_;
+        }
+        return *this;
+    }
+    UniqueHandle(const UniqueHandle&) = delete;
+    UniqueHandle& operator=(const UniqueHandle&) = delete;
+    ~UniqueHandle() { reset(); }
+
+    void* get() const noexcept { return handle_; }
+    /// The device the handle belongs to.
+    int device() const noexcept { return device_; }
+    explicit operator bool() const noexcept { return handle_ != nullptr; }
+    void reset() noexcept {
+        if (handle_) {
+            try {
+                const DeviceGuard guard(device_);
+                Traits::destroy(handle_);
+            } catch (...) {
+                // The device cannot be made current (a dead context): leak the handle.
+            }
+        }
+        handle_ = nullptr;
+    }
+
+private:
+    void* handle_ = nullptr;
+    int device_ = -1;
+};
+
+struct StreamTraits {
+    static void destroy(void* h) noexcept;
+};
+struct EventTraits {
+    static void destroy(void* h) noexcept;
+};
+struct DeviceMemoryTraits {
+    static void destroy(void* h) noexcept;
+};
+
+/// A cudaStream_t created with cudaStreamNonBlocking (no implicit sync with stream 0).
+using CudaStream = UniqueHandle<StreamTraits>;
+/// A cudaEvent_t with timing enabled.
+using CudaEvent = UniqueHandle<EventTraits>;
+/// A cudaMalloc block.
+using DeviceMemory = UniqueHandle<DeviceMemoryTraits>;
+
 /// The calling thread's current device (cudaGetDevice). @throws CudaError.
 int current_device();
+/// The calling thread's current device when a context is current on the thread (the driver's
+/// cuCtxGetCurrent, then cudaGetDevice), else −1; −1 too without the CUDA runtime, without the
+/// driver entry point or when the runtime fails (its error is cleared). Creates no context;
+/// never throws.
+int current_device_if_context() noexcept;
 /// A non-blocking stream on the current device. @throws CudaError.
 CudaStream make_stream();
 /// An event (timing enabled) on the current device. @throws CudaError.

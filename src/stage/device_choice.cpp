@@ -4,10 +4,12 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <string>
 
 #include "mpistage/error.hpp"
+#include "stage/cuda_api.hpp"
 
 #if MPISTAGE_STAGE_CUDA
 #include <cuda_runtime_api.h>
@@ -64,7 +66,24 @@ std::string DeviceChoice::name() const {
     return cuda ? "cuda:" + std::to_string(index) : "cpu";
 }
 
-CudaDeviceInfo probe_cuda_device(int node_rank) {
+int launcher_local_rank() {
+    // MPI launchers first: an mpirun inside a Slurm batch script inherits the batch step's
+    // SLURM_LOCALID (0 everywhere); torchrun's LOCAL_RANK last, as it may be inherited too.
+    for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PALS_LOCAL_RANKID",
+                             "SLURM_LOCALID", "LOCAL_RANK"}) {
+        const char* v = std::getenv(name);
+        if (!v || !*v || std::strlen(v) > 6) continue;
+        if (std::string(v).find_first_not_of("0123456789") != std::string::npos) continue;
+        return std::atoi(v);
+    }
+    return -1;
+}
+
+int caller_current_device() {
+    return detail::current_device_if_context();
+}
+
+CudaDeviceInfo probe_cuda_device(int local_rank) {
     CudaDeviceInfo info;
 #if MPISTAGE_STAGE_CUDA
     static std::once_flag once;
@@ -84,19 +103,20 @@ CudaDeviceInfo probe_cuda_device(int node_rank) {
     });
     info.device_count = count;
     info.usable = count > 0;
-    info.device = info.usable ? (node_rank < 0 ? 0 : node_rank) % count : -1;
+    info.device = info.usable ? (local_rank < 0 ? 0 : local_rank) % count : -1;
     info.reason = reason;
 #else
-    (void)node_rank;
+    (void)local_rank;
     info.reason = "mpistage was built without the CUDA runtime";
 #endif
     return info;
 }
 
-DeviceChoice choose_device(const DeviceSpec& spec, int node_rank) {
+DeviceChoice choose_device(const DeviceSpec& spec, int fallback_local_rank) {
     DeviceChoice c;
     if (spec.mode == DeviceMode::cpu) return c;
-    const CudaDeviceInfo info = probe_cuda_device(node_rank);
+    const int launcher = launcher_local_rank();
+    const CudaDeviceInfo info = probe_cuda_device(launcher >= 0 ? launcher : fallback_local_rank);
     if (spec.mode == DeviceMode::automatic && !info.usable) {
         c.fell_back = true;
         c.reason = info.reason;
@@ -112,7 +132,19 @@ DeviceChoice choose_device(const DeviceSpec& spec, int node_rank) {
                           visible_devices_note());
     }
     c.cuda = true;
-    c.index = spec.index >= 0 ? spec.index : info.device;
+    if (spec.index >= 0) {
+        c.index = spec.index;
+        c.origin = DeviceOrigin::requested;
+        return c;
+    }
+    const int current = caller_current_device();
+    if (current >= 0 && current < info.device_count) {
+        c.index = current;
+        c.origin = DeviceOrigin::current;
+        return c;
+    }
+    c.index = info.device;
+    c.origin = DeviceOrigin::local_rank;
     return c;
 }
 

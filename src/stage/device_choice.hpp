@@ -15,9 +15,10 @@ struct LoaderDevice {
     bool pinned = false;
 };
 
-/// Not collective: parses `device_option`, chooses the device of node-local rank `node_rank`
-/// and decides pinning; never changes the current device. When `auto` falls back to the CPU
-/// and `speaker` is true, prints `cpu_fallback_message` once per process to stderr.
+/// Not collective: parses `device_option`, chooses the device (`choose_device`; `node_rank`,
+/// the rank on the loader's node communicator, is the fallback local rank when no launcher
+/// exports one) and decides pinning; never changes the current device. When `auto` falls back to
+/// the CPU and `speaker` is true, prints `cpu_fallback_message` once per process to stderr.
 /// @throws ConfigError for a bad option or an explicit CUDA device that is not usable.
 LoaderDevice choose_loader_device(const std::string& device_option, bool pin_memory, int node_rank,
                                   bool speaker);

@@ -72,7 +72,6 @@ struct DeviceStager::Impl {
 };
 
 DeviceBuffer DeviceStager::Impl::allocate(std::size_t size_bytes) {
-    if (options.allocator) return options.allocator(size_bytes);
     if (!pool) {
         pool = DevicePool::create(options.device.index, options.pool_buffers,
                                   options.consumer_stream);
@@ -173,7 +172,7 @@ DeviceStager::DeviceStager(StagerOptions options) : impl_(std::make_unique<Impl>
         throw ConfigError("stage: depth " + std::to_string(d.options.depth) + " is outside 1.." +
                           std::to_string(kMaxDepth));
     }
-    if (!d.options.allocator && d.options.pool_buffers < d.options.depth + 1) {
+    if (d.options.pool_buffers < d.options.depth + 1) {
         throw ConfigError("stage: pool_buffers " + std::to_string(d.options.pool_buffers) +
                           " must be at least depth + 1 = " + std::to_string(d.options.depth + 1));
     }

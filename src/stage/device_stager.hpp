@@ -13,7 +13,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <vector>
 
@@ -42,10 +41,6 @@ struct DeviceBuffer {
     const CudaEvent* reuse_fence = nullptr;
 };
 
-/// Allocates at least `size_bytes` of device memory on the current device (the stager makes
-/// its device current around the call). May throw.
-using DeviceAllocator = std::function<DeviceBuffer(std::size_t size_bytes)>;
-
 /// Options of a stager.
 struct StagerOptions {
     /// Where batches go (choose_device). The CPU stages without copying.
@@ -59,12 +54,10 @@ struct StagerOptions {
     void* consumer_stream = nullptr;
     /// Batches submitted but not yet taken, at most (1 ≤ depth ≤ 4096).
     std::size_t depth = 2;
-    /// Device buffers the stager's own pool starts with (used without `allocator`; it adds
-    /// one when all are held): batches in flight plus those the consumer holds; ≥ depth + 1.
+    /// Device buffers the stager's pool (DevicePool: cudaMalloc blocks, allocated on first use
+    /// and reused, grown only when a batch is larger than before) starts with; it adds one
+    /// when all are held: batches in flight plus those the consumer holds; ≥ depth + 1.
     std::size_t pool_buffers = 4;
-    /// Device memory source; empty: the stager's own pool of `pool_buffers` cudaMalloc blocks,
-    /// allocated on first use and reused (grown only when a batch is larger than before).
-    DeviceAllocator allocator;
 };
 
 /// Counters of a stager (mpistage/device.hpp).

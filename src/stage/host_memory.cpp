@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "mpistage/error.hpp"
+#include "stage/cuda_api.hpp"
 #include "util/page_populate.hpp"
 
 #if MPISTAGE_STAGE_CUDA
@@ -30,6 +31,7 @@ HostBlock::HostBlock(std::size_t size_bytes, bool pinned) : size_(size_bytes) {
         }
         data_ = static_cast<std::byte*>(p);
         pinned_ = true;
+        device_ = current_device_if_context();  // cudaHostAlloc made one current if none was
         return;
     }
 #else
@@ -44,7 +46,10 @@ HostBlock::HostBlock(std::size_t size_bytes, bool pinned) : size_(size_bytes) {
 }
 
 HostBlock::HostBlock(HostBlock&& o) noexcept
-    : data_(std::exchange(o.data_, nullptr)), size_(o.size_), pinned_(o.pinned_) {}
+    : data_(std::exchange(o.data_, nullptr)),
+      size_(o.size_),
+      pinned_(o.pinned_),
+      device_(o.device_) {}
 
 HostBlock& HostBlock::operator=(HostBlock&& o) noexcept {
     if (this != &o) {
@@ -52,6 +57,7 @@ HostBlock& HostBlock::operator=(HostBlock&& o) noexcept {
         data_ = std::exchange(o.data_, nullptr);
         size_ = o.size_;
         pinned_ = o.pinned_;
+        device_ = o.device_;
     }
     return *this;
 }
@@ -64,7 +70,15 @@ void HostBlock::release() noexcept {
     if (!data_) return;
 #if MPISTAGE_STAGE_CUDA
     if (pinned_) {
-        cudaFreeHost(data_);
+        try {
+            // Under the guard: on a thread with no context, cudaFreeHost would create one on
+            // device 0 (issue 39, bug 6).
+            const DeviceGuard guard(device_);
+            cudaFreeHost(data_);
+        } catch (...) {
+            // The device cannot be made current (a dead context): leak the block rather than
+            // free it in a context created on another device.
+        }
         data_ = nullptr;
         return;
     }

@@ -23,7 +23,7 @@ public:
     /// this call, which then takes time in proportion to `size_bytes` (on the benchmark machine,
     /// a virtual machine, about 13 µs per 4 KiB page: 30 ms for a 150 KB-sample ring of 4 × 16
     /// samples; benchmarks/README.md, "Warm epochs"). The caller owns the block; it frees it on
-    /// destruction.
+    /// destruction, on any thread (a pinned block is freed under a DeviceGuard of its device).
     /// @throws CudaError when pinned allocation fails, std::bad_alloc for pageable memory.
     HostBlock(std::size_t size_bytes, bool pinned);
     HostBlock(HostBlock&& o) noexcept;
@@ -35,12 +35,17 @@ public:
     std::byte* data() const noexcept { return data_; }
     std::size_t size_bytes() const noexcept { return size_; }
     bool pinned() const noexcept { return pinned_; }
+    /// The device whose context a pinned block was allocated in (the current device of the
+    /// allocating thread); −1 for pageable memory. `cudaFreeHost` runs under a DeviceGuard of
+    /// it, so freeing on a thread with no context creates none on device 0.
+    int device() const noexcept { return device_; }
 
 private:
     void release() noexcept;
     std::byte* data_ = nullptr;
     std::size_t size_ = 0;
     bool pinned_ = false;
+    int device_ = -1;
 };
 
 }  // namespace mpistage::detail

@@ -15,8 +15,10 @@
 //  - cudaStreamWaitEvent is honoured (the stream's worker waits); the legacy default stream
 //    synchronises with blocking streams of its device as the real one does;
 //  - a context exists per device once a call needed it (cudaSetDevice creates the primary
-//    context, as CUDA ≥ 12 does; a call needing a context with none current creates one on
-//    device 0); cuCtxGetCurrent / cuCtxSetCurrent come through cudaGetDriverEntryPointByVersion;
+//    context, as CUDA ≥ 12 does; a call needing a context with none current, frees and
+//    stream/event destruction included, creates one on device 0 and counts it per device:
+//    mpistage_fake_cuda_implicit_contexts); cuCtxGetCurrent / cuCtxSetCurrent come through
+//    cudaGetDriverEntryPointByVersion;
 //  - every failing call (cudaErrorNotReady included) sets the calling thread's last error.
 //
 // Environment (read once): MPISTAGE_FAKE_CUDA_DEVICES (visible devices, default 2),
@@ -33,8 +35,13 @@ extern "C" {
 int mpistage_fake_cuda_active(void);
 /// Bit d is set when device d has a context (since the last reset).
 unsigned mpistage_fake_cuda_context_mask(void);
-/// Forgets which devices have a context (tests start from none) and the calling thread's
-/// current context.
+/// Times a call on a thread with no current context made `device`'s context current by itself
+/// (the runtime's implicit initialisation, always device 0: cudaFree, cudaFreeHost,
+/// cudaStreamDestroy, cudaEventDestroy and every call needing a context do it), since the last
+/// reset. A library call made for another device that shows here ran outside its DeviceGuard.
+unsigned long long mpistage_fake_cuda_implicit_contexts(int device);
+/// Forgets which devices have a context and the implicit-initialisation counts (tests start
+/// from none), and the calling thread's current context.
 void mpistage_fake_cuda_reset_contexts(void);
 /// Host → device async copies whose source was pageable (not from cudaHostAlloc).
 unsigned long long mpistage_fake_cuda_pageable_copies(void);

@@ -26,12 +26,7 @@ cudaError_t ret(cudaError_t rc) {
 cudaError_t ensure_context(Engine& e, int& device) {
     if (e.init_fails) return cudaErrorInsufficientDriver;
     if (e.device_count == 0) return cudaErrorNoDevice;
-    Context*& cur = current_context();
-    if (!cur) {
-        cur = &e.contexts[0];
-        e.context_created[0] = true;
-    }
-    device = cur->device;
+    device = e.context_or_implicit().device;
     return cudaSuccess;
 }
 
@@ -53,9 +48,13 @@ cudaError_t host_alloc(void** p, std::size_t size, bool device_memory) {
 }
 
 cudaError_t free_alloc(void* p, bool device_memory) {
-    if (!p) return cudaSuccess;
     Engine& e = Engine::get();
     std::unique_lock<std::mutex> lk(e.m);
+    // As the runtime: a free on a thread with no current context initialises one (device 0's;
+    // cudaFree(nullptr) is the classic way to create a context).
+    int current = 0;
+    if (const cudaError_t rc = ensure_context(e, current); rc != cudaSuccess) return ret(rc);
+    if (!p) return cudaSuccess;
     const auto it = e.allocations.find(reinterpret_cast<std::uintptr_t>(p));
     if (it == e.allocations.end() || it->second.device_memory != device_memory) {
         return ret(cudaErrorInvalidValue);
@@ -112,7 +111,15 @@ void mpistage_fake_cuda_reset_contexts(void) {
     Engine& e = Engine::get();
     std::lock_guard<std::mutex> lk(e.m);
     e.context_created.assign(e.context_created.size(), false);
+    e.implicit_inits.assign(e.implicit_inits.size(), 0);
     current_context() = nullptr;
+}
+
+unsigned long long mpistage_fake_cuda_implicit_contexts(int device) {
+    Engine& e = Engine::get();
+    std::lock_guard<std::mutex> lk(e.m);
+    if (device < 0 || static_cast<std::size_t>(device) >= e.implicit_inits.size()) return 0;
+    return e.implicit_inits[static_cast<std::size_t>(device)];
 }
 
 unsigned long long mpistage_fake_cuda_pageable_copies(void) {
@@ -243,6 +250,15 @@ extern "C" cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void
     if (status) *status = *fn ? cudaDriverEntryPointSuccess : cudaDriverEntryPointSymbolNotFound;
     return *fn ? cudaSuccess : ret(cudaErrorSymbolNotFound);
 }
+
+#if CUDART_VERSION < 12050
+// What src/stage/cuda_api.cpp calls with a CUDA 12.0-12.4 toolkit.
+extern "C" cudaError_t cudaGetDriverEntryPoint(const char* symbol, void** fn,
+                                               unsigned long long flags,
+                                               cudaDriverEntryPointQueryResult* status) {
+    return cudaGetDriverEntryPointByVersion(symbol, fn, 12000, flags, status);
+}
+#endif
 
 // ---- memory -------------------------------------------------------------------------------
 

@@ -42,10 +42,21 @@ Engine& Engine::get() {
         for (int d = 0; d < e->device_count; ++d)
             e->contexts[static_cast<std::size_t>(d)].device = d;
         e->context_created.assign(static_cast<std::size_t>(e->device_count), false);
+        e->implicit_inits.assign(static_cast<std::size_t>(e->device_count), 0);
         e->legacy.resize(static_cast<std::size_t>(e->device_count));
         return e;
     }();
     return *engine;
+}
+
+Context& Engine::context_or_implicit() {
+    Context*& cur = current_context();
+    if (!cur) {
+        cur = &contexts[0];
+        context_created[0] = true;
+        ++implicit_inits[0];
+    }
+    return *cur;
 }
 
 const Allocation* Engine::find(const void* p, std::size_t n) const {

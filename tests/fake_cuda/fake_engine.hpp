@@ -70,6 +70,9 @@ struct Engine {
     std::chrono::microseconds host_func_delay{500};
     std::vector<Context> contexts;
     std::vector<bool> context_created;
+    // Per device: times a call on a thread with no current context made the device's context
+    // current by itself (the runtime's implicit initialisation), since the last reset.
+    std::vector<unsigned long long> implicit_inits;
     std::vector<std::shared_ptr<Stream>> legacy;  // per device, made on first use
     std::map<Stream*, std::shared_ptr<Stream>> streams;
     std::map<Event*, std::unique_ptr<Event>> events;
@@ -93,6 +96,10 @@ struct Engine {
     void wait_for(std::unique_lock<std::mutex>& lk, const Stream& s, std::uint64_t target);
     /// Blocks until every stream of `device` (all devices when −1) is idle. `lk` holds `m`.
     void drain(std::unique_lock<std::mutex>& lk, int device);
+    /// The calling thread's current context, made (device 0's, created if needed) and counted
+    /// in `implicit_inits` when the thread has none: what the runtime does for a call that
+    /// needs a context. Call with `m` held.
+    Context& context_or_implicit();
     /// The legacy default stream of `device`. `m` held; may start it (drops and retakes `lk`).
     std::shared_ptr<Stream> legacy_stream(std::unique_lock<std::mutex>& lk, int device);
 

@@ -25,12 +25,7 @@ cudaError_t ret(cudaError_t rc) {
 cudaError_t context_device(Engine& e, int& device) {
     if (e.init_fails) return cudaErrorInsufficientDriver;
     if (e.device_count == 0) return cudaErrorNoDevice;
-    auto*& cur = current_context();
-    if (!cur) {
-        cur = &e.contexts[0];
-        e.context_created[0] = true;
-    }
-    device = cur->device;
+    device = e.context_or_implicit().device;
     return cudaSuccess;
 }
 
@@ -101,6 +96,8 @@ cudaError_t cudaStreamCreate(cudaStream_t* out) {
 cudaError_t cudaStreamDestroy(cudaStream_t h) {
     Engine& e = Engine::get();
     std::unique_lock<std::mutex> lk(e.m);
+    int current = 0;  // as the runtime: a thread with no context gets one (device 0's)
+    if (const cudaError_t rc = context_device(e, current); rc != cudaSuccess) return ret(rc);
     const auto it = e.streams.find(reinterpret_cast<Stream*>(h));
     if (it == e.streams.end()) return ret(cudaErrorInvalidResourceHandle);
     std::shared_ptr<Stream> s = it->second;
@@ -149,6 +146,8 @@ cudaError_t cudaEventCreate(cudaEvent_t* out) {
 cudaError_t cudaEventDestroy(cudaEvent_t h) {
     Engine& e = Engine::get();
     std::lock_guard<std::mutex> lk(e.m);
+    int current = 0;  // as the runtime: a thread with no context gets one (device 0's)
+    if (const cudaError_t rc = context_device(e, current); rc != cudaSuccess) return ret(rc);
     return e.events.erase(reinterpret_cast<Event*>(h)) ? cudaSuccess
                                                        : ret(cudaErrorInvalidResourceHandle);
 }

@@ -1,9 +1,9 @@
 // Loader batches as tensors (mpistage/torch.hpp): to_torch and the dtype map.
 #include <ATen/DLConvertor.h>
+#include <torch/version.h>
 
 #include "mpistage/dlpack.hpp"
 #include "mpistage/torch.hpp"
-#include "stage/torch/torch_parts.hpp"
 
 namespace mpistage {
 
@@ -39,37 +39,6 @@ const torch::Tensor& TorchBatch::operator[](const std::string& name) const {
     throw ConfigError("torch: batch has no field '" + name + "'");
 }
 
-namespace detail {
-
-TorchBatch torch_batch(const std::vector<BatchPart>& parts, const std::vector<std::byte*>& data,
-                       const DeviceChoice& device, const std::shared_ptr<void>& lease) {
-    TorchBatch out;
-    const std::size_t fields = parts.size() - 2;  // then "index" and "valid"
-    for (std::size_t i = 0; i < parts.size(); ++i) {
-        torch::Tensor t =
-            tensor_over(data[i], parts[i].sizes, torch_dtype(parts[i].dtype), device, lease);
-        if (i < fields) {
-            out.names.push_back(parts[i].name);
-            out.tensors.push_back(std::move(t));
-        } else if (i == fields) {
-            out.index = std::move(t);
-        } else {
-            out.valid = std::move(t);
-        }
-    }
-    return out;
-}
-
-std::vector<std::byte*> host_pointers(const std::vector<BatchPart>& parts) {
-    std::vector<std::byte*> out;
-    for (const BatchPart& p : parts) {
-        out.push_back(static_cast<std::byte*>(const_cast<void*>(p.span.data)));
-    }
-    return out;
-}
-
-}  // namespace detail
-
 namespace {
 
 // One part of `batch` as a tensor through DLPack (no copy; the tensor holds the lease).
@@ -80,7 +49,12 @@ torch::Tensor part_tensor(const HostBatch& batch, const std::string& name) {
     const bool is_bool = to_legacy_dtypes(m);
     torch::Tensor t;
     try {
-        t = at::fromDLPack(reinterpret_cast<const ::DLManagedTensor*>(m));
+#if TORCH_VERSION_MAJOR >= 2
+        // libtorch 2 deprecates the const overload (and later releases remove it).
+        t = at::fromDLPack(reinterpret_cast<::DLManagedTensor*>(m));
+#else
+        t = at::fromDLPack(reinterpret_cast<const ::DLManagedTensor*>(m));  // 1.x: the only one
+#endif
     } catch (...) {
         m->deleter(m);
         throw;

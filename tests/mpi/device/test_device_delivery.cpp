@@ -100,6 +100,8 @@ TEST(DeviceDelivery, NoContextOnADeviceTheCallerDidNotChoose) {
     mpistage_fake_cuda_drain();
     EXPECT_EQ(mpistage_fake_cuda_context_mask(), 1u << 1)
         << "contexts (bit mask) on devices other than the chosen cuda:1";
+    EXPECT_EQ(mpistage_fake_cuda_implicit_contexts(0), 0u)
+        << "a CUDA call (a free?) ran on a thread without a context, outside its guard";
     EXPECT_EQ(mismatches.load(), 0);
 }
 

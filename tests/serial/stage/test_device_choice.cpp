@@ -1,6 +1,7 @@
 // Device selection without a GPU: parsing, auto → CPU with one log line, explicit cuda errors.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "mpistage/device.hpp"
@@ -103,4 +104,26 @@ TEST(StageDevice, ExplicitCpuPrintsNothingAndNeverPins) {
     EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
     EXPECT_FALSE(d.pinned);
     EXPECT_FALSE(d.device.fell_back);
+}
+
+// The launcher's local rank (issue 39, bug 1): MPI launchers before srun's and torchrun's, whose
+// variables an mpirun inside a Slurm batch script or a torchrun wrapper inherits.
+TEST(StageDevice, LauncherLocalRankPrefersTheMpiLaunchersVariables) {
+    const char* names[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PALS_LOCAL_RANKID",
+                           "SLURM_LOCALID", "LOCAL_RANK"};
+    for (const char* n : names) unsetenv(n);
+    EXPECT_EQ(launcher_local_rank(), -1);
+    setenv("LOCAL_RANK", "5", 1);
+    EXPECT_EQ(launcher_local_rank(), 5);
+    setenv("SLURM_LOCALID", "0", 1);  // a batch step's, inherited
+    EXPECT_EQ(launcher_local_rank(), 0);
+    setenv("MPI_LOCALRANKID", "3", 1);
+    EXPECT_EQ(launcher_local_rank(), 3);
+    setenv("OMPI_COMM_WORLD_LOCAL_RANK", "2", 1);
+    EXPECT_EQ(launcher_local_rank(), 2);
+    setenv("OMPI_COMM_WORLD_LOCAL_RANK", "x", 1);  // not a number: the next one
+    EXPECT_EQ(launcher_local_rank(), 3);
+    setenv("MPI_LOCALRANKID", "", 1);
+    EXPECT_EQ(launcher_local_rank(), 0);
+    for (const char* n : names) unsetenv(n);
 }

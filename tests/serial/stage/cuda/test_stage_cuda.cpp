@@ -10,11 +10,6 @@
 #include "stage/device_stager.hpp"
 #include "stage/host_memory.hpp"
 #include "stage_test_util.hpp"
-#if MPISTAGE_STAGE_TEST_TORCH
-#include <torch/cuda.h>
-
-#include "stage/tensor/staged_tensors.hpp"
-#endif
 
 using namespace mpistage;
 using namespace mpistage::detail;
@@ -178,28 +173,3 @@ TEST(StageCuda, PoolGrowsWhenBatchesAreKept) {
     for (StagedBatch& k : kept) EXPECT_EQ(read_back(o.device, k.parts[0], host.size()), host);
     EXPECT_NE(kept[0].parts[0], kept[2].parts[0]);
 }
-
-#if MPISTAGE_STAGE_TEST_TORCH
-TEST(StageCuda, TorchAllocatorTensorsHoldTheBytesFilled) {
-    STAGE_REQUIRE_CUDA();
-    if (!torch::cuda::is_available()) GTEST_SKIP() << "libtorch was built without CUDA";
-    StagerOptions o;
-    o.device = device0();
-    o.allocator = torch_device_allocator(o.device);
-    ASSERT_TRUE(o.allocator);
-    DeviceStager s(o);
-    const std::uint64_t seed = fresh_seed();
-    std::vector<std::byte> host(kSlotBytes);
-    for (std::uint64_t step = 0; step < 8; ++step) {
-        const std::size_t n = fill_pattern(seed, step, host.data(), host.size());
-        s.submit({{host.data(), n}}, nullptr);
-        StagedBatch b;
-        ASSERT_TRUE(s.take(b));
-        const torch::Tensor t = tensor_over(b.parts[0], {static_cast<std::int64_t>(n)},
-                                            torch::kUInt8, o.device, b.lease);
-        EXPECT_EQ(t.device(), torch::Device(torch::kCUDA, 0));
-        const torch::Tensor back = t.cpu();
-        EXPECT_EQ(first_mismatch(seed, step, static_cast<const std::byte*>(back.data_ptr()), n), n);
-    }
-}
-#endif

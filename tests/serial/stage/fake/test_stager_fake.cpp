@@ -202,9 +202,41 @@ TEST_F(StagerOnFake, NoContextOnADeviceTheCallerDidNotChoose) {
     }
     EXPECT_EQ(mpistage_fake_cuda_context_mask(), 1u << 1)
         << "contexts exist on devices (bit mask) other than the chosen cuda:1";
+    EXPECT_EQ(mpistage_fake_cuda_implicit_contexts(0), 0u);
     int device = -1;
     ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
     EXPECT_EQ(device, 0) << "the caller's (implicit) current device changed";
+}
+
+// Issue 39, bug 6: pinned blocks, device memory, events and streams made for cuda:1 and freed on
+// a thread that never chose a device (a ring slot's last lease dropped by a trainer's thread, a
+// tensor freed by Python's) are freed under their device's guard: the runtime's implicit
+// initialisation would otherwise create a context on device 0 for cudaFreeHost / cudaFree.
+TEST_F(StagerOnFake, FreesOnAThreadWithoutAContextCreateNoneOnDevice0) {
+    HostBlock pinned;
+    mpistage::detail::DeviceMemory memory;
+    mpistage::detail::CudaEvent event;
+    mpistage::detail::CudaStream stream;
+    {
+        const mpistage::detail::DeviceGuard guard(1);
+        pinned = HostBlock(kBytes, true);
+        memory = mpistage::detail::make_device_memory(kBytes);
+        event = mpistage::detail::make_event();
+        stream = mpistage::detail::make_stream();
+    }
+    EXPECT_EQ(pinned.device(), 1);
+    EXPECT_EQ(memory.device(), 1);
+    std::thread freeing([&] {
+        pinned = HostBlock();
+        memory.reset();
+        event.reset();
+        stream.reset();
+    });
+    freeing.join();
+    EXPECT_EQ(mpistage_fake_cuda_implicit_contexts(0), 0u)
+        << "a free on a thread without a context initialised device 0's";
+    EXPECT_EQ(mpistage_fake_cuda_context_mask(), 1u << 1)
+        << "contexts exist on devices (bit mask) other than cuda:1";
 }
 
 // Found on an H200: with the newest block lent first, the copy of the next batch went into the
