@@ -53,7 +53,10 @@ std::string mpi_string_cvar(const char* name) {
 /// or `--mca`), else /dev/shm where it exists (MPICH and its derivatives map files there); empty
 /// when neither is known, and the capacity is then not checked.
 std::string window_backing_directory() {
-    std::string dir = mpi_string_cvar("osc_sm_backing_directory");
+    // Read once a process: Open MPI's MPI_T_init_thread/MPI_T_finalize open and close every MCA
+    // component (dlopen/dlclose, about 0.25 s), which made each memory-tier Loader that slow.
+    static const std::string cvar = mpi_string_cvar("osc_sm_backing_directory");
+    std::string dir = cvar;
     if (dir.empty()) dir = "/dev/shm";
     struct stat st {};
     if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return {};
