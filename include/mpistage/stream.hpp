@@ -154,14 +154,17 @@ struct StreamOptions {
     std::vector<std::uint64_t> length_buckets;
     /// Watchdog deadline of the loader's collectives (see `Communicator`); 0 disables.
     std::chrono::seconds timeout{300};
-    /// Steps per agreement (`chunk` and `source` sharding): before agreeing, each rank reads
-    /// ahead until its queue holds this many full batches (or `window_bytes`, or its streams
-    /// end); the ranks then agree once and yield as many steps as the rank with the fewest
-    /// full batches holds without any collective. Ranks so run decoupled between agreements
-    /// (one per step made every rank wait for the slowest at every batch, ≈ 1–2 ms a step on
-    /// a loaded machine). 1 agrees at every step; `hash` routes at every step whatever this
-    /// says. Exactly-once, the number of steps and the step at which a read error is thrown
-    /// are the same for every value. Larger windows queue more samples (each an allocation):
+    /// Steps per agreement: before agreeing, each rank reads ahead until its queue holds this
+    /// many full batches (or `window_bytes`, or its streams end); the ranks then agree once
+    /// and yield as many steps as the rank with the fewest full batches holds without any
+    /// collective. Ranks so run decoupled between agreements (one per step made every rank
+    /// wait for the slowest at every batch, ≈ 1–2 ms a step on a loaded machine). With `hash`
+    /// a rank reads `window_steps` batches' rows ahead and routes them to their owners in one
+    /// exchange (as many come back as leave, on average), so a window costs one exchange and
+    /// one agreement instead of one of each per step. 1 agrees at every step. Exactly-once
+    /// and the number of steps are the same for every value, and so is the step at which a
+    /// read error is thrown (under `hash`, where a row read ahead leaves its reader at once,
+    /// within `window_steps` steps of it; every rank throws the same error naming the row). Larger windows queue more samples (each an allocation):
     /// with 10^6 rows of 16 B at batch 1024, 4 cost the least CPU per rank on the development
     /// machine (16 waited less but cost more in cache misses; benchmarks/README.md).
     std::uint64_t window_steps = 4;

@@ -135,8 +135,9 @@ bool StreamLoader::Impl::step(HostBatch& out) {
     comm.set_context(
         {"stream loader: agree on step", -1, static_cast<std::int64_t>(steps), "", -1});
     const std::size_t w = static_cast<std::size_t>(comm.size());
-    // Windows of steps (see StreamOptions::window_steps); hash routes items at every step.
-    const bool windowed = options.sharding != StreamSharding::hash && options.window_steps > 1;
+    // Windows of steps (see StreamOptions::window_steps); with hash, a window's rows are read
+    // ahead and routed to their owners in one exchange, then the ranks agree once.
+    const bool windowed = options.window_steps > 1;
     std::uint64_t extra = 0;
     std::uint64_t read_before = 0;
     std::vector<detail::RankStep> ranks;

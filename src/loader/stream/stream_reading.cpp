@@ -83,18 +83,38 @@ bool StreamLoader::Impl::read_one(detail::StreamItem& out) {
 void StreamLoader::Impl::fill(std::uint64_t extra, std::vector<std::string>& outgoing, bool ahead) {
     if (options.sharding == StreamSharding::hash) {
         const bool short_now = !detail::choose_batch(queue_costs(), options).full;
-        std::uint64_t goal = (short_now ? options.batch_size : 0) + extra;
+        // What this step needs: a batch's worth when the own queue is short, plus `extra`.
+        std::uint64_t need = (short_now ? options.batch_size : 0) + extra;
+        // Reading ahead for a window: on average as many rows come back from the other ranks
+        // as leave, so reading until the own queue would hold `window_steps` batches routes a
+        // window's rows in one exchange instead of one exchange per step.
+        std::uint64_t ahead_goal = 0;
+        if (ahead) {
+            const std::uint64_t want = options.window_steps * options.batch_size;
+            ahead_goal = want > queue.size() ? want - queue.size() : 0;
+        }
+        const std::uint64_t goal = std::max(need, ahead_goal);
         const auto w = static_cast<std::uint64_t>(comm.size());
+        std::uint64_t read = 0, read_bytes = 0;
         detail::StreamItem item;
-        while (goal > 0 && read_one(item)) {
-            --goal;
-            const auto owner = static_cast<std::size_t>(mix64(item.key) % w);
-            if (owner == static_cast<std::size_t>(comm.rank())) {
-                queue.push_back(std::move(item));
-            } else {
-                detail::encode_item(item, outgoing[owner]);
-                ++stats.items_sent;
+        try {
+            while (read < goal && (read < need || read_bytes < options.window_bytes) &&
+                   read_one(item)) {
+                ++read;
+                read_bytes += item.size_bytes;
+                const auto owner = static_cast<std::size_t>(mix64(item.key) % w);
+                if (owner == static_cast<std::size_t>(comm.rank())) {
+                    queue.push_back(std::move(item));
+                } else {
+                    detail::encode_item(item, outgoing[owner]);
+                    ++stats.items_sent;
+                }
             }
+        } catch (...) {
+            // A row read ahead of what this step needs: the error waits for the next read, as
+            // with the other shardings (it is thrown at a later agreement on every rank).
+            if (read < need) throw;
+            if (!read_failure) read_failure = LocalStatus::from_current_exception();
         }
         return;
     }
