@@ -181,23 +181,25 @@ void bind_streams(py::module_& m) {
              py::arg("resume_json"), py::keep_alive<1, 3>())
         .def("epoch",
              [](StreamLoader& l, std::uint64_t e) {
+                 settle();
                  py::gil_scoped_release unlocked;
                  l.epoch(e);
              })
+        // Interruptible by Ctrl-C while it waits for a stream or for peers (interruptible.hpp):
+        // KeyboardInterrupt within about 50 ms; the interrupted step completes in the
+        // background and its batch is the next call's, so a caught Ctrl-C loses no batch.
         .def("next",
-             [](StreamLoader& l) -> py::object {
-                 settle();
+             [](const py::object& self) -> py::object {
+                 auto& l = self.cast<StreamLoader&>();
                  HostBatch batch;
-                 bool more = false;
-                 {
-                     py::gil_scoped_release unlocked;
-                     more = l.next(batch);
-                 }
+                 const bool more = interruptible_next(
+                     self, [&l](HostBatch& b) { return l.next(b); }, batch);
                  if (!more) throw py::stop_iteration();
                  return batch_to_python(std::move(batch));
              })
         .def("state_json",
              [](const StreamLoader& l) {
+                 settle();
                  py::gil_scoped_release unlocked;
                  return l.state().to_json();
              })

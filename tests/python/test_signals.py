@@ -1,6 +1,8 @@
 """Signals and exceptions from Python (issue 41) at 2 ranks (only a peer is needed): Ctrl-C on a
 rank blocked in next() raises KeyboardInterrupt there within a second while its peer gets the
 loader's agreed error (no watchdog abort: the watchdog here is 60 s, the test ends in seconds);
+Ctrl-C in a StreamLoader's next() likewise, and a rank that catches it goes on with no batch
+lost or repeated;
 an exception raised in a user's stream iterable keeps its type on the rank where it happened
 (the agreed mpistage.Error raised there is chained from it), the agreed error on the others."""
 import os
@@ -53,6 +55,50 @@ def test_ctrl_c_in_next_raises_keyboard_interrupt_and_peers_get_the_agreed_error
     assert same_on_every_rank(text)
     del epoch
     loader.close()
+
+
+def test_ctrl_c_in_stream_next_raises_keyboard_interrupt_and_loses_no_batch():
+    fields = [mpistage.Field("value", "int64")]
+    lengths = [301, 157]  # unequal streams
+
+    def make(s):
+        return ({"value": s * 1000 + i} for i in range(lengths[s]))
+
+    source = mpistage.stream_source(fields, make, num_streams=2, fingerprint="signals-stream-v1")
+    loader = mpistage.StreamLoader(source, sharding="chunk", chunk_size=8, batch_size=4,
+                                   timeout=TIMEOUT, tensors="numpy")
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    values, steps, interrupted = [], 0, False
+    batches = iter(loader.epoch(0))
+    COMM.Barrier()
+    if COMM.rank == 0:
+        sent = []
+
+        def interrupt():
+            time.sleep(0.5)  # rank 0 is blocked in next(), waiting for rank 1, by then
+            sent.append(time.perf_counter())
+            os.kill(os.getpid(), signal.SIGINT)
+
+        threading.Thread(target=interrupt).start()
+    else:
+        time.sleep(3.0)
+    while True:
+        try:
+            batch = next(batches)
+        except StopIteration:
+            break
+        except KeyboardInterrupt:
+            # caught: the interrupted step's batch is the next one
+            latency = time.perf_counter() - sent[0]
+            assert latency < 1.0, f"KeyboardInterrupt {latency:.2f} s after SIGINT"
+            interrupted = True
+            continue
+        steps += 1
+        values.extend(int(v) for v, ok in zip(batch["value"], batch.valid) if ok)
+    assert interrupted == (COMM.rank == 0)
+    assert same_on_every_rank(steps)
+    every = sorted(v for part in COMM.allgather(values) for v in part)
+    assert every == sorted(s * 1000 + i for s in range(2) for i in range(lengths[s]))
 
 
 class SensorFault(Exception):
