@@ -1,20 +1,20 @@
 // The public Loader: options validation, option agreement across ranks, epoch start. The
-// prefetch pipeline is in src/pipeline, host memory and device choice in src/stage.
+// prefetch pipeline is in src/pipeline, host memory and device choice in src/device.
 #include "mpistage/loader.hpp"
 
 #include <algorithm>
 #include <cstdio>
 
 #include "comm/agree.hpp"
+#include "device/cuda_api.hpp"
+#include "device/device_choice.hpp"
+#include "device/host_memory.hpp"
 #include "loader/contents.hpp"
 #include "loader/device_delivery.hpp"
 #include "loader/loader_impl.hpp"
 #include "mpistage/hash.hpp"
 #include "plan/consumed_digest.hpp"
-#include "stage/cuda_api.hpp"
-#include "stage/device_choice.hpp"
-#include "stage/host_memory.hpp"
-#include "tier/two_phase.hpp"
+#include "two_phase/two_phase.hpp"
 #include "util/memory_budget.hpp"
 
 namespace mpistage {

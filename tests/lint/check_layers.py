@@ -1,24 +1,25 @@
 #!/usr/bin/env python3
 """Layers point one way (CONTRIBUTING.md "One spine"); every MPI collective goes through Communicator.
 
-    util -> comm -> sources/index -> plan -> pipeline/tier -> loader -> stage -> cli
-         -> python/benchmarks
+    util -> comm/device -> sources/index -> plan -> pipeline/tier/two_phase -> loader -> tensor
+         -> cli -> python/benchmarks
 
 A file of one layer may include headers of its own layer and of lower layers only. Peers (the
-same rank: sources/index, pipeline/tier) may include each other's headers, but the include graph
-between peer folders must not have a cycle. Layers are assigned to `src/<folder>/` files, to
-the public headers `include/mpistage/*.hpp` (PUBLIC below; an unmapped public header fails),
-to the Python module's C++ sources (`python/`, above the CLI, whose checks it binds) and to
-`benchmarks/` (the top: a benchmark may measure any part). Both spellings of an include are
-checked: `"mpistage/x.hpp"` and `<mpistage/x.hpp>` are the same header; `<folder/x.hpp>` is
-taken for an internal header only when `src/folder/x.hpp` exists (so libtorch's
-`<torch/...>` or a system header is never mistaken for one).
+same rank: comm/device, sources/index, pipeline/tier/two_phase) may include each other's
+headers, but the include graph between peer folders must not have a cycle. Layers are
+assigned to `src/<folder>/` files, to the public headers `include/mpistage/*.hpp` (PUBLIC
+below; an unmapped public header fails), to the Python module's C++ sources (`python/`, above
+the CLI, whose checks it binds) and to `benchmarks/` (the top: a benchmark may measure any
+part). Both spellings of an include are checked: `"mpistage/x.hpp"` and `<mpistage/x.hpp>`
+are the same header; `<folder/x.hpp>` is taken for an internal header only when
+`src/folder/x.hpp` exists (so libtorch's `<torch/...>` or a system header is never mistaken
+for one).
 
-`src/stage/` holds two layers: the device primitives (CUDA runtime wrappers, pinned host
-memory, device choice, the stream-ordered stager and its device pool; no MPI, no other
-mpistage header but error.hpp/device.hpp), which the ring and the loader build on (the loader
-delivers batches on the device through the stager), and the loader-facing code (batch parts,
-tensors, the torch view), which sits above the loader. DEVICE maps the primitives per file.
+`src/device/` holds the device primitives (CUDA runtime wrappers, pinned host memory, device
+choice, the stream-ordered stager and its device pool; no MPI, no other mpistage header but
+error.hpp/device.hpp), which the ring and the loader build on (the loader delivers batches on
+the device through the stager); `src/tensor/` holds the loader-facing torch view of batches,
+above the loader; `src/two_phase/` the two-phase reads, which fill the pipeline's ring slots.
 
 A public header includes only public headers (`mpistage/...`): internal headers in `src/` are
 not installed.
@@ -41,22 +42,19 @@ import tempfile
 RANK = {
     "util": 0,
     "comm": 1,
-    "device": 1,  # src/stage device primitives (DEVICE): peers of comm, neither includes the other
+    "device": 1,  # device primitives: peers of comm, neither includes the other
     "sources": 2,
     "index": 2,
     "plan": 3,
     "pipeline": 4,
     "tier": 4,
+    "two_phase": 4,  # includes the pipeline's ring and fill (peers: no cycle)
     "loader": 5,
-    "stage": 6,
+    "tensor": 6,
     "cli": 7,
     "python": 8,  # python/: the pybind11 module, over the public API and the CLI's checks
     "benchmarks": 8,  # benchmarks/: may measure any part of the library
 }
-
-# src/stage files that are device primitives (layer "device"), by path without extension.
-DEVICE = {"src/stage/cuda_api", "src/stage/host_memory", "src/stage/device_choice",
-          "src/stage/device_stager", "src/stage/device_pool"}
 
 # Public headers: include/mpistage/<name>.hpp -> layer.
 PUBLIC = {
@@ -64,7 +62,7 @@ PUBLIC = {
     "error": "util",
     "hash": "util",
     "dtype": "util",
-    "device": "device",  # DeviceSpec / device choice, implemented by src/stage/device_choice.cpp
+    "device": "device",  # DeviceSpec / device choice, implemented by src/device/device_choice.cpp
     "comm": "comm",
     "source": "sources",
     "hdf5_source": "sources",
@@ -84,7 +82,7 @@ PUBLIC = {
     "stop": "loader",
     "stream": "loader",
     "mpistage": "loader",  # the umbrella: the core up to the loader, no CUDA or torch headers
-    "torch": "stage",
+    "torch": "tensor",
 }
 
 # Known upward includes: (including file, included header as written) -> reason. None is left
@@ -146,9 +144,6 @@ TOP_LAYERS = ("python", "benchmarks")
 
 
 def layer_of_src(rel):
-    stem = os.path.splitext(rel)[0]
-    if stem in DEVICE:
-        return "device"
     parts = rel.split("/")
     if parts[0] == "include":
         return PUBLIC.get(os.path.splitext(parts[-1])[0])
@@ -167,8 +162,7 @@ def layer_of_include(inc, angled, root):
     if parts[0] in RANK and parts[0] not in TOP_LAYERS:
         if angled and not os.path.isfile(os.path.join(root, "src", inc)):
             return None  # a system or third-party header (<torch/...>), not one of ours
-        stem = "src/" + os.path.splitext(inc)[0]
-        return "device" if stem in DEVICE else parts[0]
+        return parts[0]
     return None
 
 
@@ -265,13 +259,15 @@ def self_test():
         "python/src/p.cpp": ('#include "cli/args.hpp"\n#include "bindings.hpp"\n'
                              "void p() { MPI_Bcast(a, 1, t, 0, c); }\n"),
         # Benchmarks may include anything mapped and measure MPI's collectives themselves.
-        "benchmarks/b.cpp": ('#include "stage/host_memory.hpp"\n#include <mpistage/nowhere.hpp>\n'
+        "benchmarks/b.cpp": ('#include "device/host_memory.hpp"\n#include <mpistage/nowhere.hpp>\n'
                              "void b() { MPI_Allreduce(a, b, 1, t, op, c); }\n"),
         "src/comm/split.cpp": "void f() { MPI_Comm_split(a, 0, 0, &b); }\n",
         "src/cli/raw.cpp": ('// MPI_Bcast(x) in a comment\nconst char* s = "MPI_Bcast(y)";\n'
                             "void g() { MPI_Allreduce (a, b, 1, t, op, c); }\n"),
-        "src/pipeline/prim.cpp": '#include "stage/host_memory.hpp"\n',
-        "src/pipeline/stager.cpp": '#include "stage/batch_parts.hpp"\n',
+        "src/pipeline/prim.cpp": '#include "device/host_memory.hpp"\n',
+        "src/pipeline/stager.cpp": '#include "tensor/torch_view.hpp"\n',
+        "src/device/d.cpp": '#include "mpistage/device.hpp"\n#include "pipeline/ring.hpp"\n',
+        "src/two_phase/x.cpp": '#include "pipeline/ring.hpp"\n#include "tier/memory_tier.hpp"\n',
         "src/index/i.cpp": '#include "sources/tfrecord/framing.hpp"\n',
         "src/sources/s.cpp": '#include "index/split_agreement.hpp"\n',
         "src/tier/t.cpp": '#include "pipeline/ring.hpp"\n#include "mpistage/stream.hpp"\n',
@@ -282,7 +278,8 @@ def self_test():
         "include/mpistage/comm.hpp: public header includes comm/agree.hpp",
         "src/util/up.cpp: layer 'util' includes loader/loader_impl.hpp",
         "src/cli/raw.cpp:3: MPI_Allreduce outside src/comm/",
-        "src/pipeline/stager.cpp: layer 'pipeline' includes stage/batch_parts.hpp",
+        "src/pipeline/stager.cpp: layer 'pipeline' includes tensor/torch_view.hpp",
+        "src/device/d.cpp: layer 'device' includes pipeline/ring.hpp",
         "peer layers 'index' and 'sources' include each other",
         "src/tier/t.cpp: layer 'tier' includes mpistage/stream.hpp",
         "src/sources/q.cpp: layer 'sources' includes mpistage/stream.hpp",
@@ -321,8 +318,8 @@ def main():
         print(e)
     if errors:
         print(f"check_layers: {len(errors)} violation(s); the layers: "
-              "util -> comm -> sources/index -> plan -> pipeline/tier -> loader -> stage -> cli "
-              "-> python/benchmarks")
+              "util -> comm/device -> sources/index -> plan -> pipeline/tier/two_phase -> loader "
+              "-> tensor -> cli -> python/benchmarks")
         return 1
     print("check_layers: layers point one way; no MPI collective outside src/comm/ but the "
           "listed exceptions")
