@@ -86,7 +86,7 @@ def loader_collectives(steps, p, two_phase=False, inline=True, promised=False):
     - the consumed-id digest, one allreduce of min(S, 1024) words per 1024 steps
       (Loader::Impl::cover_digest, src/loader/consumed.cpp), the first block at the epoch's
       start;
-    - two-phase (src/tier/two_phase.cpp): the slabs once per epoch (one allgather, agreed: one
+    - two-phase (src/two_phase/two_phase.cpp): the slabs once per epoch (one allgather, agreed: one
       1-word allreduce), and per step a tagged agreement before the exchange
       (SyncKind::exchange) and Communicator::alltoallv = MPI_Ialltoall of sizes + a 1-word
       allreduce of the largest message + MPI_Ialltoallv (src/comm/exchange.cpp); its windows

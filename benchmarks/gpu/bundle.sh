@@ -3,7 +3,7 @@
 # build here, on Debian 12 with the CUDA toolkit, and carry the binaries with the Debian
 # runtime they need (Open MPI, PMIx, HDF5, the CUDA runtime; not glibc or libstdc++, which the
 # GPU machine has in a newer version) to the GPU machine, where `run.sh` in the bundle runs
-# the CUDA stage tests, gpu_bench at 1 and 2 ranks, the CLI at 4 ranks, the Python module
+# the CUDA device tests, gpu_bench at 1 and 2 ranks, the CLI at 4 ranks, the Python module
 # (compiled there) at 1 and 2 ranks and compute-sanitizer (docs/gpu.md).
 # Open MPI is relocated with OPAL_PREFIX; a singleton needs no launcher (ess_singleton_isolated).
 #
@@ -20,10 +20,10 @@ if [ ! -f "$build/CMakeCache.txt" ]; then
     "$here/scripts/build.sh" "$build" Release -DMPISTAGE_WITH_TORCH=OFF -DMPISTAGE_WITH_PYTHON=OFF \
         -DMPISTAGE_BUILD_EXAMPLES=OFF -DMPISTAGE_REQUIRE_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=80-virtual;90"
 fi
-cmake --build "$build" --target gpu_bench mpistage_stage_cuda_tests mpistage_cli
+cmake --build "$build" --target gpu_bench mpistage_device_cuda_tests mpistage_cli
 rm -rf "$bundle"
 mkdir -p "$bundle/bin" "$bundle/lib" "$bundle/root"
-cp "$build/benchmarks/gpu/gpu_bench" "$build/tests/serial/stage/mpistage_stage_cuda_tests" \
+cp "$build/benchmarks/gpu/gpu_bench" "$build/tests/serial/device/mpistage_device_cuda_tests" \
     "$build/mpistage" "$bundle/bin/"
 cp -a "$build"/libmpistage.so* "$bundle/lib/"
 strip --strip-debug "$bundle"/bin/* "$bundle"/lib/libmpistage.so.*.*.*
@@ -68,7 +68,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 ENV
 cat >"$bundle/run.sh" <<'RUN'
 #!/usr/bin/env bash
-# On the GPU machine: OUT=<dir> run.sh. Runs the CUDA stage tests, gpu_bench at 1 and 2
+# On the GPU machine: OUT=<dir> run.sh. Runs the CUDA device tests, gpu_bench at 1 and 2
 # ranks, the CLI at 4 ranks, the Python module at 1 and 2 ranks and compute-sanitizer (docs/
 # gpu.md). Exit status 0 when the CUDA tests pass (none skipped), gpu_bench's byte check
 # holds, the CLI and the Python check find every sample exactly once with the right values,
@@ -83,8 +83,8 @@ step() { echo; echo "== $* ($(date -u +%T), $SECONDS s)"; }
 step machine
 nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.current,pcie.link.width.current --format=csv
 grep -m1 "model name" /proc/cpuinfo; nproc; grep PRETTY /etc/os-release
-step "CUDA stage tests"
-timeout 120 bin/mpistage_stage_cuda_tests >"$out/cuda_tests.log" 2>&1 || status=1
+step "CUDA device tests"
+timeout 120 bin/mpistage_device_cuda_tests >"$out/cuda_tests.log" 2>&1 || status=1
 grep -E "OK \]|FAILED|SKIPPED|Failure|PASSED" "$out/cuda_tests.log"
 grep -q SKIPPED "$out/cuda_tests.log" && { echo "FAIL: a CUDA test was skipped"; status=1; }
 step "gpu_bench, 1 rank"
@@ -143,9 +143,9 @@ else
     echo "no python3 with a CUDA torch, pybind11, h5py, mpi4py, its headers and g++ here: skipped"
 fi
 for tool in memcheck racecheck synccheck; do
-    step "compute-sanitizer $tool on the CUDA stage tests"
+    step "compute-sanitizer $tool on the CUDA device tests"
     if ! command -v compute-sanitizer >/dev/null; then echo "compute-sanitizer: not installed"; break; fi
-    timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 bin/mpistage_stage_cuda_tests \
+    timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 bin/mpistage_device_cuda_tests \
         >"$out/sanitizer_$tool.log" 2>&1 || status=1
     grep -E "ERROR SUMMARY|RACECHECK SUMMARY|FAILED" "$out/sanitizer_$tool.log" | tail -4
 done

@@ -19,9 +19,9 @@
 #include <vector>
 
 #include "compute.hpp"
+#include "device/cuda_api.hpp"
 #include "mpistage/comm.hpp"
 #include "mpistage/loader.hpp"
-#include "stage/cuda_api.hpp"
 
 using namespace mpistage;
 using namespace mpistage::detail;

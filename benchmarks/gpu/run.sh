@@ -2,13 +2,13 @@
 # The GPU check, prepared to run as is on a GPU machine (docs/gpu.md):
 #  1. configures the project (MPI, parallel HDF5, ...: scripts/install-deps.sh installs them)
 #     against the libtorch of the machine's PyTorch when there is one, and builds gpu_bench and
-#     the stage tests only;
-#  2. runs the stage tests (CPU and CUDA: ctest -L 'serial|cuda' -R stage);
+#     the device tests only;
+#  2. runs the device tests (CPU and CUDA: ctest -L 'serial|cuda' in tests/serial/device);
 #  3. runs gpu_bench: pinned vs pageable cudaMemcpy for 1-256 MiB, the real loader + stager's
 #     throughput with and without an emulated compute kernel per step, and a byte check.
 #  On a GPU it stops first, with one line, when the driver is older than the CUDA runtime;
 #  CUDA tests must run with none skipped; with compute-sanitizer, memcheck and racecheck run
-#  on the CUDA stage tests.
+#  on the CUDA device tests.
 # MPISTAGE_FAKE_CUDA=1: the same end to end on the CUDA test double (tests/fake_cuda, preloaded;
 # no GPU needed, so the script is known to work before a GPU session; its numbers are not GPU
 # numbers).
@@ -65,20 +65,20 @@ else
     cat "$build.configure.log"; say "FAIL: configure"; exit 1
 fi
 grep -E "mpistage: CUDA" "$build.configure.log" | while read -r l; do say "$l"; done
-targets=(gpu_bench mpistage_stage_tests mpistage_stage_cuda_tests)
-[ "$fake" = 1 ] && targets+=(mpistage_fake_cudart mpistage_stage_fake_tests)
+targets=(gpu_bench mpistage_device_tests mpistage_device_cuda_tests)
+[ "$fake" = 1 ] && targets+=(mpistage_fake_cudart mpistage_device_fake_tests)
 if ! cmake --build "$build" -j"$jobs" --target "${targets[@]}" >"$build.build.log" 2>&1; then
     tail -50 "$build.build.log"; say "FAIL: build"; exit 1
 fi
-say "built: $(ls "$build"/benchmarks/gpu/gpu_bench "$build"/tests/serial/stage/mpistage_stage_*tests 2>/dev/null | xargs -n1 basename | tr '\n' ' ')"
+say "built: $(ls "$build"/benchmarks/gpu/gpu_bench "$build"/tests/serial/device/mpistage_device_*tests 2>/dev/null | xargs -n1 basename | tr '\n' ' ')"
 
 status=0
 if [ "$fake" = 1 ]; then
     export LD_PRELOAD="$build/tests/fake_cuda/libmpistage_fake_cudart.so${LD_PRELOAD:+:$LD_PRELOAD}"
     export MPISTAGE_FAKE_CUDA_COPY_DELAY_US="${MPISTAGE_FAKE_CUDA_COPY_DELAY_US:-200}"
 fi
-if ls "$build"/tests/serial/stage/mpistage_stage_cuda_tests >/dev/null 2>&1; then
-    (cd "$build/tests/serial/stage" && timeout 240 ctest -L 'serial|cuda' -j 8 --output-on-failure) >"$build.ctest.log" 2>&1 || status=1
+if ls "$build"/tests/serial/device/mpistage_device_cuda_tests >/dev/null 2>&1; then
+    (cd "$build/tests/serial/device" && timeout 240 ctest -L 'serial|cuda' -j 8 --output-on-failure) >"$build.ctest.log" 2>&1 || status=1
     grep -E "tests passed|tests failed|Skipped|Failed|\*\*\*" "$build.ctest.log" | while read -r l; do say "ctest: $l"; done
     [ "$status" = 0 ] || { tail -60 "$build.ctest.log"; say "FAIL: tests"; }
     # The CUDA tests (prefix cuda.) must all run; CPU-path tests skip when a device is there.
@@ -88,7 +88,7 @@ if ls "$build"/tests/serial/stage/mpistage_stage_cuda_tests >/dev/null 2>&1; the
     if [ "$fake" != 1 ] && command -v compute-sanitizer >/dev/null; then
         for tool in memcheck racecheck; do
             if timeout 240 compute-sanitizer --tool "$tool" --error-exitcode 9 \
-                "$build/tests/serial/stage/mpistage_stage_cuda_tests" >"$build.$tool.log" 2>&1; then
+                "$build/tests/serial/device/mpistage_device_cuda_tests" >"$build.$tool.log" 2>&1; then
                 say "compute-sanitizer $tool: clean"
             else
                 tail -30 "$build.$tool.log"; say "FAIL: compute-sanitizer $tool"; status=1

@@ -1,7 +1,7 @@
 #pragma once
 /// @file
 /// Which device a rank stages batches to (`device = auto | cpu | cuda[:N]`). Tolerates machines
-/// without a GPU or with a too-old driver. No MPI: part of the stage component.
+/// without a GPU or with a too-old driver. No MPI: part of the device component.
 ///
 /// The library never changes the caller's current CUDA device behind its back: it makes its
 /// own device current only inside its own CUDA calls and restores the caller's afterwards.

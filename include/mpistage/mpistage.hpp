@@ -22,5 +22,6 @@
 #include "mpistage/state.hpp"
 #include "mpistage/stop.hpp"
 #include "mpistage/stream.hpp"
+#include "mpistage/stream_source.hpp"
 #include "mpistage/tf_example.hpp"
 #include "mpistage/tfrecord_source.hpp"

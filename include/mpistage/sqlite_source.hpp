@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "mpistage/comm.hpp"
-#include "mpistage/stream.hpp"
+#include "mpistage/stream_source.hpp"
 
 struct sqlite3_stmt;
 

@@ -4,11 +4,11 @@
 // `submit_batch` when the batch joins an agreement window (the copy runs ahead of the
 // consumer), `take_batch` when `next()` hands it over (the consumer's stream waits on it).
 
+#include "device/device_choice.hpp"
+#include "device/device_stager.hpp"
 #include "mpistage/batch.hpp"
 #include "mpistage/comm.hpp"
 #include "mpistage/loader.hpp"
-#include "stage/device_choice.hpp"
-#include "stage/device_stager.hpp"
 
 namespace mpistage::detail {
 

@@ -1,20 +1,20 @@
 // The public Loader: options validation, option agreement across ranks, epoch start. The
-// prefetch pipeline is in src/pipeline, host memory and device choice in src/stage.
+// prefetch pipeline is in src/pipeline, host memory and device choice in src/device.
 #include "mpistage/loader.hpp"
 
 #include <algorithm>
 #include <cstdio>
 
 #include "comm/agree.hpp"
+#include "device/cuda_api.hpp"
+#include "device/device_choice.hpp"
+#include "device/host_memory.hpp"
 #include "loader/contents.hpp"
 #include "loader/device_delivery.hpp"
 #include "loader/loader_impl.hpp"
 #include "mpistage/hash.hpp"
 #include "plan/consumed_digest.hpp"
-#include "stage/cuda_api.hpp"
-#include "stage/device_choice.hpp"
-#include "stage/host_memory.hpp"
-#include "tier/two_phase.hpp"
+#include "two_phase/two_phase.hpp"
 #include "util/memory_budget.hpp"
 
 namespace mpistage {
@@ -166,6 +166,35 @@ void Loader::Impl::allocate_ring(std::uint64_t b, std::uint64_t slots) {
     stats.device = dev.device;
 }
 
+namespace {
+
+/// The memory tier's options from the loader's: the one place LoaderOptions reaches the tier
+/// (src/tier sits below the loader and does not include loader.hpp).
+detail::TierOptions tier_options(const LoaderOptions& o) {
+    detail::TierOptions t;
+    t.stage = o.stage;
+    t.stage_budget_bytes = o.stage_budget_bytes;
+    t.stage_ranks_per_node = o.stage_ranks_per_node;
+    t.stage_read = o.stage_read;
+    t.map_node = o.plan.sharding == Sharding::global;
+    return t;
+}
+
+/// The tier's report into the loader's stats, field for field.
+void copy_tier_stats(const detail::TierStats& t, LoaderStats& s) {
+    s.tier = t.tier;
+    s.tier_note = t.tier_note;
+    s.staged_bytes = t.staged_bytes;
+    s.stage_time = t.stage_time;
+    s.stage_populate_time = t.times.populate;
+    s.stage_read_time = t.times.read;
+    s.stage_map_node_time = t.times.map_node;
+    s.stage_read_method = t.times.read_method;
+    s.stage_read_note = t.times.read_note;
+}
+
+}  // namespace
+
 Loader::Loader(const Communicator& comm, const Source& source, LoaderOptions options)
     : impl_(std::make_unique<Impl>(comm, source, std::move(options))) {
     Impl& d = *impl_;
@@ -216,8 +245,10 @@ Loader::Loader(const Communicator& comm, const Source& source, LoaderOptions opt
         }
     });
     d.comm.set_context({"loader: stage " + to_string(d.options.stage), -1, -1, "", -1});
-    d.tier =
-        detail::build_memory_tier(d.comm, source, d.options, detail::ring_bytes(*d.ring), d.stats);
+    detail::TierStats tier_stats;
+    d.tier = detail::build_memory_tier(d.comm, source, tier_options(d.options),
+                                       detail::ring_bytes(*d.ring), tier_stats);
+    copy_tier_stats(tier_stats, d.stats);
     // After the staging, so the fingerprint's 1026 sample reads (half of a file of 2000 150 KB
     // rows) come from the staged pages instead of caching the file first in readahead folios
     // (benchmarks/README.md, "Huge pages of the page cache").

@@ -11,13 +11,13 @@
 #include <vector>
 
 #include "comm/agree.hpp"
+#include "device/device_choice.hpp"
+#include "device/device_stager.hpp"
 #include "loader/sync.hpp"
 #include "loader/window_agreement.hpp"
 #include "mpistage/loader.hpp"
 #include "pipeline/prefetch.hpp"
 #include "pipeline/ring.hpp"
-#include "stage/device_choice.hpp"
-#include "stage/device_stager.hpp"
 #include "tier/memory_tier.hpp"
 
 namespace mpistage {

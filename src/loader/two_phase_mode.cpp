@@ -1,9 +1,9 @@
 // LoaderOptions::two_phase: the names of the modes and what `automatic` resolves to (the cost
-// model is src/tier/two_phase_choice.{hpp,cpp}).
+// model is src/two_phase/two_phase_choice.{hpp,cpp}).
 #include <algorithm>
 
 #include "loader/loader_impl.hpp"
-#include "tier/two_phase_choice.hpp"
+#include "two_phase/two_phase_choice.hpp"
 
 namespace mpistage {
 

@@ -21,7 +21,7 @@
 
 namespace mpistage::detail {
 
-/// A collective reader of whole steps (two-phase reads, src/tier/two_phase.hpp): fills `slot`
+/// A collective reader of whole steps (two-phase reads, src/two_phase/two_phase.hpp): fills `slot`
 /// (nullptr when none is free; `status` then says why) with step `step`, taking part in the
 /// step's exchange whatever happened, and returns this rank's outcome.
 using StepReader = std::function<LocalStatus(Slot* slot, std::uint64_t step, LocalStatus status)>;

@@ -10,8 +10,8 @@
 #include <mutex>
 #include <vector>
 
+#include "device/host_memory.hpp"
 #include "mpistage/source.hpp"
-#include "stage/host_memory.hpp"
 
 namespace mpistage::detail {
 

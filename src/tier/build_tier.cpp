@@ -2,6 +2,9 @@
 #include <chrono>
 
 #include "comm/agree.hpp"
+#include "mpistage/dtype.hpp"
+#include "mpistage/error.hpp"
+#include "mpistage/plan.hpp"
 #include "tier/memory_tier.hpp"
 #include "util/memory_budget.hpp"
 
@@ -14,7 +17,7 @@ using Clock = std::chrono::steady_clock;
 /// Collective: true on every rank when every rank's `need` fits its `budget`. Otherwise a
 /// ConfigError for `memory`, or false with the reason in `stats.tier_note` for `automatic`.
 bool fits_budget(const Communicator& comm, Stage stage, std::uint64_t need, std::uint64_t budget,
-                 const std::string& what, LoaderStats& stats) {
+                 const std::string& what, TierStats& stats) {
     const std::uint64_t over = comm.allreduce_max(need > budget ? 1 : 0);
     const std::uint64_t worst = comm.allreduce_max(need);
     const std::uint64_t least = comm.allreduce_min(budget);
@@ -41,8 +44,8 @@ std::uint64_t fixed_bytes_per_sample(const Source& source) {
 }  // namespace
 
 std::unique_ptr<MemoryTier> build_memory_tier(const Communicator& comm, const Source& source,
-                                              const LoaderOptions& options,
-                                              std::uint64_t ring_bytes, LoaderStats& stats) {
+                                              const TierOptions& options, std::uint64_t ring_bytes,
+                                              TierStats& stats) {
     require_same(comm,
                  {{"stage", to_string(options.stage)},
                   {"stage_budget_bytes", std::to_string(options.stage_budget_bytes)},
@@ -78,9 +81,8 @@ std::unique_ptr<MemoryTier> build_memory_tier(const Communicator& comm, const So
         return nullptr;
     }
     const auto t0 = Clock::now();
-    auto tier =
-        std::make_unique<MemoryTier>(comm, source, options.stage_ranks_per_node,
-                                     options.plan.sharding == Sharding::global, options.stage_read);
+    auto tier = std::make_unique<MemoryTier>(comm, source, options.stage_ranks_per_node,
+                                             options.map_node, options.stage_read);
     const auto t1 = Clock::now();
     if (!fits_budget(comm, options.stage, tier->staged_bytes() + ring_bytes, budget,
                      "staged shard + prefetch ring", stats)) {
@@ -90,11 +92,7 @@ std::unique_ptr<MemoryTier> build_memory_tier(const Communicator& comm, const So
     stats.tier = "memory";
     stats.staged_bytes = tier->staged_bytes();
     stats.stage_time = t1 - t0;
-    stats.stage_populate_time = tier->stage_times().populate;
-    stats.stage_read_time = tier->stage_times().read;
-    stats.stage_map_node_time = tier->stage_times().map_node;
-    stats.stage_read_method = tier->stage_times().read_method;
-    stats.stage_read_note = tier->stage_times().read_note;
+    stats.times = tier->stage_times();
     if (options.stage == Stage::automatic) {
         stats.tier_note = "auto: " + std::to_string(stats.staged_bytes) +
                           " bytes staged on this rank, within the budget of " +

@@ -6,6 +6,9 @@
 
 #include "comm/agree.hpp"
 #include "comm/blocking_watch.hpp"
+#include "mpistage/dtype.hpp"
+#include "mpistage/error.hpp"
+#include "mpistage/plan.hpp"
 #include "pipeline/fill.hpp"
 #include "tier/staging.hpp"
 

@@ -1,6 +1,9 @@
 #pragma once
 // The memory tier (LoaderOptions::stage): the dataset staged once in node memory, read back as
-// a Source by the prefetch pipeline (internal; docs/architecture.md, "Memory tier").
+// a Source by the prefetch pipeline (internal; docs/architecture.md, "Memory tier"). The tier
+// takes its own options and reports into its own stats (TierOptions, TierStats), which the
+// loader fills from LoaderOptions and copies into LoaderStats, so the tier sits below the
+// loader and includes none of its headers.
 
 #include <atomic>
 #include <chrono>
@@ -11,8 +14,8 @@
 
 #include "comm/node_segment.hpp"
 #include "mpistage/comm.hpp"
-#include "mpistage/loader.hpp"
 #include "mpistage/source.hpp"
+#include "mpistage/tier.hpp"
 #include "tier/mapped_rows.hpp"
 #include "tier/touch_pass.hpp"
 
@@ -31,6 +34,19 @@ struct ShardLayout {
     std::uint64_t ragged_bytes = 0;
 };
 
+/// The options the memory tier is built from: the `stage*` fields of LoaderOptions (documented
+/// there) and whether the plan shards globally. Every field must be equal on every rank
+/// (checked by `build_memory_tier`).
+struct TierOptions {
+    Stage stage = Stage::none;
+    std::uint64_t stage_budget_bytes = 0;
+    int stage_ranks_per_node = 0;
+    StageRead stage_read = StageRead::automatic;
+    /// Global sharding: every rank reads its peers' samples, so the tier maps every segment
+    /// of the node for reading (`MemoryTier`'s `map_node`).
+    bool map_node = false;
+};
+
 /// Where one rank's staging time went (copied into LoaderStats::stage_*).
 struct StageTimes {
     /// Mapping this rank's own segment for writing before the read (MADV_POPULATE_WRITE).
@@ -46,6 +62,19 @@ struct StageTimes {
     std::string read_method;
     /// Why `StageRead::automatic` copied instead of mapping (agreed), else empty.
     std::string read_note;
+};
+
+/// What `build_memory_tier` reports: the tier fields of LoaderStats (documented there), which
+/// the loader copies in as they are.
+struct TierStats {
+    /// "memory" or "file" (same on every rank).
+    std::string tier = "file";
+    std::string tier_note;
+    std::uint64_t staged_bytes = 0;
+    /// Wall time of the tier's construction (the staging read), 0 when not staged.
+    std::chrono::duration<double> stage_time{0};
+    /// Its parts and how the shard was taken in (default: not staged).
+    StageTimes times;
 };
 
 /// The staged dataset as a Source: `read` copies samples from node memory (plain loads on the
@@ -135,11 +164,11 @@ private:
 void fail_tier_reads_of(std::uint64_t id) noexcept;
 
 /// Collective over `comm`: applies `options.stage` (agreeing on the stage options first):
-/// returns the memory tier, or nullptr for `none` and for `automatic` over budget. Fills the
-/// tier fields of `stats`. `ring_bytes` is this rank's ring. @throws ConfigError (`memory`
-/// over budget, naming the bytes), the source's errors, MpiError; identically on every rank.
+/// returns the memory tier, or nullptr for `none` and for `automatic` over budget. Fills
+/// `stats`. `ring_bytes` is this rank's ring. @throws ConfigError (`memory` over budget,
+/// naming the bytes), the source's errors, MpiError; identically on every rank.
 std::unique_ptr<MemoryTier> build_memory_tier(const Communicator& comm, const Source& source,
-                                              const LoaderOptions& options,
-                                              std::uint64_t ring_bytes, LoaderStats& stats);
+                                              const TierOptions& options, std::uint64_t ring_bytes,
+                                              TierStats& stats);
 
 }  // namespace mpistage::detail

@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "comm/agree.hpp"
+#include "mpistage/dtype.hpp"
 #include "mpistage/error.hpp"
 #include "sources/collective_rows.hpp"
 #include "sources/file_rows.hpp"

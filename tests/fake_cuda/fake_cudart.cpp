@@ -252,7 +252,7 @@ extern "C" cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void
 }
 
 #if CUDART_VERSION < 12050
-// What src/stage/cuda_api.cpp calls with a CUDA 12.0-12.4 toolkit.
+// What src/device/cuda_api.cpp calls with a CUDA 12.0-12.4 toolkit.
 extern "C" cudaError_t cudaGetDriverEntryPoint(const char* symbol, void** fn,
                                                unsigned long long flags,
                                                cudaDriverEntryPointQueryResult* status) {

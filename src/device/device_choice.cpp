@@ -1,6 +1,6 @@
 // Which CUDA device a rank uses, whether its host buffers are pinned, and the log line when
 // none is usable (mpistage/device.hpp). Nothing here changes the current device.
-#include "stage/device_choice.hpp"
+#include "device/device_choice.hpp"
 
 #include <cstdio>
 #include <cstdlib>
@@ -8,10 +8,10 @@
 #include <mutex>
 #include <string>
 
+#include "device/cuda_api.hpp"
 #include "mpistage/error.hpp"
-#include "stage/cuda_api.hpp"
 
-#if MPISTAGE_STAGE_CUDA
+#if MPISTAGE_DEVICE_CUDA
 #include <cuda_runtime_api.h>
 #endif
 
@@ -85,7 +85,7 @@ int caller_current_device() {
 
 CudaDeviceInfo probe_cuda_device(int local_rank) {
     CudaDeviceInfo info;
-#if MPISTAGE_STAGE_CUDA
+#if MPISTAGE_DEVICE_CUDA
     static std::once_flag once;
     static int count = 0;
     static std::string reason;

@@ -5,7 +5,7 @@
 // nothing else), then for each sample of q's batch (in batch order) that lies in r's slab: its
 // id (uint64) and, per field in the source's order, the fixed bytes or a uint64 length and the
 // ragged bytes. Integers are in the machines' native order (the job's ranks share one).
-#include "tier/two_phase.hpp"
+#include "two_phase/two_phase.hpp"
 
 #include <algorithm>
 #include <cstring>

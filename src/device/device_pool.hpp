@@ -14,8 +14,8 @@
 #include <mutex>
 #include <vector>
 
-#include "stage/cuda_api.hpp"
-#include "stage/device_stager.hpp"
+#include "device/cuda_api.hpp"
+#include "device/device_stager.hpp"
 
 namespace mpistage::detail {
 

@@ -1,14 +1,14 @@
-// The CUDA path of the stage component (label cuda). Every test skips without a usable device;
+// The CUDA path of the device component (label cuda). Every test skips without a usable device;
 // with one, the device bytes of every batch are compared with the bytes filled, on fresh data.
 #include <gtest/gtest.h>
 
 #include <random>
 #include <vector>
 
+#include "device/cuda_api.hpp"
+#include "device/device_stager.hpp"
+#include "device/host_memory.hpp"
 #include "mpistage/error.hpp"
-#include "stage/cuda_api.hpp"
-#include "stage/device_stager.hpp"
-#include "stage/host_memory.hpp"
 #include "stage_test_util.hpp"
 
 using namespace mpistage;

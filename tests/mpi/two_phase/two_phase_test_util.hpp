@@ -20,7 +20,7 @@
 #include "mpistage/tfrecord_source.hpp"
 #include "pipeline/fill.hpp"
 #include "pipeline/ring.hpp"
-#include "tier/two_phase.hpp"
+#include "two_phase/two_phase.hpp"
 
 namespace two_phase_test {
 

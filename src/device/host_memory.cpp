@@ -1,16 +1,16 @@
 // Host blocks of the batch ring (host_memory.hpp).
-#include "stage/host_memory.hpp"
+#include "device/host_memory.hpp"
 
 #include <algorithm>
 #include <cstdlib>
 #include <new>
 #include <utility>
 
+#include "device/cuda_api.hpp"
 #include "mpistage/error.hpp"
-#include "stage/cuda_api.hpp"
 #include "util/page_populate.hpp"
 
-#if MPISTAGE_STAGE_CUDA
+#if MPISTAGE_DEVICE_CUDA
 #include <cuda_runtime_api.h>
 #endif
 
@@ -20,7 +20,7 @@ namespace detail {
 
 HostBlock::HostBlock(std::size_t size_bytes, bool pinned) : size_(size_bytes) {
     const std::size_t n = size_bytes == 0 ? 1 : size_bytes;
-#if MPISTAGE_STAGE_CUDA
+#if MPISTAGE_DEVICE_CUDA
     if (pinned) {
         void* p = nullptr;
         const cudaError_t rc = cudaHostAlloc(&p, n, cudaHostAllocPortable);
@@ -68,7 +68,7 @@ HostBlock::~HostBlock() {
 
 void HostBlock::release() noexcept {
     if (!data_) return;
-#if MPISTAGE_STAGE_CUDA
+#if MPISTAGE_DEVICE_CUDA
     if (pinned_) {
         try {
             // Under the guard: on a thread with no context, cudaFreeHost would create one on

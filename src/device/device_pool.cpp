@@ -1,5 +1,5 @@
 // The stager's own device memory pool (device_pool.hpp).
-#include "stage/device_pool.hpp"
+#include "device/device_pool.hpp"
 
 #include <string>
 

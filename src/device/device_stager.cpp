@@ -1,14 +1,14 @@
 // Host → device staging on a dedicated stream (device_stager.hpp).
-#include "stage/device_stager.hpp"
+#include "device/device_stager.hpp"
 
 #include <cstring>
 #include <deque>
 #include <mutex>
 #include <string>
 
+#include "device/device_pool.hpp"
+#include "device/host_memory.hpp"
 #include "mpistage/error.hpp"
-#include "stage/device_pool.hpp"
-#include "stage/host_memory.hpp"
 
 namespace mpistage::detail {
 

@@ -4,9 +4,9 @@
 #include <cstdlib>
 #include <string>
 
+#include "device/device_choice.hpp"
 #include "mpistage/device.hpp"
 #include "mpistage/error.hpp"
-#include "stage/device_choice.hpp"
 
 using namespace mpistage;
 

@@ -16,8 +16,8 @@
 #include <memory>
 #include <vector>
 
+#include "device/cuda_api.hpp"
 #include "mpistage/device.hpp"
-#include "stage/cuda_api.hpp"
 
 namespace mpistage::detail {
 

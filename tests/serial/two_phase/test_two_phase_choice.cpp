@@ -1,4 +1,4 @@
-// The cost model of `TwoPhase::automatic` (src/tier/two_phase_choice.hpp) without MPI: hand-
+// The cost model of `TwoPhase::automatic` (src/two_phase/two_phase_choice.hpp) without MPI: hand-
 // computed step times that choose two-phase reads and ones that decline them, the 0.8 margin,
 // the I/O threads of the plain path, the coalesced runs, and the names of the modes.
 #include <gtest/gtest.h>
@@ -8,7 +8,7 @@
 
 #include "mpistage/error.hpp"
 #include "mpistage/loader.hpp"
-#include "tier/two_phase_choice.hpp"
+#include "two_phase/two_phase_choice.hpp"
 
 using namespace mpistage;
 using detail::TwoPhaseCosts;

@@ -4,7 +4,7 @@
 //  - the consumer's stream waits for the copy;
 //  - a device block is rewritten only after the consumer's kernels queued before its release;
 //  - no context appears on a device the caller did not choose; polling leaves no error behind.
-// Each test fails when the corresponding rule is broken in src/stage (docs/gpu.md, "The CUDA
+// Each test fails when the corresponding rule is broken in src/device (docs/gpu.md, "The CUDA
 // test double", lists the one-line edits that show it).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -16,11 +16,11 @@
 #include <thread>
 #include <vector>
 
+#include "device/cuda_api.hpp"
+#include "device/device_pool.hpp"
+#include "device/device_stager.hpp"
+#include "device/host_memory.hpp"
 #include "fake_cuda.h"
-#include "stage/cuda_api.hpp"
-#include "stage/device_pool.hpp"
-#include "stage/device_stager.hpp"
-#include "stage/host_memory.hpp"
 #include "stage_test_util.hpp"
 
 namespace {

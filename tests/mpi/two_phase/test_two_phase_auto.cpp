@@ -13,13 +13,13 @@
 #include <thread>
 #include <vector>
 
+#include "../tier/tier_test_util.hpp"
 #include "h5t_checks.hpp"
 #include "h5t_files.hpp"
 #include "h5t_mpi.hpp"
 #include "mpistage/hdf5_source.hpp"
 #include "mpistage/loader.hpp"
-#include "tier/two_phase_choice.hpp"
-#include "tier_test_util.hpp"
+#include "two_phase/two_phase_choice.hpp"
 
 using namespace mpistage;
 

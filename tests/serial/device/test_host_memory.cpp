@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "stage/host_memory.hpp"
+#include "device/host_memory.hpp"
 #include "util/page_populate.hpp"
 
 using mpistage::detail::HostBlock;

@@ -1,17 +1,17 @@
-// The CUDA runtime calls of the stage component, each checked (cuda_api.hpp).
-#include "stage/cuda_api.hpp"
+// The CUDA runtime calls of the device component, each checked (cuda_api.hpp).
+#include "device/cuda_api.hpp"
 
 #include <string>
 
 #include "mpistage/error.hpp"
 
-#if MPISTAGE_STAGE_CUDA
+#if MPISTAGE_DEVICE_CUDA
 #include <cuda_runtime_api.h>
 #endif
 
 namespace mpistage::detail {
 
-#if MPISTAGE_STAGE_CUDA
+#if MPISTAGE_DEVICE_CUDA
 
 namespace {
 

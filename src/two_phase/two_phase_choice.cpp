@@ -1,6 +1,6 @@
 // The cost model of `TwoPhase::automatic`: measure the source, the plan and the exchange as
 // this job sees them, agree on the slowest rank's numbers, predict both step times.
-#include "tier/two_phase_choice.hpp"
+#include "two_phase/two_phase_choice.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -13,7 +13,7 @@
 #include "comm/agree.hpp"
 #include "mpistage/hash.hpp"
 #include "pipeline/fill.hpp"
-#include "tier/two_phase.hpp"
+#include "two_phase/two_phase.hpp"
 
 namespace mpistage::detail {
 

@@ -1,5 +1,5 @@
 #pragma once
-// Shared by the stage tests: a byte pattern every step fills and every check recomputes on
+// Shared by the device tests: a byte pattern every step fills and every check recomputes on
 // its own.
 
 #include <cstddef>

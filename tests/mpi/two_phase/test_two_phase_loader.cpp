@@ -7,13 +7,13 @@
 
 #include <cstring>
 
+#include "../tier/tier_test_util.hpp"
 #include "h5t_checks.hpp"
 #include "h5t_files.hpp"
 #include "h5t_mpi.hpp"
 #include "mpistage/hdf5_source.hpp"
 #include "mpistage/loader.hpp"
 #include "mpistage/tfrecord_source.hpp"
-#include "tier_test_util.hpp"
 #include "two_phase_test_util.hpp"
 
 using namespace mpistage;

@@ -1,5 +1,5 @@
 #pragma once
-// Thin, checked wrappers of the CUDA runtime calls the stage component makes: move-only owners
+// Thin, checked wrappers of the CUDA runtime calls the device component makes: move-only owners
 // of streams, events and device blocks (one UniqueHandle template, as DALI does), a current-
 // device guard and the asynchronous host-to-device copy. The header names no CUDA type, so the
 // stage's other files (and libtorch code) compile without the CUDA headers; in a build without
@@ -10,7 +10,7 @@
 
 namespace mpistage::detail {
 
-/// True when this build has the CUDA runtime (MPISTAGE_STAGE_CUDA).
+/// True when this build has the CUDA runtime (MPISTAGE_DEVICE_CUDA).
 bool built_with_cuda() noexcept;
 
 /// Makes `device` current for the calling thread when it is not already, and restores the
