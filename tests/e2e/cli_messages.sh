@@ -132,8 +132,8 @@ hdf5_version=$(h5dump --version | sed -n 's/.*Version \([0-9.]*\).*/\1/p')
 grep -q "^mpistage [0-9]" <<<"$version" || fail "--version: no 'mpistage X.Y.Z'"
 grep -q "MPI: .*$mpi_version" <<<"$version" || fail "--version: no MPI $mpi_version"
 grep -q "HDF5: *$hdf5_version, parallel" <<<"$version" || fail "--version: no HDF5 $hdf5_version"
-echo "$version" | grep -E -q "torch: +(no|yes, [0-9])" || fail "--version: no torch line"
-echo "$version" | grep -E -q "CUDA: +(no|yes, [0-9])" || fail "--version: no CUDA line"
+grep -E -q "torch: +(no|yes, [0-9])" <<<"$version" || fail "--version: no torch line"
+grep -E -q "CUDA: +(no|yes, [0-9])" <<<"$version" || fail "--version: no CUDA line"
 
 echo "== 7. progress"
 "$mpiexec" -np 2 --oversubscribe "$cli" stage "$h5" -b 1000 --epochs 3 --first-epoch 5 \
