@@ -210,3 +210,59 @@ TEST(HiddenCollectives, MemoryTierSplitsOnce) {
     EXPECT_EQ(all.node_splits, 1) << describe(all);
     EXPECT_EQ(all.splits, 0) << describe(all);
 }
+
+TEST(HiddenCollectives, ConversionMakesNoMpiCall) {
+    const Counts start = counts();
+    {
+        const CommRef world = MPI_COMM_WORLD;  // what a constructor given MPI_COMM_WORLD sees
+        EXPECT_EQ(world.communicator(), nullptr);
+    }
+    const Counts all = since(start);
+    EXPECT_EQ(all.dups, 0) << describe(all);
+    EXPECT_EQ(all.node_splits, 0) << describe(all);
+}
+
+TEST(HiddenCollectives, ACommunicatorIsOneDupAndItsSplitIsInherited) {
+    // A trainer's own Communicator: one dup, explicit; the objects built from it one dup each;
+    // a node split made on it once is inherited by the loader's duplicate, the memory tier's
+    // windows included (no second split).
+    const h5t::TempDir dir;
+    const RawField field = ids_field(dir);
+    const MPI_Errhandler handler = world_errhandler();
+    const Counts start = counts();
+    {
+        const Communicator comm(MPI_COMM_WORLD);
+        const Counts by_comm = since(start);
+        EXPECT_EQ(by_comm.dups, 1) << describe(by_comm);
+        EXPECT_EQ(by_comm.node_splits, 0) << describe(by_comm);
+        EXPECT_FALSE(comm.has_node_split());
+        EXPECT_THROW((void)comm.node_rank(), ConfigError);
+        comm.split_node();
+        comm.split_node();  // known: local, no second split
+        EXPECT_EQ(since(start).node_splits, 1);
+        int node_size = 0;
+        {
+            // An independent answer: the node split of MPI_COMM_WORLD made here.
+            MPI_Comm node = MPI_COMM_NULL;
+            PMPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+            MPI_Comm_size(node, &node_size);
+            MPI_Comm_free(&node);
+        }
+        EXPECT_EQ(comm.node_size(), node_size);
+        RawSource source(comm, {field});
+        LoaderOptions o = readme_options();
+        o.stage = Stage::memory;
+        const Counts before_loader = counts();
+        Loader loader(comm, source, o);
+        const Counts by_loader = since(before_loader);
+        EXPECT_EQ(loader.stats().tier, "memory");
+        EXPECT_EQ(by_loader.dups, 1) << "the loader: " << describe(by_loader);
+        EXPECT_EQ(by_loader.node_splits, 0) << "the loader: " << describe(by_loader);
+        EXPECT_TRUE(loader.comm().has_node_split());
+        EXPECT_EQ(samples_of_epoch(loader), kRecords);
+    }
+    const Counts all = since(start);
+    EXPECT_EQ(all.dups, 2) << describe(all);  // the Communicator and the loader (RawSource: none)
+    EXPECT_EQ(all.node_splits, 1) << describe(all);
+    EXPECT_EQ(world_errhandler(), handler) << "the caller's communicator's error handler changed";
+}
