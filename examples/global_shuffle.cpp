@@ -16,7 +16,7 @@ int main(int argc, char** argv) {
     {  // every mpistage object is destroyed before MPI_Finalize
         try {
             if (argc < 2) throw mpistage::ConfigError("usage: example_global_shuffle FILE.h5");
-            mpistage::Communicator comm(MPI_COMM_WORLD);  // borrows a duplicate of the world
+            mpistage::Communicator comm(MPI_COMM_WORLD);  // collective: one MPI_Comm_dup
             mpistage::Hdf5Options h5;
             h5.fields = {"images", "labels"};
             mpistage::Hdf5Source source(comm, argv[1], h5);  // collective open (MPI-IO)

@@ -109,9 +109,13 @@ struct MlpImpl : torch::nn::Module {
 TORCH_MODULE(Mlp);
 
 // The device of this rank: the CPU, or the GPU of its node-local rank among the visible ones
-// (under Slurm with --gpus-per-task=1 each task sees one GPU: index 0).
+// (under Slurm with --gpus-per-task=1 each task sees one GPU: index 0). Collective for cuda.
 torch::Device choose_device(const Options& o, const mpistage::Communicator& comm) {
     if (o.device == "cpu") return torch::kCPU;
+    // The node rank comes from the node split: collective, so made first, on every rank (the
+    // option is the same everywhere), before a check that may fail on one rank only. The
+    // loaders built from `comm` afterwards inherit it.
+    comm.split_node();
     if (!torch::cuda::is_available()) {
         throw ConfigError("--device cuda: this libtorch has no usable CUDA device");
     }

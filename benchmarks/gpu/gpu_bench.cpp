@@ -269,6 +269,7 @@ int main(int argc, char** argv) {
     int rc = 1;
     try {
         const Communicator comm(MPI_COMM_WORLD);
+        comm.split_node();  // collective: the node rank of the device fallback
         const DeviceChoice dev = choose_device(parse_device("auto"), comm.node_rank());
         if (dev.cuda) {
             DeviceGuard guard(dev.index);

@@ -47,16 +47,26 @@ struct CollectiveContext {
 namespace detail {
 struct WatchState;
 class PendingAllreduce;
+struct NodeState;
+struct NodeAccess;
+class CallComm;
 }  // namespace detail
 
 /// The library's own communicator: an `MPI_Comm_dup` of the user's communicator with
-/// `MPI_ERRORS_RETURN` set, plus the node-local communicator from
+/// `MPI_ERRORS_RETURN` set (the user's communicator and its error handler are left as they
+/// are), and, once `split_node()` has been called, the node-local communicator from
 /// `MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)` (never launcher environment variables, which are
 /// wrong under `mpirun` inside `sbatch`).
 ///
-/// Lifetime: every public constructor of the library (sources, `Loader`) takes a
-/// `const Communicator&` that is borrowed for the call only; the object keeps its own
-/// `MPI_Comm_dup`, so the caller's communicator may be destroyed afterwards.
+/// Lifetime: every public constructor of the library (sources, `Loader`) takes a `CommRef`: a
+/// `Communicator` or a plain `MPI_Comm`, borrowed for the call only; an object that needs a
+/// communicator afterwards keeps its own `MPI_Comm_dup`, so the caller's communicator may be
+/// destroyed afterwards.
+///
+/// Which calls are collective: the constructor (one `MPI_Comm_dup`), `duplicate()` (one
+/// `MPI_Comm_dup`), `split_node()` until the split is known (one `MPI_Comm_split_type`),
+/// `free()` and the collectives below. Nothing else: no conversion, copy or accessor makes an
+/// MPI collective.
 ///
 /// Watchdog: every collective below is a non-blocking MPI call (`MPI_Iallreduce`, `MPI_Ibcast`,
 /// ...) polled with a short, growing sleep (a waiting rank does not spin at full CPU) until
@@ -67,22 +77,20 @@ class PendingAllreduce;
 /// ends with a message instead of hanging. Uses the MPI thread level the caller initialised;
 /// all calls are made from the calling thread (MPI_THREAD_FUNNELED suffices).
 ///
-/// Move-only. Construction is collective over `user_comm`. Freeing is collective in MPI terms;
-/// call `free()` on every rank at the same point, the destructor is a no-throw fallback that
-/// frees only while MPI is still initialised. Not thread-safe: one thread at a time.
+/// Move-only. Freeing is collective in MPI terms; call `free()` on every rank at the same
+/// point, the destructor is a no-throw fallback that frees only while MPI is still
+/// initialised. Not thread-safe: one thread at a time (a communicator and the ones duplicated
+/// from it after its node split share the node communicator: see `split_node()`).
 class Communicator {
 public:
-    /// Collective over `user_comm`; the watchdog deadline starts at `timeout`
-    /// (`kDefaultCollectiveTimeout` unless given).
+    /// Collective over `user_comm`: one `MPI_Comm_dup` (no node split: see `split_node()`);
+    /// the watchdog deadline starts at `timeout` (`kDefaultCollectiveTimeout` unless given).
+    /// `user_comm` is borrowed, never freed, and its error handler is not changed.
     ///
-    /// Not `explicit`, on purpose: every public constructor that takes a `const Communicator&`
-    /// also accepts a plain `MPI_Comm` (`Loader loader(MPI_COMM_WORLD, source, options)`). The
-    /// conversion builds a temporary `Communicator` at that call, which duplicates and splits
-    /// `user_comm` collectively; the constructor being called is itself collective over the same
-    /// ranks, so every rank converts at the same point. The temporary lives until the end of the
-    /// call; the constructed object keeps its own duplicate (`duplicate()`: one more `MPI_Comm_dup`,
-    /// no split). Each conversion costs one `MPI_Comm_dup` and one `MPI_Comm_split_type`: build
-    /// one `Communicator` and pass it when constructing many objects. `user_comm` is borrowed, never freed.
+    /// `explicit`: a collective is never hidden in a conversion. The library's constructors
+    /// take a `CommRef`, to which a plain `MPI_Comm` converts at no cost
+    /// (`Loader loader(MPI_COMM_WORLD, source, options)`: the loader's own duplicate is the one
+    /// `MPI_Comm_dup` of that call).
     ///
     /// Launcher check (local, before any collective): when `MPI_COMM_WORLD` has one rank but the
     /// environment says the job has more tasks (`WORLD_SIZE`/`LOCAL_WORLD_SIZE` from torchrun,
@@ -91,15 +99,17 @@ public:
     /// not started by the MPI launcher and would read the whole dataset: a `ConfigError` naming
     /// both counts, the variable and how to launch (`mpirun -n N`, `srun --mpi=pmix -n N`).
     /// `MPISTAGE_ALLOW_SINGLETON=1` in the environment turns the check off (one process
-    /// intended). See docs/launching.md.
+    /// intended). See docs/launching.md. Every `Communicator` built from a plain `MPI_Comm`
+    /// makes the check, so the first object of a job (a source or loader given
+    /// `MPI_COMM_WORLD`, the CLI, Python) refuses before its first collective.
     /// @throws ConfigError on a launcher mismatch or `MPI_COMM_NULL`; MpiError when MPI is not
-    ///         initialised or duplication or splitting fails.
+    ///         initialised or duplication fails.
     ///
-    /// `timeout` is the watchdog deadline of the duplication and the node split themselves
-    /// (each under a `BlockingWatch`: a rank that never arrives ends the job with exit code 70
-    /// after `timeout`) and of every later collective (`set_timeout` changes it).
-    Communicator(MPI_Comm user_comm,  // NOLINT(google-explicit-constructor): see above
-                 std::chrono::seconds timeout = kDefaultCollectiveTimeout);
+    /// `timeout` is the watchdog deadline of the duplication itself (under a `BlockingWatch`: a
+    /// rank that never arrives ends the job with exit code 70 after `timeout`) and of every
+    /// later collective (`set_timeout` changes it).
+    explicit Communicator(MPI_Comm user_comm,
+                          std::chrono::seconds timeout = kDefaultCollectiveTimeout);
     Communicator(Communicator&& other) noexcept;
     Communicator& operator=(Communicator&& other) noexcept;
     Communicator(const Communicator&) = delete;
@@ -108,20 +118,42 @@ public:
 
     /// Collective over this communicator: the library object's own communicator, one
     /// `MPI_Comm_dup` (under the watchdog, with this communicator's timeout and context), which
-    /// inherits the timeout and the node rank and size (no second node split). Every library
-    /// object that keeps a communicator makes it this way. @throws MpiError.
+    /// inherits the timeout and, when `split_node()` was made before, the node split (no second
+    /// split). Every library object that keeps a communicator made from a `Communicator` makes it
+    /// this way. @throws MpiError.
     Communicator duplicate() const;
 
-    /// Collective: frees the communicator. Safe to call twice.
+    /// Collective: frees the communicator (and its hold on the node communicator). Safe to call
+    /// twice.
     void free() noexcept;
 
     MPI_Comm get() const noexcept { return comm_; }
     int rank() const noexcept { return rank_; }
     int size() const noexcept { return size_; }
-    /// Rank among the processes that share this node's memory.
-    int node_rank() const noexcept { return node_rank_; }
-    /// Number of processes on this node.
-    int node_size() const noexcept { return node_size_; }
+
+    /// The node split, made once: collective over this communicator the first time (one
+    /// `MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)` under a `BlockingWatch` with this
+    /// communicator's timeout), local and immediate once the split is known, whether made by
+    /// this communicator or inherited from the one it was duplicated from. Call it at the same
+    /// point on every rank: whether the split is known is the same on every rank, since it
+    /// follows from the same calls. The library calls it only where it needs the node: the
+    /// memory tier's and the TFRecord descriptors' node-shared windows, the memory checks
+    /// against this node's share (an index-free TFRecord scan, the stage budget, a prefetch
+    /// ring or `--verify` bitmap too large for a share among all ranks, token-budget batches),
+    /// and the device fallback to the node rank (`LoaderOptions::device` `auto`/`cuda` with no
+    /// launcher local rank and no current device). It keeps the node communicator, on which
+    /// those windows are made; duplicates made afterwards share it, so build objects with node
+    /// windows from one thread at a time per such family. Const: the split is a cache of a
+    /// property of the group. @throws MpiError.
+    void split_node() const;
+    /// Local: whether the node split is known (`split_node()`).
+    bool has_node_split() const noexcept;
+    /// Local: rank among the processes of this communicator that share this node's memory.
+    /// @throws ConfigError before `split_node()`.
+    int node_rank() const;
+    /// Local: number of processes of this communicator on this node.
+    /// @throws ConfigError before `split_node()`.
+    int node_size() const;
 
     /// Not collective: deadline of every later collective on this communicator; zero turns the
     /// watchdog off. Must be equal on every rank (the loader checks it). Values above
@@ -221,14 +253,59 @@ private:
     void gatherv_bytes(const void* send, std::uint64_t count, std::size_t element_bytes, int root,
                        const std::function<void*(std::uint64_t total)>& receive) const;
 
+    friend struct detail::NodeAccess;  // the node communicator, for node-shared windows
     std::unique_ptr<detail::WatchState> watch_;
     Communicator() = default;  // for duplicate()
 
     MPI_Comm comm_ = MPI_COMM_NULL;
     int rank_ = 0;
     int size_ = 1;
-    int node_rank_ = 0;
-    int node_size_ = 1;
+    /// The node split once made (`split_node()`), shared with the duplicates made afterwards;
+    /// null before. Mutable: a cache of a property of the group, made by a const call.
+    mutable std::shared_ptr<const detail::NodeState> node_;
+};
+
+/// A communicator borrowed for one call: what every public constructor of the library takes
+/// (sources, `open_source`, `Loader`, `StreamLoader`). A `Communicator` and a plain `MPI_Comm`
+/// convert to it implicitly and at no cost: the conversion makes no MPI call, and the
+/// launcher check and every collective happen inside the constructor it is passed to, which is
+/// collective anyway. Owned versus borrowed is a type: `Communicator` owns, `CommRef` never
+/// does; do not keep one past the call (it points at the caller's `Communicator`).
+///
+/// What the constructor then does with it: an object that needs a communicator after the call
+/// keeps its own, one `MPI_Comm_dup`, made by `duplicate()`; an object that needs one only
+/// during the call works on the caller's `Communicator` as it is, or, given a plain `MPI_Comm`,
+/// on a duplicate of its own (one `MPI_Comm_dup`, freed when the call ends). So each library
+/// object makes one `MPI_Comm_dup` at most, and a plain `MPI_Comm`'s duplicate gets the
+/// library's `MPI_ERRORS_RETURN` without the caller's communicator being changed.
+class CommRef {
+public:
+    /// Local, no MPI call: borrows `comm` for the call.
+    CommRef(const Communicator& comm) noexcept  // NOLINT(google-explicit-constructor): see above
+        : comm_(&comm) {}
+    /// Local, no MPI call: borrows `comm`; `timeout` is the watchdog deadline of the duplicate
+    /// the receiving constructor makes of it (its later collectives follow the object's own
+    /// options, e.g. `LoaderOptions::timeout`).
+    CommRef(MPI_Comm comm,  // NOLINT(google-explicit-constructor): see above
+            std::chrono::seconds timeout = kDefaultCollectiveTimeout) noexcept
+        : raw_(comm), timeout_(timeout) {}
+
+    /// The caller's `Communicator`, or null for a plain `MPI_Comm`.
+    const Communicator* communicator() const noexcept { return comm_; }
+    /// Collective over the borrowed communicator: the receiving object's own communicator,
+    /// one `MPI_Comm_dup`: `Communicator::duplicate()` of the caller's `Communicator` (its
+    /// timeout and node split inherited), or `Communicator(comm, timeout)` of a plain `MPI_Comm`
+    /// (the launcher check first). @throws as those.
+    Communicator duplicate() const;
+
+private:
+    friend class detail::CallComm;
+    const Communicator* comm_ = nullptr;
+    /// A duplicate made for this call by a library function (`open_source`) and handed to the
+    /// one object it builds, which takes it instead of duplicating again (`detail::CallComm`).
+    Communicator* donor_ = nullptr;
+    MPI_Comm raw_ = MPI_COMM_NULL;
+    std::chrono::seconds timeout_ = kDefaultCollectiveTimeout;
 };
 
 }  // namespace mpistage

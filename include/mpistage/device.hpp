@@ -97,7 +97,9 @@ struct DeviceChoice {
 ///   the visible devices, where the node-local rank is `launcher_local_rank()` (the rank among
 ///   all processes of the node in the job, whatever communicator the loader was given) and,
 ///   when no launcher exports one, `fallback_local_rank` (the loader passes its
-///   communicator's node rank, right only when that communicator holds every rank of the node).
+///   communicator's node rank, right only when that communicator holds every rank of the node;
+///   −1 when not known: device 0, after which the loader makes its node split and chooses
+///   again).
 /// - auto with no usable device: the CPU with `fell_back` and the reason; cuda: an error.
 /// - cpu: the CPU.
 /// @throws ConfigError when cuda or cuda:N was asked and that device is not usable.

@@ -47,12 +47,13 @@ struct Hdf5Options {
 class Hdf5Source final : public Source {
 public:
     /// Collective over `comm`: every rank checks the file, then opens it with the MPI-IO driver.
-    /// `comm` is borrowed for the call; the source keeps its own duplicate.
+    /// `comm` (a `Communicator` or a plain `MPI_Comm`, see `CommRef`) is borrowed for the call;
+    /// the source keeps its own duplicate, its one `MPI_Comm_dup`.
     /// @throws IoError (missing/unreadable file), FormatError (not an HDF5 file),
     ///         ConfigError (missing dataset, NULL/scalar dataspace, differing first dimensions,
     ///         unsupported type), Hdf5Error (unavailable filter, naming dataset and filter).
     ///         Thrown identically on every rank.
-    Hdf5Source(const Communicator& comm, const std::string& path, Hdf5Options options = {});
+    Hdf5Source(CommRef comm, const std::string& path, Hdf5Options options = {});
     ~Hdf5Source() override;
     Hdf5Source(const Hdf5Source&) = delete;
     Hdf5Source& operator=(const Hdf5Source&) = delete;

@@ -336,12 +336,17 @@ private:
 /// the loader. Not thread-safe: one thread drives a loader.
 class Loader {
 public:
-    /// Collective over `comm`, which is borrowed for this call only: the loader keeps its own
-    /// `MPI_Comm_dup` (freed when the loader is destroyed, while MPI is still initialised), so
-    /// `comm` may be destroyed after construction. Every public constructor of the library
-    /// takes the communicator this way. @throws ConfigError (invalid or differing options,
-    /// N = 0), MpiError; identical on every rank.
-    Loader(const Communicator& comm, const Source& source, LoaderOptions options);
+    /// Collective over `comm` (a `Communicator` or a plain `MPI_Comm`, see `CommRef`), which is
+    /// borrowed for this call only: the loader keeps its own `MPI_Comm_dup`, the one duplicate it
+    /// makes (freed when the loader is destroyed, while MPI is still initialised), so `comm` may
+    /// be destroyed after construction. Every public constructor of the library takes the
+    /// communicator this way. The node split (`Communicator::split_node`) is made, once, only
+    /// when the loader needs the node: a memory tier (`stage`), token-budget batches, a prefetch
+    /// ring above its share of the node's memory among all ranks, or the device fallback to the
+    /// node rank; inherited when `comm` is a `Communicator` that made it. @throws ConfigError
+    /// (invalid or differing options, N = 0, a launcher mismatch, see `Communicator`), MpiError;
+    /// identical on every rank.
+    Loader(CommRef comm, const Source& source, LoaderOptions options);
     ~Loader();
     Loader(const Loader&) = delete;
     Loader& operator=(const Loader&) = delete;
@@ -373,7 +378,7 @@ public:
     ///         of another dataset (fingerprint, N or skipped records), has an incompatible
     ///         option, is a `byte_range` state at another world size, or (budget) does not end
     ///         at a batch; and as the constructor.
-    static Loader restore(const Communicator& comm, const Source& source, LoaderOptions options,
+    static Loader restore(CommRef comm, const Source& source, LoaderOptions options,
                           const LoaderState& state);
 
     /// Not collective, no I/O, identical on every rank: where the job stands. Counts the

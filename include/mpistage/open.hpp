@@ -58,12 +58,15 @@ struct OpenOptions {
 /// source's own collective open runs (`Hdf5Source`, `RawSource` over the IDX headers,
 /// `TfRecordSource`).
 ///
-/// Ownership: the caller owns the returned source; it keeps its own duplicate of `comm`
-/// (borrowed for the call only) and must be destroyed, or closed, on every rank at the same
-/// point, while MPI is initialised. Thread safety: one call at a time per communicator.
+/// Ownership: the caller owns the returned source, which must be destroyed, or closed, on every
+/// rank at the same point, while MPI is initialised. `comm` (a `Communicator` or a plain
+/// `MPI_Comm`, see `CommRef`) is borrowed for the call only, and the call makes one
+/// `MPI_Comm_dup` at most: given a plain `MPI_Comm`, the duplicate the format agreement runs on
+/// is handed to the source (an HDF5 source keeps it); given a `Communicator`, only an HDF5
+/// source duplicates it, to keep. Thread safety: one call at a time per communicator.
 /// @throws ConfigError (no paths, an HDF5 format with more than one path, ranks that disagree,
 ///         bad options), IoError, FormatError, Hdf5Error, MpiError: identical on every rank.
-std::unique_ptr<Source> open_source(const Communicator& comm, const std::vector<std::string>& paths,
+std::unique_ptr<Source> open_source(CommRef comm, const std::vector<std::string>& paths,
                                     const OpenOptions& options = {});
 
 }  // namespace mpistage

@@ -46,9 +46,12 @@ RawField parse_idx_header(const std::string& path, const std::string& field_name
 /// independent and thread-safe (pread).
 class RawSource final : public Source {
 public:
+    /// Collective over `comm` (borrowed for the call, see `CommRef`: the source keeps no
+    /// communicator; given a plain `MPI_Comm` it works on a duplicate of its own, its one
+    /// `MPI_Comm_dup`, freed on return).
     /// @throws ConfigError (no fields, record counts differ, zero records), IoError, FormatError;
     ///         thrown identically on every rank.
-    RawSource(const Communicator& comm, std::vector<RawField> fields);
+    RawSource(CommRef comm, std::vector<RawField> fields);
     ~RawSource() override;
 
     const std::vector<FieldInfo>& fields() const override;

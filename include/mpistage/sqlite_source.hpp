@@ -149,8 +149,11 @@ public:
     /// refused before anything runs (`sqlite3_stmt_readonly` and an authorizer). Errors (missing
     /// file, SQL error, refused statement, unknown key or typed column, database locked) are the
     /// same exception on every rank, and ranks whose fields differ get a ConfigError.
+    /// `comm` is borrowed for the call (see `CommRef`): the source keeps no communicator; given
+    /// a plain `MPI_Comm` it works on a duplicate of its own, its one `MPI_Comm_dup`, freed on
+    /// return.
     /// @throws IoError, ConfigError, FormatError naming the path and SQLite's message.
-    SqliteSource(const Communicator& comm, SqliteOptions options);
+    SqliteSource(CommRef comm, SqliteOptions options);
     ~SqliteSource() override;
     SqliteSource(const SqliteSource&) = delete;
     SqliteSource& operator=(const SqliteSource&) = delete;

@@ -173,11 +173,12 @@ class StreamLoader {
 public:
     class EpochBatches;
 
-    /// Collective over `comm` (borrowed; the loader keeps its own duplicate). Checks options,
+    /// Collective over `comm` (a `Communicator` or a plain `MPI_Comm`, see `CommRef`; borrowed,
+    /// the loader keeps its own duplicate, its one `MPI_Comm_dup`). Checks options,
     /// fields and stream count across ranks, opens this rank's streams, and with `resume`
     /// continues where that state stopped (its fingerprint must match). @throws ConfigError,
     /// any error of the source's `open`, MpiError; identical on every rank.
-    StreamLoader(const Communicator& comm, const StreamSource& source, StreamOptions options,
+    StreamLoader(CommRef comm, const StreamSource& source, StreamOptions options,
                  const StreamState* resume = nullptr);
     ~StreamLoader();
     StreamLoader(const StreamLoader&) = delete;

@@ -142,13 +142,17 @@ public:
     /// Collective over `comm`: opens every file with `MPI_File_open`, scans this rank's cut (or
     /// reads its slice of the index files), agrees on boundaries, counts and skipped records,
     /// and gathers all descriptors into one node-shared window per node. Every failure is
-    /// agreed: every rank throws the same.
+    /// agreed: every rank throws the same. `comm` is borrowed for the call (see `CommRef`):
+    /// the source keeps no communicator; given a plain `MPI_Comm` it works on a duplicate of its
+    /// own, its one `MPI_Comm_dup`, freed on return. The index-free scan and the node window
+    /// make the node split (`Communicator::split_node`; once, cached on the `Communicator`
+    /// given, so a loader duplicated from it afterwards inherits it).
     /// @throws ConfigError (bad or differing options, no paths, index count mismatch,
     ///         descriptors over the memory share), IoError (missing/unreadable file, short
     ///         read), FormatError (not a TFRecord, truncated record, CRC mismatch, bad index
     ///         line, empty file, no records) naming the file and the 64-bit byte offset (or
     ///         index line).
-    TfRecordSource(const Communicator& comm, std::vector<std::string> paths,
+    TfRecordSource(CommRef comm, std::vector<std::string> paths,
                    TfRecordOptions options = {});
     ~TfRecordSource() override;
     TfRecordSource(const TfRecordSource&) = delete;
@@ -194,7 +198,7 @@ private:
 /// parallel index-free scan (every rank scans its cut); rank 0 writes the files.
 /// @throws as `TfRecordSource` (gzip files: ConfigError), IoError when a file cannot be written;
 ///         identically on every rank.
-void write_dali_index(const Communicator& comm, const std::vector<std::string>& data_paths,
+void write_dali_index(CommRef comm, const std::vector<std::string>& data_paths,
                       const std::vector<std::string>& index_paths);
 
 }  // namespace mpistage

@@ -17,11 +17,17 @@ namespace mpistage::python {
 
 namespace py = pybind11;
 
-/// A Communicator over the MPI communicator whose Fortran handle is `fortran_handle`
-/// (`mpi4py.MPI.Comm.py2f()`), duplicated (collective over it). @throws MpiError when MPI is not
-/// initialised (import mpi4py.MPI first).
-/// `timeout` is the watchdog deadline of its construction and of the teardown of the objects
-/// made on it (a source's file closes), 0 = none.
+/// The MPI communicator whose Fortran handle is `fortran_handle` (`mpi4py.MPI.Comm.py2f()`),
+/// borrowed for one constructor (sources, loaders): no MPI call here; the object makes its own
+/// duplicate (its one `MPI_Comm_dup`, the launcher check first). `timeout` is the watchdog
+/// deadline of that duplication and of the teardown of the objects made on it (a source's file
+/// closes), 0 = none. @throws MpiError when MPI is not initialised (import mpi4py.MPI first),
+/// ConfigError for MPI_COMM_NULL or a bad timeout.
+CommRef comm_ref(std::int64_t fortran_handle,
+                 std::chrono::seconds timeout = kDefaultCollectiveTimeout);
+
+/// A Communicator over that communicator, for a function that runs collectives itself
+/// (collective over it: one `MPI_Comm_dup`, see `Communicator`). @throws as `comm_ref`.
 Communicator communicator(std::int64_t fortran_handle,
                           std::chrono::seconds timeout = kDefaultCollectiveTimeout);
 

@@ -27,6 +27,7 @@ public:
         every_ = cli::exchange_interval(plan.budget.active() ? plan.budget.max_batch_samples
                                                              : plan.batch_size);
         py::gil_scoped_release unlocked;
+        comm_.split_node();  // the bitmap is checked against the node's share (IdCount)
         run_agreed(comm_, [&] { count_.emplace(comm_, num_samples_, "the loader's source"); });
     }
 

@@ -32,7 +32,7 @@ std::unique_ptr<Source> open(std::int64_t comm, const std::vector<std::string>& 
     o.on_corrupt = parse_on_corrupt(on_corrupt);
     for (const std::string& f : features) o.features.push_back(parse_feature_spec(f));
     py::gil_scoped_release unlocked;
-    return open_source(communicator(comm, std::chrono::seconds(timeout_s)), paths, o);
+    return open_source(comm_ref(comm, std::chrono::seconds(timeout_s)), paths, o);
 }
 
 py::dict stats_to_python(const LoaderStats& s) {
@@ -76,14 +76,14 @@ py::dict totals_to_python(const EpochTotals& t) {
 std::unique_ptr<Loader> make_loader(std::int64_t comm, const Source& source,
                                     const LoaderOptions& options) {
     py::gil_scoped_release unlocked;
-    return std::make_unique<Loader>(communicator(comm), source, options);
+    return std::make_unique<Loader>(comm_ref(comm), source, options);
 }
 
 std::unique_ptr<Loader> restore_loader(std::int64_t comm, const Source& source,
                                        const LoaderOptions& options, const std::string& state) {
     const LoaderState parsed = LoaderState::from_json(state, "python state");
     py::gil_scoped_release unlocked;
-    return std::make_unique<Loader>(Loader::restore(communicator(comm), source, options, parsed));
+    return std::make_unique<Loader>(Loader::restore(comm_ref(comm), source, options, parsed));
 }
 
 // Interruptible by Ctrl-C while it waits for data or peers (interruptible.hpp).

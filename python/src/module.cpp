@@ -14,7 +14,7 @@
 
 namespace mpistage::python {
 
-Communicator communicator(std::int64_t fortran_handle, std::chrono::seconds timeout) {
+CommRef comm_ref(std::int64_t fortran_handle, std::chrono::seconds timeout) {
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (!initialized) {
@@ -23,7 +23,12 @@ Communicator communicator(std::int64_t fortran_handle, std::chrono::seconds time
     const MPI_Comm comm = MPI_Comm_f2c(static_cast<MPI_Fint>(fortran_handle));
     if (comm == MPI_COMM_NULL) throw ConfigError("python: the communicator is MPI_COMM_NULL");
     check_timeout(timeout, "python: timeout=");
-    return Communicator(comm, timeout);
+    return CommRef(comm, timeout);
+}
+
+Communicator communicator(std::int64_t fortran_handle, std::chrono::seconds timeout) {
+    const CommRef ref = comm_ref(fortran_handle, timeout);
+    return ref.duplicate();
 }
 
 py::dtype numpy_dtype(DType dtype) {

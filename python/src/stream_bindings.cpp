@@ -132,7 +132,7 @@ std::unique_ptr<StreamSource> sqlite_source(std::int64_t comm, const std::string
         throw ConfigError("sqlite nulls '" + nulls + "' is not one of error, mask, fill");
     o.fill_value = fill_value;
     py::gil_scoped_release unlocked;
-    return std::make_unique<SqliteSource>(communicator(comm), std::move(o));
+    return std::make_unique<SqliteSource>(comm_ref(comm), std::move(o));
 }
 
 py::dict stream_stats(const StreamStats& s) {
@@ -159,7 +159,7 @@ std::unique_ptr<StreamLoader> make_stream_loader(std::int64_t comm, const Stream
             std::make_unique<StreamState>(StreamState::from_json(resume_json.cast<std::string>()));
     }
     py::gil_scoped_release unlocked;
-    return std::make_unique<StreamLoader>(communicator(comm), source, options, state.get());
+    return std::make_unique<StreamLoader>(comm_ref(comm), source, options, state.get());
 }
 
 }  // namespace

@@ -120,6 +120,7 @@ public:
         std::optional<IdCount> count;
         if (a_.verify) {
             const std::string input = a_.stream() ? a_.sqlite : a_.files.front();
+            comm_.split_node();  // the bitmap is checked against the node's share (IdCount)
             run_agreed(comm_, [&] { count.emplace(comm_, num_samples_, input); });
         }
         const std::uint64_t every =

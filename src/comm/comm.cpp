@@ -7,6 +7,7 @@
 #include "comm/agree.hpp"
 #include "comm/blocking_watch.hpp"
 #include "comm/launcher_check.hpp"
+#include "comm/node_map.hpp"
 #include "comm/watch_state.hpp"
 #include "util/memory_budget.hpp"
 
@@ -63,19 +64,11 @@ Communicator::Communicator(MPI_Comm user_comm, std::chrono::seconds timeout)
         const detail::BlockingWatch watch(*this, "MPI_Comm_dup");
         check_mpi(MPI_Comm_dup(user_comm, &comm_), "MPI_Comm_dup");
     }
+    // On the duplicate only: the user's communicator keeps its own error handler.
     check_mpi(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
     check_mpi(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
-    // The node split is made once, here: duplicates (`duplicate()`) copy its result. The node
-    // communicator is needed only for its rank and size, so it is freed at once.
-    MPI_Comm node = MPI_COMM_NULL;
-    {
-        const detail::BlockingWatch watch(*this, "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)");
-        check_mpi(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node),
-                  "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)");
-    }
-    check_mpi(MPI_Comm_rank(node, &node_rank_), "MPI_Comm_rank(node)");
-    check_mpi(MPI_Comm_size(node, &node_size_), "MPI_Comm_size(node)");
-    MPI_Comm_free(&node);
+    // No node split here: it is made once, by split_node(), where the node is needed (issue
+    // 38: each conversion of MPI_COMM_WORLD used to split it).
     set_context({});
 }
 
@@ -94,10 +87,52 @@ Communicator Communicator::duplicate() const {
     check_mpi(MPI_Comm_set_errhandler(copy.comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
     copy.rank_ = rank_;
     copy.size_ = size_;
-    copy.node_rank_ = node_rank_;
-    copy.node_size_ = node_size_;
+    // The node split is a property of the group, which the duplicate shares: inherited, so
+    // an object built from a split communicator never splits again.
+    copy.node_ = node_;
     copy.set_context({});
     return copy;
+}
+
+void Communicator::split_node() const {
+    if (node_) return;
+    if (comm_ == MPI_COMM_NULL || !watch_) {
+        throw MpiError("comm: split_node() of a freed or moved-from communicator");
+    }
+    MPI_Comm node = MPI_COMM_NULL;
+    {
+        const detail::BlockingWatch watch(*this, "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)");
+        check_mpi(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node),
+                  "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)");
+    }
+    auto state = std::make_shared<detail::NodeState>();
+    // Owned from here, so an error below frees it.
+    state->comm = std::make_shared<const detail::OwnedComm>(node);
+    check_mpi(MPI_Comm_rank(node, &state->rank), "MPI_Comm_rank(node)");
+    check_mpi(MPI_Comm_size(node, &state->size), "MPI_Comm_size(node)");
+    node_ = std::move(state);
+}
+
+bool Communicator::has_node_split() const noexcept {
+    return node_ != nullptr;
+}
+
+namespace {
+[[noreturn]] void throw_no_node_split(const char* what) {
+    throw ConfigError(std::string("comm: ") + what +
+                      "() before the node split: call split_node() on every rank at the same "
+                      "point first (it is collective the first time)");
+}
+}  // namespace
+
+int Communicator::node_rank() const {
+    if (!node_) throw_no_node_split("node_rank");
+    return node_->rank;
+}
+
+int Communicator::node_size() const {
+    if (!node_) throw_no_node_split("node_size");
+    return node_->size;
 }
 
 Communicator::Communicator(Communicator&& other) noexcept
@@ -105,8 +140,7 @@ Communicator::Communicator(Communicator&& other) noexcept
       comm_(std::exchange(other.comm_, MPI_COMM_NULL)),
       rank_(other.rank_),
       size_(other.size_),
-      node_rank_(other.node_rank_),
-      node_size_(other.node_size_) {}
+      node_(std::move(other.node_)) {}
 
 Communicator& Communicator::operator=(Communicator&& other) noexcept {
     if (this != &other) {
@@ -115,8 +149,7 @@ Communicator& Communicator::operator=(Communicator&& other) noexcept {
         comm_ = std::exchange(other.comm_, MPI_COMM_NULL);
         rank_ = other.rank_;
         size_ = other.size_;
-        node_rank_ = other.node_rank_;
-        node_size_ = other.node_size_;
+        node_ = std::move(other.node_);
     }
     return *this;
 }
@@ -126,6 +159,9 @@ Communicator::~Communicator() {
 }
 
 void Communicator::free() noexcept {
+    // The node communicator is freed with the last of the communicators and node maps that
+    // share it (OwnedComm frees only while MPI is initialised).
+    node_.reset();
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (finalized) {
@@ -137,6 +173,18 @@ void Communicator::free() noexcept {
     // why); it is released by MPI_Finalize.
     if (!watch_ || detail::drain_watch_messages(comm_, *watch_)) MPI_Comm_free(&comm_);
     comm_ = MPI_COMM_NULL;
+}
+
+Communicator CommRef::duplicate() const {
+    if (donor_ != nullptr) {
+        // Handed over by the library function that made it for this one object.
+        if (donor_->get() == MPI_COMM_NULL) {
+            throw MpiError("comm: a handed-over communicator was taken twice (internal error)");
+        }
+        return std::move(*donor_);
+    }
+    if (comm_ != nullptr) return comm_->duplicate();
+    return Communicator(raw_, timeout_);
 }
 
 void check_timeout(std::chrono::seconds timeout, const std::string& what) {

@@ -23,21 +23,27 @@ OwnedComm::~OwnedComm() {
     if (comm_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm_);
 }
 
-NodeMap make_node_map(MPI_Comm comm, int ranks_per_node) {
-    int rank = 0;
-    int size = 1;
-    check_mpi(MPI_Comm_rank(comm, &rank), "tier: MPI_Comm_rank");
-    check_mpi(MPI_Comm_size(comm, &size), "tier: MPI_Comm_size");
-    MPI_Comm node = MPI_COMM_NULL;
+std::shared_ptr<const OwnedComm> NodeAccess::node_comm(const Communicator& comm) {
+    comm.split_node();
+    return comm.node_->comm;
+}
+
+NodeMap make_node_map(const Communicator& communicator, int ranks_per_node) {
+    const MPI_Comm comm = communicator.get();
+    const int rank = communicator.rank();
+    const int size = communicator.size();
+    NodeMap map;
     if (ranks_per_node > 0) {
+        MPI_Comm node = MPI_COMM_NULL;
         check_mpi(MPI_Comm_split(comm, rank / ranks_per_node, rank, &node),
                   "tier: MPI_Comm_split(test nodes)");
+        map.node_comm = std::make_shared<const OwnedComm>(node);
     } else {
-        check_mpi(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node),
-                  "tier: MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)");
+        // The communicator's one node split (made once, shared): no second
+        // MPI_Comm_split_type for the windows of a loader or source (issue 38).
+        map.node_comm = NodeAccess::node_comm(communicator);
     }
-    NodeMap map;
-    map.node_comm = OwnedComm(node);
+    const MPI_Comm node = map.comm();
     int mine[2] = {rank, 0};  // {lowest rank of my node, my node rank}
     check_mpi(MPI_Allreduce(&rank, &mine[0], 1, MPI_INT, MPI_MIN, node),
               "tier: MPI_Allreduce(node leader)");

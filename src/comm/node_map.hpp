@@ -5,7 +5,10 @@
 
 #include <mpi.h>
 
+#include <memory>
 #include <vector>
+
+#include "mpistage/comm.hpp"
 
 namespace mpistage::detail {
 
@@ -26,9 +29,27 @@ private:
     MPI_Comm comm_ = MPI_COMM_NULL;
 };
 
+/// A communicator's node split (`Communicator::split_node`): this rank's place on its node and
+/// the node communicator, shared by the communicator that split, the ones duplicated from it
+/// afterwards and the node maps made on it (freed with the last of them).
+struct NodeState {
+    int rank = 0;
+    int size = 1;
+    std::shared_ptr<const OwnedComm> comm;
+};
+
+/// Internal access to a `Communicator`'s node split (the public header keeps it opaque).
+struct NodeAccess {
+    /// The node communicator of `comm`, made by `comm.split_node()` (collective the first
+    /// time, see there).
+    static std::shared_ptr<const OwnedComm> node_comm(const Communicator& comm);
+};
+
 /// Which node each rank of a communicator is on, and this rank's node communicator.
 struct NodeMap {
-    OwnedComm node_comm;
+    /// Shared: the communicator's own node split, or the test "nodes" of `ranks_per_node`.
+    std::shared_ptr<const OwnedComm> node_comm;
+    MPI_Comm comm() const noexcept { return node_comm ? node_comm->get() : MPI_COMM_NULL; }
     /// Node number of every rank (nodes numbered by their lowest rank's order).
     std::vector<int> node_of;
     /// Rank of every rank inside its node communicator.
@@ -36,9 +57,10 @@ struct NodeMap {
     int num_nodes = 1;
 };
 
-/// Collective over `comm`: splits it into nodes (`MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)`,
-/// or groups of `ranks_per_node` consecutive ranks when > 0, for tests) and allgathers the map.
-/// @throws MpiError.
-NodeMap make_node_map(MPI_Comm comm, int ranks_per_node);
+/// Collective over `comm`: its node communicator (`comm.split_node()`: the one node split, made
+/// here unless `comm` has it already; or, when `ranks_per_node` > 0, for tests, groups of that
+/// many consecutive ranks by `MPI_Comm_split`) and the map, allgathered. Blocking: the caller
+/// holds a `BlockingWatch`. @throws MpiError.
+NodeMap make_node_map(const Communicator& comm, int ranks_per_node);
 
 }  // namespace mpistage::detail

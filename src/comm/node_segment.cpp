@@ -74,10 +74,10 @@ void check_window_capacity(const Communicator& comm, const NodeMap& nodes,
     unsigned long long node_bytes = 0;
     unsigned long long mine = size_bytes;
     check_mpi(MPI_Allreduce(&mine, &node_bytes, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM,
-                            nodes.node_comm.get()),
+                            nodes.comm()),
               "node window: MPI_Allreduce(node bytes)");
     int node_size = 1;
-    check_mpi(MPI_Comm_size(nodes.node_comm.get(), &node_size), "node window: MPI_Comm_size(node)");
+    check_mpi(MPI_Comm_size(nodes.comm(), &node_size), "node window: MPI_Comm_size(node)");
     LocalStatus status = capture([&] {
         if (node_bytes == 0) return;
         const std::string dir = window_backing_directory();
@@ -118,13 +118,13 @@ NodeSegment::NodeSegment(const Communicator& watch_comm, const NodeMap& nodes,
     if (!layout.contiguous) MPI_Info_set(info, "alloc_shared_noncontig", "true");
     void* base = nullptr;
     const int rc = MPI_Win_allocate_shared(static_cast<MPI_Aint>(size_bytes), 1, info,
-                                           nodes.node_comm.get(), &base, &shm_win_);
+                                           nodes.comm(), &base, &shm_win_);
     MPI_Info_free(&info);
     check_mpi(rc, what.c_str());
     MPI_Win_set_errhandler(shm_win_, MPI_ERRORS_RETURN);
     mine_ = static_cast<std::byte*>(base);
     int node_size = 1;
-    check_mpi(MPI_Comm_size(nodes.node_comm.get(), &node_size), "node window: MPI_Comm_size(node)");
+    check_mpi(MPI_Comm_size(nodes.comm(), &node_size), "node window: MPI_Comm_size(node)");
     for (int r = 0; r < node_size; ++r) {
         MPI_Aint bytes = 0;
         int unit = 1;

@@ -81,10 +81,28 @@ std::string shared_device_note(const std::vector<std::uint64_t>& all, int size) 
 
 LoaderDevice agree_device(const Communicator& comm, const LoaderOptions& options) {
     LoaderDevice dev;
-    agree_or_throw(comm, capture([&] {
-                       dev = choose_loader_device(options.device, options.pin_memory,
-                                                  comm.node_rank(), false);
-                   }));
+    // The node rank is the last fallback of a CUDA choice (no launcher local rank, no current
+    // device); the node split that gives it is made only when some rank comes to it. The
+    // choice's agreement carries that (no collective more), and the split is then made on every
+    // rank at the same point. -1 while unknown: choose_device then takes device 0 and the rank
+    // chooses again below.
+    const int known_node_rank = comm.has_node_split() ? comm.node_rank() : -1;
+    bool wants_node_rank = false;
+    const LocalStatus chosen = capture([&] {
+        dev = choose_loader_device(options.device, options.pin_memory, known_node_rank, false);
+        wants_node_rank = !comm.has_node_split() && dev.device.cuda &&
+                          dev.device.origin == DeviceOrigin::local_rank &&
+                          launcher_local_rank() < 0;
+    });
+    if (agree_min_or_throw(comm, chosen, wants_node_rank ? 0 : 1) == 0) {
+        comm.split_node();
+        run_agreed(comm, [&] {
+            if (wants_node_rank) {
+                dev = choose_loader_device(options.device, options.pin_memory, comm.node_rank(),
+                                           false);
+            }
+        });
+    }
     const bool is_auto = parse_device(options.device).mode == DeviceMode::automatic;
     const std::vector<std::uint64_t> all = comm.allgather(std::vector<std::uint64_t>{
         dev.device.cuda ? 1u : 0u, is_auto ? 1u : 0u, dev.device.fell_back ? 1u : 0u,

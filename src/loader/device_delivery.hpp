@@ -19,7 +19,10 @@ namespace mpistage::detail {
 /// every rank. A rank whose own choice throws (cuda asked, no device) makes every rank throw
 /// its error. When every rank is on CUDA and ranks of one host (of this communicator: ranks of
 /// the node outside it are not seen) resolve to one device by their node-local rank, rank 0
-/// prints one note for the job (once per process, with `log_device_fallback`).
+/// prints one note for the job (once per process, with `log_device_fallback`). The node split
+/// (`Communicator::split_node`) is made only when some rank's choice falls back to the node rank
+/// and `comm` does not have it yet: the need rides on the agreement of the choice, and the
+/// split is made on every rank right after it.
 /// @throws ConfigError, identical on every rank.
 LoaderDevice agree_device(const Communicator& comm, const LoaderOptions& options);
 

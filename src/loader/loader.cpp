@@ -147,10 +147,26 @@ EpochPlan Loader::Impl::plan_of(std::uint64_t e, const EpochStart& start) const 
                                 sizes, sample_tokens);
 }
 
+bool Loader::Impl::ring_needs_node_size(std::uint64_t b, std::uint64_t slots) const noexcept {
+    try {
+        const std::uint64_t bytes =
+            checked_mul(slots, detail::slot_bytes(source.fields(), b), "loader: prefetch ring");
+        // The node's rank count is at most the communicator's: a ring within the share among
+        // all of them is within the node's share whatever the split says.
+        const std::uint64_t share = detail::memory_share_bytes(comm.size());
+        return share != 0 && bytes > share;
+    } catch (...) {
+        return false;  // allocate_ring throws the same, agreed
+    }
+}
+
 void Loader::Impl::allocate_ring(std::uint64_t b, std::uint64_t slots) {
     const auto& fields = source.fields();
     const std::uint64_t bytes = detail::slot_bytes(fields, b);
-    detail::check_memory_share(checked_mul(slots, bytes, "loader: prefetch ring"), comm.node_size(),
+    // Without the node split no rank's ring exceeds its share among all ranks of the
+    // communicator (ring_needs_node_size), a bound of the node's ranks.
+    const int ranks_on_node = comm.has_node_split() ? comm.node_size() : comm.size();
+    detail::check_memory_share(checked_mul(slots, bytes, "loader: prefetch ring"), ranks_on_node,
                                "loader: the prefetch ring (" + std::to_string(slots) +
                                    " slots of " + std::to_string(b) + " samples, " +
                                    std::to_string(bytes) + " bytes each)",
@@ -195,7 +211,7 @@ void copy_tier_stats(const detail::TierStats& t, LoaderStats& s) {
 
 }  // namespace
 
-Loader::Loader(const Communicator& comm, const Source& source, LoaderOptions options)
+Loader::Loader(CommRef comm, const Source& source, LoaderOptions options)
     : impl_(std::make_unique<Impl>(comm, source, std::move(options))) {
     Impl& d = *impl_;
     d.comm.set_context({"loader: construction", -1, -1, "", -1});
@@ -234,12 +250,20 @@ Loader::Loader(const Communicator& comm, const Source& source, LoaderOptions opt
     // The device kind is agreed (all CUDA, or all CPU with one line for the job).
     d.comm.set_context({"loader: device", -1, -1, "", -1});
     d.device = detail::agree_device(d.comm, d.options);
-    // The window agreement's shape must be the same on every rank; prefetch may differ.
-    d.min_prefetch = d.comm.allreduce_min(static_cast<std::uint64_t>(d.options.prefetch));
+    // The window agreement's shape must be the same on every rank; prefetch may differ. The
+    // same allreduce says whether some rank needs the node's rank count to check its prefetch
+    // ring (a ring above its share among all ranks); only then is the node split made, on
+    // every rank, here. Budget batches may reallocate the ring at any epoch, where it is checked
+    // again: they make the split here too (the budget options are the same on every rank).
+    const std::uint64_t ring_slots =
+        std::max<std::uint64_t>(1, std::min<std::uint64_t>(d.options.prefetch, d.totals.steps));
+    const std::vector<std::uint64_t> agreed = d.comm.allreduce_min(std::vector<std::uint64_t>{
+        static_cast<std::uint64_t>(d.options.prefetch),
+        d.ring_needs_node_size(capacity, ring_slots) ? 0u : 1u});
+    d.min_prefetch = agreed[0];
+    if (agreed[1] == 0 || d.options.plan.budget.active()) d.comm.split_node();
     run_agreed(d.comm, [&] {
-        d.allocate_ring(capacity,
-                        std::max<std::uint64_t>(
-                            1, std::min<std::uint64_t>(d.options.prefetch, d.totals.steps)));
+        d.allocate_ring(capacity, ring_slots);
         if (d.device.device.cuda) {
             d.stager = detail::make_loader_stager(d.device.device, d.options, d.options.prefetch);
         }

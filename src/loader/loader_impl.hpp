@@ -92,7 +92,8 @@ struct Loader::Impl {
         return tier ? static_cast<const Source&>(*tier) : source;
     }
 
-    Impl(const Communicator& c, const Source& s, LoaderOptions o)
+    /// The loader's own communicator: its one MPI_Comm_dup (see `CommRef::duplicate`).
+    Impl(const CommRef& c, const Source& s, LoaderOptions o)
         : comm(c.duplicate()), source(s), options(std::move(o)) {}
 
     /// Collective: every option that decides the sequence (and the dataset's metadata) is
@@ -101,8 +102,14 @@ struct Loader::Impl {
     /// Collective: the byte-range cut and the skew-correction statistics.
     void compute_cut();
     /// Not collective: allocates the ring of `slots` slots of `batch_capacity` samples each
-    /// (checked against the node's memory).
+    /// (checked against the node's memory: this rank's share among the node's ranks when the
+    /// node split is known, else among all ranks, which `ring_needs_node_size` made sure of).
     void allocate_ring(std::uint64_t batch_capacity, std::uint64_t slots);
+    /// Local: whether the ring of `allocate_ring` exceeds this rank's share of the node's
+    /// memory among all ranks of the communicator, so that checking it needs the node's rank
+    /// count (the node split). False when its size cannot be computed (allocate_ring then
+    /// throws, agreed).
+    bool ring_needs_node_size(std::uint64_t batch_capacity, std::uint64_t slots) const noexcept;
     /// Collective when `options.two_phase` is `automatic` (the measurement of
     /// `detail::measure_two_phase_costs`, errors agreed): sets `stats.two_phase` (whether the
     /// epochs read in two phases; `on` always) and, for `automatic`, its note and predictions.

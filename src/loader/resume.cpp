@@ -122,7 +122,7 @@ EpochStart Loader::Impl::start_of(std::uint64_t e) const {
     return {resume->steps_consumed, resume->samples_consumed};
 }
 
-Loader Loader::restore(const Communicator& comm, const Source& source, LoaderOptions options,
+Loader Loader::restore(CommRef comm, const Source& source, LoaderOptions options,
                        const LoaderState& state) {
     Loader loader(comm, source, std::move(options));
     loader.impl_->comm.set_context({"loader: restore", static_cast<std::int64_t>(state.epoch),

@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "comm/agree.hpp"
+#include "comm/call_comm.hpp"
 #include "mpistage/error.hpp"
 #include "mpistage/hdf5_source.hpp"
 #include "mpistage/open.hpp"
@@ -75,8 +76,13 @@ SourceFormat detect_source_format(const std::string& path) {
                                        : SourceFormat::hdf5;
 }
 
-std::unique_ptr<Source> open_source(const Communicator& comm, const std::vector<std::string>& paths,
+std::unique_ptr<Source> open_source(CommRef ref, const std::vector<std::string>& paths,
                                     const OpenOptions& options) {
+    // The agreements below run on the caller's Communicator, or on a duplicate of a plain
+    // MPI_Comm that the source then takes over (HDF5) or borrows (IDX, TFRecord): one
+    // MPI_Comm_dup in all for the call.
+    detail::CallComm call(ref);
+    const Communicator& comm = call.get();
     const SourceFormat format = run_agreed_value(comm, [&] {
         if (paths.empty()) throw ConfigError("open_source: no paths to open");
         for (const auto& p : paths) detail::probe_input_file(p, "open_source: path");
@@ -101,7 +107,7 @@ std::unique_ptr<Source> open_source(const Communicator& comm, const std::vector<
         }
         Hdf5Options o;
         o.fields = options.fields;
-        return std::make_unique<Hdf5Source>(comm, paths.front(), o);
+        return std::make_unique<Hdf5Source>(call.pass(), paths.front(), o);  // `comm` unused after
     }
     if (format == SourceFormat::idx) {
         return std::make_unique<RawSource>(

@@ -62,6 +62,11 @@ std::unique_ptr<MemoryTier> build_memory_tier(const Communicator& comm, const So
                               std::to_string(options.stage_ranks_per_node) + " is negative");
         }
     });
+    // The tier's node windows need the node communicator and the default budget the node's
+    // rank count: the loader's one node split, made here on every rank (the stage options were
+    // agreed above) unless its communicator has it already. Test "nodes" with an explicit
+    // budget need neither.
+    if (options.stage_budget_bytes == 0 || options.stage_ranks_per_node == 0) comm.split_node();
     const std::uint64_t budget = options.stage_budget_bytes > 0
                                      ? options.stage_budget_bytes
                                      : detail::memory_share_bytes(comm.node_size());

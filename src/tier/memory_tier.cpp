@@ -64,7 +64,7 @@ namespace {
 NodeMap arrive_and_map(const Communicator& comm, int ranks_per_node) {
     comm.barrier();
     const BlockingWatch watch(comm, "MPI_Comm_split_type (tier node map)");
-    return make_node_map(comm.get(), ranks_per_node);
+    return make_node_map(comm, ranks_per_node);
 }
 
 /// A node window of `size_bytes` on this rank, under a deadline.

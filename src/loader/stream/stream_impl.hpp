@@ -55,7 +55,8 @@ struct StreamLoader::Impl {
     /// that needs the row, and the failed reader is never called again.
     std::optional<LocalStatus> read_failure;
 
-    Impl(const Communicator& c, const StreamSource& s, StreamOptions o)
+    /// The loader's own communicator: its one MPI_Comm_dup (see `CommRef::duplicate`).
+    Impl(const CommRef& c, const StreamSource& s, StreamOptions o)
         : comm(c.duplicate()), source(s), options(std::move(o)) {}
 
     /// Collective: options, fields, stream count and the resumed state agree across ranks.

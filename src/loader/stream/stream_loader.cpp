@@ -96,7 +96,7 @@ void StreamLoader::Impl::check_agreement(const StreamState* resume) {
                  "every rank must build the same source and options");
 }
 
-StreamLoader::StreamLoader(const Communicator& comm, const StreamSource& source,
+StreamLoader::StreamLoader(CommRef comm, const StreamSource& source,
                            StreamOptions options, const StreamState* resume)
     : impl_(std::make_unique<Impl>(comm, source, std::move(options))) {
     Impl& m = *impl_;

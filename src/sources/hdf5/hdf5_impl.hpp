@@ -63,8 +63,9 @@ struct Hdf5Source::Impl final : detail::CollectiveRows {
         return "hdf5: " + path + ": dataset '" + f.info.name + "'";
     }
 
-    /// Collective over `c`: checks, opens (MPI-IO driver) and discovers the fields.
-    void open(const Communicator& c);
+    /// Collective over `ref`: keeps the source's duplicate of it (`comm`), checks, opens
+    /// (MPI-IO driver) and discovers the fields.
+    void open(const CommRef& ref);
     /// Opens dataset `name` as a field. Local; call under the HDF5 lock.
     void open_field(const std::string& name);
     /// @throws Hdf5Error when a filter the dataset needs is unavailable.

@@ -63,9 +63,12 @@ std::string dataset_listing(hid_t file) {
 
 }  // namespace
 
-void Hdf5Source::Impl::open(const Communicator& c) {
-    comm.emplace(c.duplicate());
-    comm->set_timeout(c.timeout());
+void Hdf5Source::Impl::open(const CommRef& ref) {
+    // The source's one MPI_Comm_dup, kept for its collective reads (a plain MPI_Comm: the
+    // launcher check first). The agreements below run on the caller's Communicator when one
+    // was given (its watchdog settings, as before), else on this duplicate.
+    comm.emplace(ref.duplicate());
+    const Communicator& c = ref.communicator() != nullptr ? *ref.communicator() : *comm;
     std::lock_guard<std::recursive_mutex> lock(detail::hdf5_mutex());
     const detail::Hdf5ErrorSilencer quiet;
     // 1. Every rank checks the file on its own, then all agree (a missing file on one node

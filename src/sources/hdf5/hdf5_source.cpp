@@ -60,7 +60,7 @@ void Hdf5Source::Impl::read_rows(const detail::Hdf5Field& f, std::uint64_t row,
     }
 }
 
-Hdf5Source::Hdf5Source(const Communicator& comm, const std::string& path, Hdf5Options options)
+Hdf5Source::Hdf5Source(CommRef comm, const std::string& path, Hdf5Options options)
     : impl_(std::make_unique<Impl>()) {
     impl_->path = path;
     impl_->options = std::move(options);

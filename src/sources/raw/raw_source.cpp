@@ -7,6 +7,7 @@
 #include <shared_mutex>
 
 #include "comm/agree.hpp"
+#include "comm/call_comm.hpp"
 #include "sources/file_rows.hpp"
 #include "util/byte_order.hpp"
 #include "util/descriptor_limit.hpp"
@@ -87,8 +88,11 @@ struct RawSource::Impl {
     }
 };
 
-RawSource::RawSource(const Communicator& comm, std::vector<RawField> fields)
-    : impl_(std::make_unique<Impl>()) {
+RawSource::RawSource(CommRef ref, std::vector<RawField> fields) : impl_(std::make_unique<Impl>()) {
+    // Needed only during the call: the caller's Communicator, or a duplicate of a plain
+    // MPI_Comm freed on return (the source's one MPI_Comm_dup).
+    const detail::CallComm call(ref);
+    const Communicator& comm = call.get();
     run_agreed(comm, [&] {
         if (fields.empty()) throw ConfigError("raw: no fields given");
         detail::require_descriptors(

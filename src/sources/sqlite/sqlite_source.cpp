@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "comm/agree.hpp"
+#include "comm/call_comm.hpp"
 #include "mpistage/hash.hpp"
 #include "sources/sqlite/sqlite_detail.hpp"
 #include "sources/sqlite/sqlite_reader.hpp"
@@ -68,8 +69,11 @@ std::string SqliteOptions::describe() const {
     return t;
 }
 
-SqliteSource::SqliteSource(const Communicator& comm, SqliteOptions options)
-    : options_(std::move(options)) {
+SqliteSource::SqliteSource(CommRef ref, SqliteOptions options) : options_(std::move(options)) {
+    // Needed only during the call: the caller's Communicator, or a duplicate of a plain
+    // MPI_Comm freed on return (the source's one MPI_Comm_dup).
+    const detail::CallComm call(ref);
+    const Communicator& comm = call.get();
     run_agreed(comm, [&] {
         options_.validate();
         size_bytes_ = detail::probe_input_file(options_.path, "sqlite").size_bytes;

@@ -144,8 +144,11 @@ void exchange_descriptors(const Communicator& comm, SourceState& state, LocalRec
         comm.barrier();  // names a rank that never arrives before the blocking split
         const detail::BlockingWatch watch(comm,
                                           "MPI_Comm_split_type (tfrecord descriptor node map)");
+        // The node split (once; made by the index-free scan already): the node's rank count
+        // for the memory check below, and the node communicator unless test "nodes" are asked.
+        comm.split_node();
         state.descriptor_nodes =
-            detail::make_node_map(comm.get(), state.options.descriptor_ranks_per_node);
+            detail::make_node_map(comm, state.options.descriptor_ranks_per_node);
     }
     const Segments seg = plan_segments(state.descriptor_nodes, found, found_first, total);
     const auto me = static_cast<std::size_t>(comm.rank());

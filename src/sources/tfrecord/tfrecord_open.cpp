@@ -101,6 +101,9 @@ LocalRecords scan_index_free(const Communicator& comm, SourceState& state) {
     ScanOptions so = state.scan_options();
     // The scan's descriptors stay within the rank's share of the node's memory (a clear error
     // on every rank, through run_agreed, instead of the OOM killer for a file of 10^9 records).
+    // The node's rank count comes from the node split, made here on every rank (every rank
+    // scans: the index options were agreed), once: the descriptor window uses it too.
+    comm.split_node();
     so.max_descriptor_bytes = detail::memory_share_bytes(comm.node_size());
     const std::vector<ScanFile> files = state.scan_files();
     const std::uint64_t total = state.starts.back();

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "comm/agree.hpp"
+#include "comm/call_comm.hpp"
 #include "sources/tfrecord/crc32c.hpp"
 #include "sources/tfrecord/example_codec.hpp"
 #include "sources/tfrecord/source_state.hpp"
@@ -85,9 +86,14 @@ std::string make_fingerprint(const tfrecord::SourceState& st) {
 
 }  // namespace
 
-TfRecordSource::TfRecordSource(const Communicator& comm, std::vector<std::string> paths,
+TfRecordSource::TfRecordSource(CommRef ref, std::vector<std::string> paths,
                                TfRecordOptions options)
     : impl_(std::make_unique<Impl>()) {
+    // Needed only during the call (the files are opened on it and keep their own): the
+    // caller's Communicator, or a duplicate of a plain MPI_Comm freed on return (the source's
+    // one MPI_Comm_dup).
+    const detail::CallComm call(ref);
+    const Communicator& comm = call.get();
     auto& st = *impl_;
     st.paths = std::move(paths);
     st.options = std::move(options);
@@ -289,12 +295,16 @@ void TfRecordSource::read(const std::uint64_t* ids, std::size_t count, BatchSink
     }
 }
 
-void write_dali_index(const Communicator& comm, const std::vector<std::string>& data_paths,
+void write_dali_index(CommRef ref, const std::vector<std::string>& data_paths,
                       const std::vector<std::string>& index_paths) {
     if (data_paths.size() != index_paths.size()) {
         throw ConfigError("tfrecord index: " + std::to_string(index_paths.size()) +
                           " index paths for " + std::to_string(data_paths.size()) + " files");
     }
+    // One communicator for the scan and the writes (a plain MPI_Comm: one duplicate, which
+    // the source borrows).
+    const detail::CallComm call(ref);
+    const Communicator& comm = call.get();
     TfRecordSource src(comm, data_paths, TfRecordOptions{});
     run_agreed(comm, [&] {
         for (std::size_t f = 0; f < data_paths.size(); ++f) {

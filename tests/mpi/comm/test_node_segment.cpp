@@ -19,7 +19,7 @@ TEST(NodeSegment, LeavesTheThreadLevelAsMpiInitGaveIt) {
     ASSERT_EQ(before, MPI_THREAD_MULTIPLE) << "the MPI test main asks for MPI_THREAD_MULTIPLE";
     Communicator comm(MPI_COMM_WORLD);
     {
-        const detail::NodeMap nodes = detail::make_node_map(comm.get(), 0);
+        const detail::NodeMap nodes = detail::make_node_map(comm, 0);
         detail::NodeSegment segment(comm, nodes, 4096);
         EXPECT_NE(segment.mine(), nullptr);
         int during = -1;

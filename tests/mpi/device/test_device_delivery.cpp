@@ -44,6 +44,7 @@ void expect_exactly_once(const Communicator& comm, std::vector<std::int64_t> min
 TEST(DeviceDelivery, BatchesArriveOnTheDeviceStreamOrdered) {
     ASSERT_EQ(mpistage_fake_cuda_active(), 1);
     Communicator comm(MPI_COMM_WORLD);
+    comm.split_node();                        // collective: the node rank below
     const int device = comm.node_rank() % 2;  // the double shows 2 devices
     ASSERT_EQ(cudaSetDevice(device), cudaSuccess);
     cudaStream_t stream = nullptr;

@@ -64,6 +64,7 @@ int stage_one_epoch(const LoaderOptions& o, cudaStream_t stream, int consumer_de
     int device = -2;
     {
         Communicator comm(mine);
+        comm.split_node();  // collective (over this rank alone): the node rank below
         EXPECT_EQ(comm.node_rank(), 0);
         GeneratedSource source(kSamples);
         std::atomic<int> mismatches{0};
@@ -148,6 +149,12 @@ TEST(DeviceLocalRank, WithoutALauncherVariableTheLoadersNodeRankIsUsed) {
     Communicator comm(MPI_COMM_WORLD);
     GeneratedSource source(kSamples);
     Loader loader(comm, source, options("cuda", nullptr));
+    // The loader made the node split on its own communicator, for this fallback only (issue
+    // 38); the same node rank as a split of the caller's communicator.
+    EXPECT_FALSE(comm.has_node_split());
+    EXPECT_TRUE(loader.comm().has_node_split());
+    comm.split_node();
+    if (loader.comm().has_node_split()) EXPECT_EQ(loader.comm().node_rank(), comm.node_rank());
     EXPECT_EQ(loader.stats().device.index, comm.node_rank() % kDevices);
     EXPECT_EQ(loader.stats().device.origin, DeviceOrigin::local_rank);
 }

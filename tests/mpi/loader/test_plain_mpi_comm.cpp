@@ -95,7 +95,7 @@ TEST(PlainMpiComm, SourceAndLoaderTakeMpiCommWorld) {
     field.path = path;
     field.dtype = DType::uint32;
     {
-        RawSource source(MPI_COMM_WORLD, {field});  // implicit, collective Communicator
+        RawSource source(MPI_COMM_WORLD, {field});  // a CommRef: the source's own dup, no more
         ASSERT_EQ(source.num_samples(), kRecords);
         Loader loader(MPI_COMM_WORLD, source, mask_options());
         std::uint64_t steps = 0;

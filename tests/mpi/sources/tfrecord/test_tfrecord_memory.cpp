@@ -26,6 +26,7 @@ using mpistage::testing::status_bytes;
 
 TEST(TfRecordMemory, DescriptorsAreHeldOncePerNode) {
     Communicator comm(MPI_COMM_WORLD);
+    comm.split_node();  // collective, on every rank: the node size below
     if (comm.size() < 4 || comm.node_size() != comm.size()) {
         GTEST_SKIP() << "needs 4 or more ranks on one node";
     }
