@@ -152,8 +152,7 @@ public:
     ///         read), FormatError (not a TFRecord, truncated record, CRC mismatch, bad index
     ///         line, empty file, no records) naming the file and the 64-bit byte offset (or
     ///         index line).
-    TfRecordSource(CommRef comm, std::vector<std::string> paths,
-                   TfRecordOptions options = {});
+    TfRecordSource(CommRef comm, std::vector<std::string> paths, TfRecordOptions options = {});
     ~TfRecordSource() override;
     TfRecordSource(const TfRecordSource&) = delete;
     TfRecordSource& operator=(const TfRecordSource&) = delete;

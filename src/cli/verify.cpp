@@ -76,6 +76,7 @@ int IdCount::owner_of(std::uint64_t id, std::uint64_t num_samples, int world_siz
 
 IdCount::IdCount(const Communicator& comm, std::uint64_t num_samples, const std::string& input)
     : comm_(comm), num_samples_(num_samples), outgoing_(static_cast<std::size_t>(comm.size())) {
+    comm.split_node();  // the node's share below; no MPI call when the caller made it
     const auto begins = balanced_shard_begins(num_samples, comm.size());
     const auto r = static_cast<std::size_t>(comm.rank());
     begin_ = begins[r];

@@ -109,9 +109,10 @@ struct Expectation {
 /// Ids outside [0, N) are counted where they were added. Not thread-safe.
 class IdCount {
 public:
-    /// Local (agree on the outcome: the check is the same on every rank of a node), after the
-    /// node split: the caller makes `comm.split_node()` (collective the first time) on every
-    /// rank first. `input` names the input in errors. @throws ConfigError naming the input and the bytes when the
+    /// Local once `comm` has its node split (agree on the outcome: the check is the same on
+    /// every rank of a node); else it makes the split first (`comm.split_node()`, collective),
+    /// so callers that construct it inside an agreement split before it, on every rank. `input`
+    /// names the input in errors. @throws ConfigError naming the input and the bytes when the
     /// bitmap exceeds this rank's share of the node's memory or cannot be allocated.
     IdCount(const Communicator& comm, std::uint64_t num_samples, const std::string& input);
     /// Local: counts one yielded id (buffered until the next `exchange`).

@@ -73,8 +73,7 @@ void check_window_capacity(const Communicator& comm, const NodeMap& nodes,
                            const std::string& advice) {
     unsigned long long node_bytes = 0;
     unsigned long long mine = size_bytes;
-    check_mpi(MPI_Allreduce(&mine, &node_bytes, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM,
-                            nodes.comm()),
+    check_mpi(MPI_Allreduce(&mine, &node_bytes, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, nodes.comm()),
               "node window: MPI_Allreduce(node bytes)");
     int node_size = 1;
     check_mpi(MPI_Comm_size(nodes.comm(), &node_size), "node window: MPI_Comm_size(node)");
@@ -117,8 +116,8 @@ NodeSegment::NodeSegment(const Communicator& watch_comm, const NodeMap& nodes,
     // the node's segments must form one array.
     if (!layout.contiguous) MPI_Info_set(info, "alloc_shared_noncontig", "true");
     void* base = nullptr;
-    const int rc = MPI_Win_allocate_shared(static_cast<MPI_Aint>(size_bytes), 1, info,
-                                           nodes.comm(), &base, &shm_win_);
+    const int rc = MPI_Win_allocate_shared(static_cast<MPI_Aint>(size_bytes), 1, info, nodes.comm(),
+                                           &base, &shm_win_);
     MPI_Info_free(&info);
     check_mpi(rc, what.c_str());
     MPI_Win_set_errhandler(shm_win_, MPI_ERRORS_RETURN);

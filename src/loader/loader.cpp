@@ -257,9 +257,9 @@ Loader::Loader(CommRef comm, const Source& source, LoaderOptions options)
     // again: they make the split here too (the budget options are the same on every rank).
     const std::uint64_t ring_slots =
         std::max<std::uint64_t>(1, std::min<std::uint64_t>(d.options.prefetch, d.totals.steps));
-    const std::vector<std::uint64_t> agreed = d.comm.allreduce_min(std::vector<std::uint64_t>{
-        static_cast<std::uint64_t>(d.options.prefetch),
-        d.ring_needs_node_size(capacity, ring_slots) ? 0u : 1u});
+    const std::vector<std::uint64_t> agreed = d.comm.allreduce_min(
+        std::vector<std::uint64_t>{static_cast<std::uint64_t>(d.options.prefetch),
+                                   d.ring_needs_node_size(capacity, ring_slots) ? 0u : 1u});
     d.min_prefetch = agreed[0];
     if (agreed[1] == 0 || d.options.plan.budget.active()) d.comm.split_node();
     run_agreed(d.comm, [&] {

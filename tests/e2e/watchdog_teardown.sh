@@ -2,7 +2,9 @@
 # The watchdog covers setup and teardown too (issue "The last silent edges", acceptance 1): rank
 # 0 or the last rank of 2 and of 3 is stopped (SIGSTOP) by the LD_PRELOAD fault injector
 # (tests/tools/fault_inject.c) on entering a call that waits for the other ranks:
-#   MPI_Comm_dup, MPI_Comm_split_type  the communicator's construction (the CLI's first)
+#   MPI_Comm_dup                       the communicator's construction (the CLI's first)
+#   MPI_Comm_split_type                the node split, made only where the node is needed
+#                                      (issue 38): here the memory tier's (--stage memory)
 #   MPI_Win_free                       the memory tier's window at teardown (--stage-read copy)
 #   MPI_File_close                     the TFRecord source's MPI-IO files at teardown
 #   H5Fclose                           the last close of the HDF5 file (collective, MPI-IO)
@@ -57,7 +59,7 @@ cases=("2 1" "3 0")
 for c in "${cases[@]}"; do
     read -r np victim <<<"$c"
     stall "$np" "$victim" MPI_Comm_dup "$h5" --epochs 1
-    stall "$np" "$victim" MPI_Comm_split_type "$h5" --epochs 1
+    stall "$np" "$victim" MPI_Comm_split_type "$h5" --epochs 1 --stage memory
     stall "$np" "$victim" MPI_Win_free "$h5" --epochs 1 --stage memory --stage-read copy
     stall "$np" "$victim" MPI_File_close "$tfr" --epochs 1
     stall "$np" "$victim" H5Fclose "$h5" --epochs 1

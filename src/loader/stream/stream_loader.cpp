@@ -96,8 +96,8 @@ void StreamLoader::Impl::check_agreement(const StreamState* resume) {
                  "every rank must build the same source and options");
 }
 
-StreamLoader::StreamLoader(CommRef comm, const StreamSource& source,
-                           StreamOptions options, const StreamState* resume)
+StreamLoader::StreamLoader(CommRef comm, const StreamSource& source, StreamOptions options,
+                           const StreamState* resume)
     : impl_(std::make_unique<Impl>(comm, source, std::move(options))) {
     Impl& m = *impl_;
     m.comm.set_timeout(m.options.timeout.count() >= 0 ? m.options.timeout

@@ -86,8 +86,7 @@ std::string make_fingerprint(const tfrecord::SourceState& st) {
 
 }  // namespace
 
-TfRecordSource::TfRecordSource(CommRef ref, std::vector<std::string> paths,
-                               TfRecordOptions options)
+TfRecordSource::TfRecordSource(CommRef ref, std::vector<std::string> paths, TfRecordOptions options)
     : impl_(std::make_unique<Impl>()) {
     // Needed only during the call (the files are opened on it and keep their own): the
     // caller's Communicator, or a duplicate of a plain MPI_Comm freed on return (the source's

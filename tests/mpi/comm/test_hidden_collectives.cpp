@@ -41,7 +41,8 @@ bool from_mpistage(const void* return_address) {
         // A function defined in src/comm/comm.cpp: its address is in libmpistage (or in the
         // executable when mpistage is linked statically).
         const auto fn = &mpistage::check_timeout;
-        if (dladdr(reinterpret_cast<const void*>(fn), &self) == 0) return static_cast<void*>(nullptr);
+        if (dladdr(reinterpret_cast<const void*>(fn), &self) == 0)
+            return static_cast<void*>(nullptr);
         return self.dli_fbase;
     }();
     Dl_info caller{};
