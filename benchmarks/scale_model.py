@@ -120,13 +120,16 @@ def stream_collectives(steps, window, hash_sharding):
     """Collectives of one pass of a StreamLoader (StreamLoader::Impl::step,
     src/loader/stream/stream_loader.cpp): one allgather of 9 words per agreement; `chunk`
     agrees once per window of `window_steps` full batches, plus the pass's end and the rounds
-    near the end where ranks run short (rebalance: Communicator::alltoallv); `hash` routes
-    items at every step (alltoallv) and agrees at every step, plus a rebalancing alltoallv
-    whenever a rank is short. Bounds: (min, max) per call."""
+    near the end where ranks run short (rebalance: Communicator::alltoallv); `hash` reads a
+    window's rows ahead and routes them in one alltoallv, then agrees once (the window holds
+    fewer steps when routing leaves a rank with fewer than `window_steps` full batches), plus
+    a rebalancing alltoallv and agreement whenever a rank is short. Bounds: (min, max) per
+    call."""
+    windows = -(-steps // window)
     if hash_sharding:
-        return {"MPI_Iallgather": (steps + 1, 2 * steps + 2),
-                "MPI_Ialltoallv": (steps + 1, 3 * steps + 3)}
-    return {"MPI_Iallgather": (-(-steps // window) + 1, steps + 1)}
+        return {"MPI_Iallgather": (windows + 1, 2 * steps + 2),
+                "MPI_Ialltoallv": (windows + 1, 3 * steps + 3)}
+    return {"MPI_Iallgather": (windows + 1, steps + 1)}
 
 
 # ---- the steady-state model per step at scale ------------------------------------------------
@@ -210,7 +213,8 @@ def model(mode, w, d, plans):
         plan_s = 0.0
         storage = b * s
         if tier == "stream-hash":
-            coll = (4, 7)
+            # One routing exchange and one agreement per window at best, per step at worst.
+            coll = (4 / win, 7)
             routed = b * (s + 16) * (w - 1) / w + 8 * w
             net = gather + routed
             net_max = gather + 2 * routed
