@@ -120,16 +120,21 @@ def stream_collectives(steps, window, hash_sharding):
     """Collectives of one pass of a StreamLoader (StreamLoader::Impl::step,
     src/loader/stream/stream_loader.cpp): one allgather of 9 words per agreement; `chunk`
     agrees once per window of `window_steps` full batches, plus the pass's end and the rounds
-    near the end where ranks run short (rebalance: Communicator::alltoallv); `hash` reads a
+    near the end where ranks run short (rebalance: Communicator::alltoallv), and each
+    agreement that yields steps announces their ids (an allgather and an allgatherv); `hash` reads a
     window's rows ahead and routes them in one alltoallv, then agrees once (the window holds
     fewer steps when routing leaves a rank with fewer than `window_steps` full batches), plus
     a rebalancing alltoallv and agreement whenever a rank is short. Bounds: (min, max) per
     call."""
     windows = -(-steps // window)
+    # Every agreement that yields steps is followed by the announcement of the ids of those
+    # steps (so that state() is local): an allgather of the counts and an allgatherv, once per
+    # window at best, once per step at worst; the last agreement (nobody holds items) has none.
+    announce = {"MPI_Iallgatherv": (windows, steps)}
     if hash_sharding:
-        return {"MPI_Iallgather": (windows + 1, 2 * steps + 2),
-                "MPI_Ialltoallv": (windows + 1, 3 * steps + 3)}
-    return {"MPI_Iallgather": (windows + 1, steps + 1)}
+        return {"MPI_Iallgather": (2 * windows + 1, 3 * steps + 2),
+                "MPI_Ialltoallv": (windows + 1, 3 * steps + 3), **announce}
+    return {"MPI_Iallgather": (2 * windows + 1, 2 * steps + 1), **announce}
 
 
 # ---- the steady-state model per step at scale ------------------------------------------------
@@ -206,22 +211,32 @@ def model(mode, w, d, plans):
         note = f"open: {16 * n / 1e9:.0f} GB broadcast to every rank (several nodes)"
     elif tier.startswith("stream"):
         # Read-ahead queue of window_steps batches; per agreement an allgather of 9 words from
-        # every rank (RankStep, src/loader/stream/stream_plan.hpp): W x 72 bytes received.
+        # every rank (RankStep, src/loader/stream/stream_plan.hpp): W x 72 bytes received. Then
+        # the announcement of what every rank yields at the agreed steps (so that state() is
+        # local; StreamLoader::Impl::announce, src/loader/stream/stream_state.cpp): an
+        # allgatherv (counts, then data) of the item ids as runs (first, count) of 16 bytes,
+        # every rank receiving every rank's ids of the window, kept until the steps are taken.
+        # chunk: a rank's batch is runs of its chunks (B / chunk_size + 1 runs, chunk_size 64
+        # by default); hash: ids of random positions, a run per sample (16 B per sample).
         win = d["window_steps"]
-        mem = ring / p + win * b * (s + 64) + w * RANK_STEP_WORDS * 8
+        runs = b if tier == "stream-hash" else b // 64 + 1
+        announced = 16 * runs * w  # bytes of one step's ids of every rank
+        mem = ring / p + win * b * (s + 64) + w * RANK_STEP_WORDS * 8 + win * announced
         gather = RANK_STEP_WORDS * 8 * (w - 1)  # bytes one rank sends in a ring allgather
+        sent_ids = announced * (w - 1) / w + 8 * (w - 1)  # a ring allgatherv, and the counts
         plan_s = 0.0
         storage = b * s
         if tier == "stream-hash":
-            # One routing exchange and one agreement per window at best, per step at worst.
-            coll = (4 / win, 7)
+            # One routing exchange, one agreement and one announcement per window at best,
+            # per step at worst.
+            coll = (6 / win, 9)
             routed = b * (s + 16) * (w - 1) / w + 8 * w
-            net = gather + routed
-            net_max = gather + 2 * routed
+            net = gather / win + routed + sent_ids
+            net_max = gather + 2 * routed + sent_ids
         else:
-            coll = (1 / win, 1)
-            net = gather / win
-            net_max = gather
+            coll = (3 / win, 3)
+            net = (gather + 8 * (w - 1)) / win + sent_ids
+            net_max = gather + sent_ids + 8 * (w - 1)
     return {"mode": name, "world": w, "steps": steps, "memory_bytes": mem, "collectives": coll,
             "one_sided": one_sided, "net_bytes": (net, net_max), "storage_bytes": storage,
             "plan_seconds": plan_s, "note": note}

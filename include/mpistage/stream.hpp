@@ -91,9 +91,10 @@ struct StreamOptions {
     /// one agreement instead of one of each per step. 1 agrees at every step. Exactly-once
     /// and the number of steps are the same for every value, and so is the step at which a
     /// read error is thrown (under `hash`, where a row read ahead leaves its reader at once,
-    /// within `window_steps` steps of it; every rank throws the same error naming the row). Larger windows queue more samples (each an allocation):
-    /// with 10^6 rows of 16 B at batch 1024, 4 cost the least CPU per rank on the development
-    /// machine (16 waited less but cost more in cache misses; benchmarks/README.md).
+    /// within `window_steps` steps of it; every rank throws the same error naming the row). Larger
+    /// windows queue more samples (each an allocation): with 10^6 rows of 16 B at batch 1024, 4
+    /// cost the least CPU per rank on the development machine (16 waited less but cost more in
+    /// cache misses; benchmarks/README.md).
     std::uint64_t window_steps = 4;
     /// Payload bytes a rank reads ahead for a window at most (a full batch is always read).
     std::uint64_t window_bytes = std::uint64_t{64} << 20;
@@ -167,7 +168,9 @@ struct StreamStats {
 /// anyone still holds items, whether anyone failed and who is short, so all ranks yield the
 /// same number of steps, nothing hangs when one stream runs
 /// dry first, every item is yielded by exactly one rank, and an error in any rank's stream is
-/// thrown on every rank. Item ids (`HostBatch::index`) are `(stream << 40) | position`.
+/// thrown on every rank. After each agreement the ranks announce the ids they yield at the
+/// agreed steps (one allgatherv), so `state()` is local. Item ids (`HostBatch::index`) are
+/// `(stream << 40) | position`.
 /// Not thread-safe: one thread drives a loader. The source must outlive the loader.
 class StreamLoader {
 public:
@@ -203,9 +206,12 @@ public:
     bool last_oversize() const noexcept;
     /// Steps yielded so far (equal on every rank; starts at the resumed state's steps).
     std::uint64_t steps() const noexcept;
-    /// Collective: where the loader stands (between steps), identical on every rank. A loader
-    /// made with this state (same source, options, any world size) yields exactly the items not
-    /// yet yielded. @throws MpiError.
+    /// Local (not collective, as `Loader::state`): where the loader stands (between steps),
+    /// identical on every rank, so a trainer may call it on rank 0 alone. Every rank knows what
+    /// every rank yields at each step: the ranks announce the ids of the steps they agreed
+    /// (one allgatherv per agreement, of the item ids as runs). A loader made with this state
+    /// (same source, options, any world size) yields exactly the items not yet yielded.
+    /// O(pending ranges) time. Not thread-safe against a concurrent `next()`.
     StreamState state() const;
     const StreamStats& stats() const noexcept;
     const StreamOptions& options() const noexcept;

@@ -191,7 +191,8 @@ class StreamLoader(_lifetime.Tracked):
         return make_batch(raw, self._names, self._tensors)
 
     def state(self):
-        """Collective: where the loader stands, as a dict identical on every rank."""
+        """Local (not collective, as ``Loader.state()``): where the loader stands, as a dict
+        identical on every rank, so rank 0 alone may save it while the others go on."""
         return json.loads(self._core.state_json())
 
     @property

@@ -112,3 +112,26 @@ def test_resume_at_another_world_size():
     smaller.Free()
     everyone = sorted(gather_ids(consumed).tolist() + gather_ids(rest).tolist())
     assert everyone == expected()
+
+
+@pytest.mark.parametrize("sharding", ["chunk", "hash", "source"])
+def test_state_saved_by_rank_zero_alone(sharding):
+    """state() is local, as Loader's: rank 0 saves while the others go on (no hang), and the
+    state, handed to every rank, resumes exactly once."""
+    opts = dict(sharding=sharding, chunk_size=3, batch_size=4, timeout=TIMEOUT)
+    loader = mpistage.StreamLoader(source(), **opts)
+    consumed = []
+    it = loader.epoch(0)
+    for _ in range(2):
+        batch = next(it)
+        consumed.extend(batch["value"][batch.valid].tolist())
+    state = loader.state() if COMM.rank == 0 else None
+    for _ in range(2):  # the job goes on past the save
+        next(it, None)
+    del it, loader
+    state = COMM.bcast(state, root=0)
+    assert state["steps"] == 2
+    resumed = mpistage.StreamLoader(source(), state=state, **opts)
+    _, rest = drain(resumed)
+    everyone = sorted(gather_ids(consumed).tolist() + gather_ids(rest).tolist())
+    assert everyone == expected()

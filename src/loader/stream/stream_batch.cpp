@@ -70,7 +70,6 @@ HostBatch StreamLoader::Impl::make_batch(const detail::BatchChoice& choice) {
     stats.padding_slots += slots - items.size();
     stats.oversize_batches += choice.oversize ? 1 : 0;
     last_oversize = choice.oversize;
-    delivered_here += items.size();
 
     return detail::batch_from_store(infos, std::move(store), 0, steps++, items.size());
 }

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -42,7 +43,6 @@ struct StreamLoader::Impl {
     StreamStats stats;
     std::uint64_t steps = 0;
     std::uint64_t delivered_before = 0;  ///< valid samples of all ranks before this loader
-    std::uint64_t delivered_here = 0;    ///< valid samples this rank yielded
     bool finished = false;
     bool last_oversize = false;
     /// The agreed error once a step failed: later calls throw it again without collectives.
@@ -54,6 +54,16 @@ struct StreamLoader::Impl {
     /// it): thrown by the next read this rank needs, so that the error is agreed at the step
     /// that needs the row, and the failed reader is never called again.
     std::optional<LocalStatus> read_failure;
+    /// What every rank of the pass has yielded, identical on every rank (so `state()` is
+    /// local): per stream, the yielded positions as disjoint ranges [begin → end), merged as
+    /// they touch. Set from the resumed state (its consumed positions) and extended at every
+    /// step by the step's announced ids.
+    std::vector<std::map<std::uint64_t, std::uint64_t>> yielded;
+    /// Valid samples every rank yielded (the resumed state's included); `StreamState::delivered`.
+    std::uint64_t delivered_all = 0;
+    /// The ids every rank yields at each agreed step not yet taken, oldest first: runs of item
+    /// ids (first, count) of all ranks (`announce`).
+    std::deque<std::vector<std::uint64_t>> announced;
 
     /// The loader's own communicator: its one MPI_Comm_dup (see `CommRef::duplicate`).
     Impl(const CommRef& c, const StreamSource& s, StreamOptions o)
@@ -81,6 +91,17 @@ struct StreamLoader::Impl {
     /// Local: the costs of the queued samples `choose_batch` may take for the next `batches`
     /// batches (the whole queue with length buckets).
     std::vector<detail::SampleCost> queue_costs(std::uint64_t batches = 1) const;
+    /// Local: `yielded` and `delivered_all` from the resumed state (empty when fresh).
+    void reset_yielded();
+    /// Local: the item ids (`stream_item_id`) of the next `batches` batches `make_batch` takes
+    /// from the queue as it stands, one sorted list per batch (a simulation of the same
+    /// `choose_batch` calls, the queue untouched).
+    std::vector<std::vector<std::uint64_t>> next_batch_ids(std::uint64_t batches) const;
+    /// Collective (one allgatherv): every rank's ids of its next `batches` batches
+    /// (`next_batch_ids`; `batches` is the same on every rank), appended to `announced` per step.
+    void announce(std::uint64_t batches);
+    /// Local: adds the front of `announced` (this step's ids of every rank) to `yielded`.
+    void record_step();
     /// Fingerprint of the source and of the options that decide ownership.
     std::string state_fingerprint() const;
 };

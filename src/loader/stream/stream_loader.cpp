@@ -108,6 +108,7 @@ StreamLoader::StreamLoader(CommRef comm, const StreamSource& source, StreamOptio
         m.steps = resume->steps;
         m.delivered_before = resume->delivered;
     }
+    m.reset_yielded();
     run_agreed(m.comm, [&] { m.open_cursors(); });
 }
 
@@ -129,6 +130,7 @@ bool StreamLoader::Impl::step(HostBatch& out) {
     if (window_left > 0) {
         // Agreed by the window: every rank holds a full batch for this step.
         --window_left;
+        record_step();
         out = make_batch(detail::choose_batch(queue_costs(), options));
         return true;
     }
@@ -201,7 +203,11 @@ bool StreamLoader::Impl::step(HostBatch& out) {
         ++stats.extra_rounds;
     }
     if (options.remainder == StreamRemainder::rebalance) rebalance(ranks);
+    // What every rank yields at the agreed steps (the window's, or this one), so that every
+    // rank knows the state at every step (`state()` is local).
+    announce(window_left + 1);
     stats.wait_peers_time += comm.collective_wait() - wait_before;
+    record_step();
     out = make_batch(detail::choose_batch(queue_costs(), options));
     return true;
 }
@@ -260,9 +266,10 @@ StreamLoader::EpochBatches StreamLoader::epoch(std::uint64_t epoch) {
         m.window_left = 0;
         m.read_failure.reset();
         m.resumed = StreamState{};
+        m.announced.clear();
+        m.reset_yielded();
         m.steps = 0;
         m.delivered_before = 0;
-        m.delivered_here = 0;
         m.finished = false;
         m.last_oversize = false;
         run_agreed(m.comm, [&] { m.open_cursors(); });

@@ -1,7 +1,7 @@
-// Stream state for resume: per-stream positions with the pending (not yet yielded) ranges,
-// assembled collectively so every rank holds the same state, and its JSON form.
+// Stream state for resume: per-stream positions with the pending (not yet yielded) ranges, kept
+// on every rank from what each step's ranks announce (so `state()` is local), and its JSON form.
 #include <algorithm>
-#include <cstring>
+#include <iterator>
 #include <limits>
 #include <nlohmann/json.hpp>
 
@@ -12,95 +12,153 @@ namespace mpistage {
 
 namespace {
 
-using Ranges = std::vector<std::pair<std::uint64_t, std::uint64_t>>;
+constexpr std::uint64_t kPositionMask = (std::uint64_t{1} << 40) - 1;
 
-void add_position(Ranges& r, std::uint64_t p) {
-    if (!r.empty() && r.back().second == p) {
-        ++r.back().second;
-    } else {
-        r.emplace_back(p, p + 1);
-    }
-}
-
-Ranges merged(Ranges r) {
-    std::sort(r.begin(), r.end());
-    Ranges out;
-    for (const auto& x : r) {
-        if (!out.empty() && x.first <= out.back().second) {
-            out.back().second = std::max(out.back().second, x.second);
-        } else {
-            out.push_back(x);
+/// Adds [b, e) to disjoint ranges `r` (begin → end), merging what it touches.
+void add_range(std::map<std::uint64_t, std::uint64_t>& r, std::uint64_t b, std::uint64_t e) {
+    auto it = r.upper_bound(b);
+    if (it != r.begin()) {
+        auto prev = std::prev(it);
+        if (prev->second >= b) {
+            b = prev->first;
+            e = std::max(e, prev->second);
+            it = r.erase(prev);
         }
     }
-    return out;
-}
-
-void put(std::string& out, std::uint64_t v) {
-    char b[8];
-    std::memcpy(b, &v, 8);
-    out.append(b, 8);
-}
-std::uint64_t get(const std::string& in, std::size_t& at) {
-    std::uint64_t v = 0;
-    std::memcpy(&v, in.data() + at, 8);
-    at += 8;
-    return v;
+    while (it != r.end() && it->first <= e) {
+        e = std::max(e, it->second);
+        it = r.erase(it);
+    }
+    r.emplace(b, e);
 }
 
 }  // namespace
 
+void StreamLoader::Impl::reset_yielded() {
+    yielded.assign(source.num_streams(), {});
+    delivered_all = delivered_before;
+    // The resumed state's consumed positions: [0, next) minus its pending ranges.
+    for (std::size_t s = 0; s < resumed.streams.size() && s < yielded.size(); ++s) {
+        const StreamPosition& p = resumed.streams[s];
+        std::uint64_t at = 0;
+        for (const auto& [b, e] : p.pending) {
+            if (b > at) add_range(yielded[s], at, std::min(b, p.next));
+            at = std::max(at, e);
+        }
+        if (p.next > at) add_range(yielded[s], at, p.next);
+    }
+}
+
+std::vector<std::vector<std::uint64_t>> StreamLoader::Impl::next_batch_ids(
+    std::uint64_t batches) const {
+    // The same choices as `make_batch(choose_batch(queue_costs()))`, step after step: without
+    // buckets a batch is chosen from the first batch_size queued samples, with buckets from all.
+    const bool buckets = !options.length_buckets.empty();
+    std::size_t n = queue.size();
+    if (!buckets) {
+        n = static_cast<std::size_t>(std::min<std::uint64_t>(n, batches * options.batch_size));
+    }
+    std::vector<detail::SampleCost> costs;
+    std::vector<std::uint64_t> ids;
+    costs.reserve(n);
+    ids.reserve(n);
+    for (std::size_t i = 0; i < n; ++i) {
+        costs.push_back({queue[i].size_bytes, queue[i].tokens});
+        ids.push_back(
+            static_cast<std::uint64_t>(stream_item_id(queue[i].stream, queue[i].position)));
+    }
+    std::vector<std::vector<std::uint64_t>> out(static_cast<std::size_t>(batches));
+    for (auto& batch : out) {
+        const std::size_t view = buckets ? costs.size()
+                                         : static_cast<std::size_t>(std::min<std::uint64_t>(
+                                               costs.size(), options.batch_size));
+        const detail::BatchChoice c = detail::choose_batch(
+            std::vector<detail::SampleCost>(costs.begin(),
+                                            costs.begin() + static_cast<std::ptrdiff_t>(view)),
+            options);
+        std::vector<bool> taken(costs.size(), false);
+        for (auto i : c.take) {
+            taken[i] = true;
+            batch.push_back(ids[i]);
+        }
+        std::sort(batch.begin(), batch.end());
+        std::size_t keep = 0;
+        for (std::size_t i = 0; i < costs.size(); ++i) {
+            if (taken[i]) continue;
+            costs[keep] = costs[i];
+            ids[keep] = ids[i];
+            ++keep;
+        }
+        costs.resize(keep);
+        ids.resize(keep);
+    }
+    return out;
+}
+
+void StreamLoader::Impl::announce(std::uint64_t batches) {
+    // This rank's message: per step, the number of runs, then (first id, count) per run.
+    std::vector<std::uint64_t> msg;
+    for (const auto& batch : next_batch_ids(batches)) {
+        const std::size_t head = msg.size();
+        msg.push_back(0);
+        for (std::size_t i = 0; i < batch.size();) {
+            std::size_t j = i + 1;
+            while (j < batch.size() && batch[j] == batch[j - 1] + 1) ++j;
+            msg.push_back(batch[i]);
+            msg.push_back(j - i);
+            ++msg[head];
+            i = j;
+        }
+    }
+    const std::vector<std::uint64_t> all = comm.allgatherv(msg);
+    // Rank after rank, each with `batches` steps: regroup by step.
+    std::vector<std::vector<std::uint64_t>> steps_ids(static_cast<std::size_t>(batches));
+    std::size_t at = 0;
+    for (int r = 0; r < comm.size(); ++r) {
+        for (auto& step_ids : steps_ids) {
+            if (at >= all.size()) throw MpiError("stream loader: truncated step announcement");
+            const std::uint64_t runs = all[at++];
+            if (all.size() - at < 2 * runs) {
+                throw MpiError("stream loader: truncated step announcement");
+            }
+            step_ids.insert(step_ids.end(), all.begin() + static_cast<std::ptrdiff_t>(at),
+                            all.begin() + static_cast<std::ptrdiff_t>(at + 2 * runs));
+            at += 2 * runs;
+        }
+    }
+    for (auto& s : steps_ids) announced.push_back(std::move(s));
+}
+
+void StreamLoader::Impl::record_step() {
+    if (announced.empty()) return;  // unreachable: every yielded step was announced
+    const std::vector<std::uint64_t> runs = std::move(announced.front());
+    announced.pop_front();
+    for (std::size_t i = 0; i + 1 < runs.size(); i += 2) {
+        const std::uint64_t stream = runs[i] >> 40;
+        const std::uint64_t first = runs[i] & kPositionMask;
+        if (stream < yielded.size()) add_range(yielded[stream], first, first + runs[i + 1]);
+        delivered_all += runs[i + 1];
+    }
+}
+
 StreamState StreamLoader::state() const {
+    // Local: every rank holds every rank's yielded positions (`Impl::yielded`), identical.
     const Impl& m = *impl_;
-    const std::size_t n = m.source.num_streams();
-    // 1. How far each stream was read: the furthest position of any rank.
-    std::vector<std::uint64_t> read(n, 0);
-    for (const auto& c : m.cursors) read[c.stream] = c.position;
-    for (std::size_t s = 0; s < n; ++s)
-        read[s] = std::max(read[s], m.resumed.streams.empty() ? 0 : m.resumed.streams[s].next);
-    const auto all = m.comm.allgather(read);
-    std::vector<std::uint64_t> next(n, 0);
-    for (std::size_t r = 0; r < static_cast<std::size_t>(m.comm.size()); ++r) {
-        for (std::size_t s = 0; s < n; ++s) next[s] = std::max(next[s], all[r * n + s]);
-    }
-    // 2. What is not yet yielded below it: queued items, and this rank's unread positions.
-    std::vector<Ranges> mine(n);
-    std::vector<std::uint64_t> queued;
-    for (const auto& it : m.queue) queued.push_back(it.stream << 40 | it.position);
-    std::sort(queued.begin(), queued.end());
-    for (auto id : queued) add_position(mine[id >> 40], id & ((std::uint64_t{1} << 40) - 1));
-    for (const auto& c : m.cursors) {
-        for (std::uint64_t p = c.filter.next_wanted(c.position); p < next[c.stream];
-             p = c.filter.next_wanted(p + 1)) {
-            add_position(mine[c.stream], p);
-        }
-    }
-    std::string msg;
-    for (std::size_t s = 0; s < n; ++s) {
-        put(msg, mine[s].size());
-        for (const auto& r : mine[s]) {
-            put(msg, r.first);
-            put(msg, r.second);
-        }
-    }
-    put(msg, m.delivered_here);
-    const auto got = m.comm.alltoallv(std::vector<std::string>(m.comm.size(), msg));
     StreamState st;
     st.fingerprint = m.state_fingerprint();
     st.steps = m.steps;
-    st.delivered = m.delivered_before;
-    std::vector<Ranges> pending(n);
-    for (const auto& g : got) {
-        std::size_t at = 0;
-        for (std::size_t s = 0; s < n; ++s) {
-            const std::uint64_t k = get(g, at);
-            for (std::uint64_t i = 0; i < k; ++i) {
-                const std::uint64_t b = get(g, at);
-                pending[s].emplace_back(b, get(g, at));
-            }
+    st.delivered = m.delivered_all;
+    for (const auto& ranges : m.yielded) {
+        // Up to the end of the last yielded run; what is not yielded below it is pending.
+        StreamPosition p;
+        std::uint64_t at = 0;
+        for (const auto& [b, e] : ranges) {
+            if (b > at) p.pending.emplace_back(at, b);
+            at = e;
         }
-        st.delivered += get(g, at);
+        p.next = at;
+        st.streams.push_back(std::move(p));
     }
-    for (std::size_t s = 0; s < n; ++s) st.streams.push_back({next[s], merged(pending[s])});
     return st;
 }
 
