@@ -140,7 +140,10 @@ struct SqliteOptions {
 /// wal-index) and otherwise throws an IoError (agreed by the loader): a database copied over
 /// or rewritten in place between epochs is not read silently.
 ///
-/// Thread safety: one thread at a time per source (readers share its connection).
+/// Thread safety: the source's own calls (`open`, `count_rows`, the checks) from one thread at
+/// a time; its readers share its connection, opened serialized (`SQLITE_OPEN_FULLMUTEX`), so a
+/// reader may be stepped on another thread (a loader's I/O thread, `StreamOptions::io_threads`)
+/// while the caller's thread uses the source, one thread at a time per reader.
 class SqliteSource final : public StreamSource {
 public:
     /// Collective over `comm`: every rank checks the file (regular file, readable), opens it

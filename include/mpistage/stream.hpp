@@ -98,9 +98,21 @@ struct StreamOptions {
     std::uint64_t window_steps = 4;
     /// Payload bytes a rank reads ahead for a window at most (a full batch is always read).
     std::uint64_t window_bytes = std::uint64_t{64} << 20;
+    /// Batches' worth of items (`batch_size` each; at most `window_bytes` in all) that I/O
+    /// threads read ahead of the loader, while the trainer computes, beyond what the window
+    /// holds. Used with `io_threads` ≥ 1; 1 ≤ prefetch ≤ kMaxPrefetch.
+    std::uint64_t prefetch = 2;
+    /// I/O threads that read this rank's streams ahead (`prefetch`): stream i of the rank by
+    /// thread i mod T, at most one per stream the rank reads, so a source's readers must only
+    /// tolerate being called from a thread other than the one that opened them (one at a time
+    /// per reader). 0 (the default): read on the caller's thread inside `next()` (a Python
+    /// iterable that must stay on its thread, e.g. a `sqlite3` connection). The items, their
+    /// order, the batches and the step at which a read error is thrown are the same for every
+    /// value; ≤ kMaxIoThreads.
+    std::size_t io_threads = 0;
 
     /// Local. @throws ConfigError for a zero batch, chunk or window size, a negative timeout,
-    ///         or unsorted buckets.
+    ///         unsorted buckets, or `prefetch` / `io_threads` out of range.
     void validate() const;
     /// Local: the options as text, "field=value" separated by spaces (`batch_bytes=0 ...`;
     /// the loader compares them across ranks field by field).
@@ -160,6 +172,11 @@ struct StreamStats {
     std::uint64_t agreements = 0;
     /// Time spent inside the loader's collectives (waiting for the other ranks included).
     std::chrono::duration<double> wait_peers_time{0};
+    /// Time `next()` waited for the I/O threads to read an item (0 without them).
+    std::chrono::duration<double> wait_io_time{0};
+    /// I/O threads that read this pass ahead (`StreamOptions::io_threads`, at most one per
+    /// stream this rank reads; 0: read on the caller's thread).
+    std::size_t io_threads = 0;
 };
 
 /// Stages a `StreamSource` across the ranks of a communicator. Every `next()` is collective

@@ -51,8 +51,8 @@ struct Rule {
 
 constexpr const char* kStreamOnly = "it is for --sqlite input";
 constexpr const char* kFileOnly =
-    "it is for FILE input served by the loader (streams have no prefetch ring, memory tier or "
-    "device staging)";
+    "it is for FILE input served by the loader (streams have no memory tier, device staging, "
+    "file verification or agreed stop)";
 
 // Every option of the stage command, in --help order. A flag added to args.cpp without a row
 // here fails every run that gives it, and the unit test that compares the two lists.
@@ -78,8 +78,8 @@ constexpr Rule kRules[] = {
     {"--remainder", fixed_files,
      "budget batches mask the steps of ranks with no batch left; "
      "streams use --on-dry"},
-    {"--prefetch", files, kFileOnly},
-    {"--threads", files, kFileOnly},
+    {"--prefetch", any_input, ""},
+    {"--threads", any_input, ""},
     {"--verify", any_input, ""},
     {"--timeout", any_input, ""},
     {"--verify-files", files, kFileOnly},

@@ -250,6 +250,17 @@ StreamOptions stream_options(const StageArgs& a, SqliteOptions& sqlite) {
         throw ConfigError("stage: --on-dry must be rebalance or mask, not '" + a.on_dry + "'");
     }
     o.remainder = a.on_dry == "mask" ? StreamRemainder::mask : StreamRemainder::rebalance;
+    // Rows read ahead by I/O threads while the trainer computes, as for FILE input.
+    if (a.prefetch == 0 || a.prefetch > kMaxPrefetch) {
+        throw ConfigError("stage: --prefetch must be in [1, " + std::to_string(kMaxPrefetch) +
+                          "], not " + std::to_string(a.prefetch));
+    }
+    if (a.threads > kMaxIoThreads) {
+        throw ConfigError("stage: --threads must be at most " + std::to_string(kMaxIoThreads) +
+                          ", not " + std::to_string(a.threads));
+    }
+    o.prefetch = a.prefetch;
+    o.io_threads = a.threads;
     for (const std::string& spec : a.columns) sqlite.columns.push_back(sqlite_column(spec));
     if (a.nulls == "error") {
         sqlite.nulls = SqliteNulls::error;
@@ -344,6 +355,9 @@ RankTotals StreamInput::totals() const {
     t.records_moved = s.items_sent;
     t.oversize = s.oversize_batches;
     t.wait_peers_seconds = s.wait_peers_time.count();
+    // Waiting for rows the I/O threads had not read yet (0 when read on this thread).
+    t.wait_io_seconds = s.wait_io_time.count();
+    t.wait_seconds = t.wait_io_seconds + t.wait_peers_seconds;
     return t;
 }
 
@@ -360,7 +374,9 @@ void StreamInput::describe(const StageArgs& a, StageOutcome& o) const {
                               : opt.sharding == StreamSharding::source ? "range"
                                                                        : "chunk"},
                  {"remainder", opt.remainder == StreamRemainder::mask ? "mask" : "rebalance"},
-                 {"timeout_seconds", opt.timeout.count()}};
+                 {"timeout_seconds", opt.timeout.count()},
+                 {"prefetch", opt.prefetch},
+                 {"io_threads", opt.io_threads}};
     o.remainder = a.on_dry;
     o.shuffle = "none";
     o.sharding = a.shard;

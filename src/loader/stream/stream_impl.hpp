@@ -12,6 +12,7 @@
 #include "comm/agree.hpp"
 #include "loader/stream/stream_item.hpp"
 #include "loader/stream/stream_plan.hpp"
+#include "loader/stream/stream_prefetch.hpp"
 #include "mpistage/stream.hpp"
 
 namespace mpistage::detail {
@@ -37,6 +38,9 @@ struct StreamLoader::Impl {
     /// The state this loader resumed from (empty streams when it started fresh).
     StreamState resumed;
     std::vector<detail::StreamCursor> cursors;
+    /// The I/O threads reading `cursors` ahead (`StreamOptions::io_threads` ≥ 1), else null.
+    /// Declared after the cursors: destroyed (its threads joined) before them.
+    std::unique_ptr<detail::StreamPrefetch> prefetch;
     std::size_t next_cursor = 0;  ///< round-robin over cursors
     std::deque<detail::StreamItem> queue;
     StreamSample scratch;
@@ -73,6 +77,9 @@ struct StreamLoader::Impl {
     void check_agreement(const StreamState* resume);
     /// Local: opens the streams this rank reads. @throws what the source throws.
     void open_cursors();
+    /// Local: starts the I/O threads over the open cursors (`StreamOptions::io_threads` ≥ 1;
+    /// none start where the system refuses threads: then this thread reads).
+    void start_prefetch();
     /// Local: true when every cursor ended.
     bool exhausted() const;
     /// Local: reads one item of this rank's streams (round-robin); false when all ended.

@@ -27,6 +27,9 @@ std::vector<NamedValue> option_values(const StreamOptions& o) {
     std::istringstream words(o.describe());
     for (std::string w; words >> w;) {
         const auto eq = w.find('=');
+        // Read-ahead changes no batch (stream_prefetch.hpp): ranks may differ in it.
+        const std::string key = w.substr(0, eq);
+        if (key == "prefetch" || key == "io_threads") continue;
         out.push_back(
             {"StreamOptions::" + w.substr(0, eq), eq == std::string::npos ? "" : w.substr(eq + 1)});
     }
@@ -110,6 +113,7 @@ StreamLoader::StreamLoader(CommRef comm, const StreamSource& source, StreamOptio
     }
     m.reset_yielded();
     run_agreed(m.comm, [&] { m.open_cursors(); });
+    m.start_prefetch();
 }
 
 StreamLoader::~StreamLoader() = default;
@@ -260,6 +264,7 @@ StreamLoader::EpochBatches StreamLoader::epoch(std::uint64_t epoch) {
         // A new pass: every stream from its first sample; the counters of a pass start again.
         Impl& m = *impl_;
         if (m.failure) throw_error(m.failure->kind, m.failure->message);
+        m.prefetch.reset();  // its threads read the cursors: stopped first
         m.cursors.clear();
         m.next_cursor = 0;
         m.queue.clear();
@@ -273,6 +278,7 @@ StreamLoader::EpochBatches StreamLoader::epoch(std::uint64_t epoch) {
         m.finished = false;
         m.last_oversize = false;
         run_agreed(m.comm, [&] { m.open_cursors(); });
+        m.start_prefetch();
     }
     epoch_ = epoch;
     epoch_started_ = true;

@@ -28,6 +28,14 @@ void StreamOptions::validate() const {
     if (chunk_size == 0) throw ConfigError("stream: chunk_size must be at least 1");
     if (window_steps == 0) throw ConfigError("stream: window_steps must be at least 1");
     check_timeout(timeout, "stream");
+    if (prefetch == 0 || prefetch > kMaxPrefetch) {
+        throw ConfigError("stream: prefetch must be in [1, " + std::to_string(kMaxPrefetch) +
+                          "], not " + std::to_string(prefetch));
+    }
+    if (io_threads > kMaxIoThreads) {
+        throw ConfigError("stream: io_threads must be at most " + std::to_string(kMaxIoThreads) +
+                          ", not " + std::to_string(io_threads));
+    }
     for (std::size_t i = 1; i < length_buckets.size(); ++i) {
         if (length_buckets[i] <= length_buckets[i - 1]) {
             throw ConfigError("stream: length_buckets must be strictly ascending");
@@ -45,7 +53,8 @@ std::string StreamOptions::describe() const {
        << " batch_tokens=" << batch_tokens << " token_field=" << token_field << " length_buckets=";
     for (auto b : length_buckets) os << b << ',';
     os << " timeout=" << timeout.count() << "s window_steps=" << window_steps
-       << " window_bytes=" << window_bytes;
+       << " window_bytes=" << window_bytes << " prefetch=" << prefetch
+       << " io_threads=" << io_threads;
     return os.str();
 }
 

@@ -38,6 +38,16 @@ void StreamLoader::Impl::open_cursors() {
     scratch.fields.assign(source.fields().size(), {});
 }
 
+void StreamLoader::Impl::start_prefetch() {
+    stats.io_threads = 0;
+    if (options.io_threads == 0 || cursors.empty()) return;
+    prefetch = std::make_unique<detail::StreamPrefetch>(cursors, source.fields(), options,
+                                                        options.prefetch * options.batch_size,
+                                                        options.window_bytes, options.io_threads);
+    stats.io_threads = prefetch->threads();
+    if (stats.io_threads == 0) prefetch.reset();  // no thread started: this thread reads
+}
+
 bool StreamLoader::Impl::exhausted() const {
     for (const auto& c : cursors) {
         if (!c.ended) return false;
@@ -51,29 +61,26 @@ bool StreamLoader::Impl::read_one(detail::StreamItem& out) {
     // `ended_seen` reaching the count means all ended (O(1) per item with many live cursors,
     // where testing `exhausted()` per item cost one pass over all of them).
     for (std::size_t ended_seen = 0; ended_seen < cursors.size();) {
-        auto& c = cursors[next_cursor];
+        const std::size_t idx = next_cursor;
+        auto& c = cursors[idx];
         next_cursor = (next_cursor + 1) % cursors.size();
         if (c.ended) {
             ++ended_seen;
             continue;
         }
-        const std::uint64_t want = c.filter.next_wanted(c.position);
-        if (want > c.position) {
-            const std::uint64_t skipped = c.reader->skip(want - c.position);
-            c.position += skipped;
-            if (c.position < want) {
-                c.ended = true;
-                ++ended_seen;
-                continue;
-            }
+        bool got = false;
+        if (prefetch) {
+            const double waited = prefetch->wait_seconds();
+            got = prefetch->take(idx, out);
+            stats.wait_io_time += std::chrono::duration<double>(prefetch->wait_seconds() - waited);
+        } else {
+            got = detail::read_cursor(c, scratch, source.fields(), options, out);
         }
-        if (!c.reader->next(scratch)) {
+        if (!got) {
             c.ended = true;
             ++ended_seen;
             continue;
         }
-        out = detail::make_item(std::move(scratch), source.fields(), c.stream, c.position, options);
-        ++c.position;
         ++stats.items_read;
         return true;
     }

@@ -133,12 +133,11 @@ inline int authorize(void* ctx, int action, const char* a1, const char* a2, cons
             // the connection, so functions of a newer SQLite count too), and the known ones in
             // case that list is not compiled in (SQLITE_OMIT_INTROSPECTION_PRAGMAS).
             const std::string name = upper(a2 ? a2 : "");
-            const bool listed = std::find(log.nondeterministic.begin(),
-                                          log.nondeterministic.end(),
+            const bool listed = std::find(log.nondeterministic.begin(), log.nondeterministic.end(),
                                           name) != log.nondeterministic.end();
-            if (listed || one_of(a2, {"random", "randomblob", "changes", "total_changes",
-                                      "last_insert_rowid", "current_date", "current_time",
-                                      "current_timestamp"})) {
+            if (listed ||
+                one_of(a2, {"random", "randomblob", "changes", "total_changes", "last_insert_rowid",
+                            "current_date", "current_time", "current_timestamp"})) {
                 if (log.unstable.empty())
                     log.unstable = std::string("it calls ") + (a2 ? a2 : "?") + "()";
             }
@@ -156,8 +155,8 @@ inline int authorize(void* ctx, int action, const char* a1, const char* a2, cons
             // write is refused by `sqlite3_stmt_readonly` after preparing anyway.
             if (one_of(a1, {"sqlite_master", "sqlite_temp_master"})) return SQLITE_OK;
             if (log.refused.empty()) {
-                log.refused = std::string("it writes to the database (UPDATE of ") +
-                              (a1 ? a1 : "?") + ")";
+                log.refused =
+                    std::string("it writes to the database (UPDATE of ") + (a1 ? a1 : "?") + ")";
             }
             return SQLITE_DENY;
         case SQLITE_PRAGMA:
@@ -218,8 +217,11 @@ struct SqliteSource::Connection {
 
     Connection(const std::string& p, std::chrono::milliseconds busy) : path(p) {
         sqlite3* raw = nullptr;
+        // Serialized (FULLMUTEX): the loader's I/O threads step this connection's row
+        // statements while the caller's thread counts rows or checks the snapshot on it
+        // (sqlite.org/threadsafe.html); an uncontended mutex per call otherwise.
         const int rc = sqlite3_open_v2(path.c_str(), &raw,
-                                       SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, nullptr);
+                                       SQLITE_OPEN_READONLY | SQLITE_OPEN_FULLMUTEX, nullptr);
         db.reset(raw);
         if (rc != SQLITE_OK) throw IoError(db_error(raw, path, "open"));
         sqlite3_busy_timeout(raw, static_cast<int>(busy.count()));
@@ -293,15 +295,14 @@ struct SqliteSource::Connection {
         Identity& then = snapshot_identity;
         if (now.device != then.device || now.inode != then.inode) {
             return "was replaced by another file (device/inode " + std::to_string(then.device) +
-                   "/" + std::to_string(then.inode) + " then, " + std::to_string(now.device) +
-                   "/" + std::to_string(now.inode) + " now)";
+                   "/" + std::to_string(then.inode) + " then, " + std::to_string(now.device) + "/" +
+                   std::to_string(now.inode) + " now)";
         }
         const bool same_file = now.size_bytes == then.size_bytes && now.mtime_ns == then.mtime_ns;
-        const std::string what = "was written to outside SQLite's locks (size " +
-                                 std::to_string(then.size_bytes) + " then, " +
-                                 std::to_string(now.size_bytes) + " bytes now; modification " +
-                                 "time " + std::to_string(then.mtime_ns) + " then, " +
-                                 std::to_string(now.mtime_ns) + " ns now)";
+        const std::string what =
+            "was written to outside SQLite's locks (size " + std::to_string(then.size_bytes) +
+            " then, " + std::to_string(now.size_bytes) + " bytes now; modification " + "time " +
+            std::to_string(then.mtime_ns) + " then, " + std::to_string(now.mtime_ns) + " ns now)";
         if (!then.wal) {
             if (!same_file) return what;
             if (now.header != then.header) return "had its header rewritten outside SQLite's locks";

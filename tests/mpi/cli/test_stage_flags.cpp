@@ -604,9 +604,9 @@ const std::map<std::string, Spec>& spec() {
 /// Flags that must take effect (not be refused) for these inputs.
 bool must_apply(const std::string& flag, const std::string& kind) {
     static const std::set<std::string> stream = {
-        "--epochs",  "--first-epoch", "--json",        "--compute-us", "--compute-ms",
-        "--timeout", "--quiet",       "--verify",      "--save-state", "--save-every",
-        "--resume",  "--batch-bytes", "--batch-tokens"};
+        "--epochs",  "--first-epoch", "--json",         "--compute-us", "--compute-ms",
+        "--timeout", "--quiet",       "--verify",       "--save-state", "--save-every",
+        "--resume",  "--batch-bytes", "--batch-tokens", "--prefetch",   "--threads"};
     // Budget batches are served by the one Loader: its ring, threads, tier and state.
     static const std::set<std::string> budget = {"--prefetch",         "--threads",     "--stage",
                                                  "--save-state",       "--save-every",  "--resume",
