@@ -153,7 +153,11 @@ class StreamLoader(_lifetime.Tracked):
 
     Options (equal on every rank, checked): sharding ("chunk" | "hash" | "source"),
     chunk_size, hash_reading ("chunks" | "sources"), remainder ("rebalance" | "mask"),
-    batch_size, batch_bytes, batch_tokens, token_field, length_buckets, timeout (seconds).
+    batch_size, batch_bytes, batch_tokens, token_field, length_buckets, timeout (seconds),
+    window_steps (steps per agreement), prefetch and io_threads (batches read ahead by that many
+    I/O threads while the trainer computes; 0, the default, reads inside ``next()``: an
+    iterable then runs on the thread that made it, as a ``sqlite3`` connection needs; with
+    threads, each iterable is advanced on an I/O thread, holding the GIL while it runs).
     ``state``: a dict from ``state()`` (any world size) to continue where it stopped.
     Every ``next`` is collective; batches are ``Batch``es (ids ``(stream << 40) | position``).
     """

@@ -39,8 +39,8 @@ std::uint64_t count(const py::handle& v) {
 }
 
 bool flag(const py::handle& v) {
-    if (!py::isinstance<py::bool_>(v) && std::string(py::str(py::type::handle_of(v).attr(
-                                             "__name__"))) != "bool_") {
+    if (!py::isinstance<py::bool_>(v) &&
+        std::string(py::str(py::type::handle_of(v).attr("__name__"))) != "bool_") {
         wrong_type(v, "a bool");
     }
     return v.cast<bool>();
@@ -93,11 +93,11 @@ const Setters<LoaderOptions>& loader_setters() {
         {"timeout", [](O& o, V v) { o.timeout = seconds(v); }},
         {"verify_files", [](O& o, V v) { o.verify_files = flag(v); }},
         {"accept_legacy_state", [](O& o, V v) { o.accept_legacy_state = flag(v); }},
-        {"fingerprint",
-         [](O& o, V v) { o.fingerprint = parse_fingerprint_level(text(v)); }},
+        {"fingerprint", [](O& o, V v) { o.fingerprint = parse_fingerprint_level(text(v)); }},
         {"stage", [](O& o, V v) { o.stage = parse_stage(text(v)); }},
         {"stage_budget_bytes", [](O& o, V v) { o.stage_budget_bytes = count(v); }},
-        {"stage_ranks_per_node", [](O& o, V v) { o.stage_ranks_per_node = static_cast<int>(count(v)); }},
+        {"stage_ranks_per_node",
+         [](O& o, V v) { o.stage_ranks_per_node = static_cast<int>(count(v)); }},
         {"stage_read", [](O& o, V v) { o.stage_read = parse_stage_read(text(v)); }},
         {"two_phase",
          [](O& o, V v) {
@@ -155,6 +155,9 @@ const Setters<StreamOptions>& stream_setters() {
              }
          }},
         {"timeout", [](O& o, V v) { o.timeout = seconds(v); }},
+        {"window_steps", [](O& o, V v) { o.window_steps = count(v); }},
+        {"prefetch", [](O& o, V v) { o.prefetch = count(v); }},
+        {"io_threads", [](O& o, V v) { o.io_threads = count(v); }},
     };
     return s;
 }
@@ -203,13 +206,11 @@ StreamOptions stream_options(const py::kwargs& kw) {
 
 void bind_options(py::module_& m) {
     py::class_<LoaderOptions>(m, "LoaderOptions")
-        .def(py::init(
-                 &loader_options),
+        .def(py::init(&loader_options),
              "Local: LoaderOptions from keyword arguments named as the C++ fields "
              "(plan fields flattened: batch_size, seed, sharding, ...). @throws ConfigError.");
     py::class_<StreamOptions>(m, "StreamOptions")
-        .def(py::init(
-                 &stream_options),
+        .def(py::init(&stream_options),
              "Local: StreamOptions from keyword arguments. @throws ConfigError.")
         .def("describe", &StreamOptions::describe);
 }

@@ -147,6 +147,10 @@ py::dict stream_stats(const StreamStats& s) {
     d["items_read"] = s.items_read;
     d["items_sent"] = s.items_sent;
     d["extra_rounds"] = s.extra_rounds;
+    d["agreements"] = s.agreements;
+    d["wait_peers_seconds"] = s.wait_peers_time.count();
+    d["wait_io_seconds"] = s.wait_io_time.count();
+    d["io_threads"] = s.io_threads;
     return d;
 }
 

@@ -2,6 +2,7 @@
 once, errors raised on every rank, byte budgets, resume at another world size."""
 import numpy as np
 import pytest
+from mpi4py import MPI
 from conftest import COMM, TIMEOUT, gather_ids, same_on_every_rank
 
 import mpistage
@@ -135,3 +136,23 @@ def test_state_saved_by_rank_zero_alone(sharding):
     _, rest = drain(resumed)
     everyone = sorted(gather_ids(consumed).tolist() + gather_ids(rest).tolist())
     assert everyone == expected()
+
+
+@pytest.mark.parametrize("sharding", ["chunk", "hash", "source"])
+def test_io_threads_give_the_batches_of_the_callers_thread(sharding):
+    """io_threads read the iterables ahead (on I/O threads, under the GIL); the batches are
+    the ones read inside next(), slot for slot."""
+    def run(**extra):
+        loader = mpistage.StreamLoader(source(), sharding=sharding, chunk_size=3, batch_size=4,
+                                       timeout=TIMEOUT, **extra)
+        batches = [batch.index.tolist() for batch in loader.epoch(0)]
+        return batches, loader.stats
+    plain, plain_stats = run()
+    threaded, stats = run(io_threads=2, prefetch=3)
+    assert threaded == plain
+    assert plain_stats["io_threads"] == 0
+    # Per rank: under source sharding a rank may read no stream (then it starts no thread).
+    assert COMM.allreduce(stats["io_threads"], op=MPI.MAX) >= 1
+    ids = [i for b in threaded for i in b if i >= 0]
+    assert sorted(gather_ids(ids).tolist()) == sorted(
+        (s << 40) | p for s in range(3) for p in range(lengths(s)))
