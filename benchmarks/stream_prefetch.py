@@ -16,6 +16,7 @@ rows are read while the trainer computes.
 
 Usage: stream_prefetch.py MPISTAGE_CLI [--runs 3] [--ranks 1,2] [--rows 4000] [--batch 20]
                           [--compute-ms 2] [--row-us 50] [--work DIR] [--contention idle,busy]
+                          [--shard range:id]
 Prints a Markdown table (medians of --runs, methods interleaved run by run) and writes it to
 WORK/stream_prefetch.md.
 """
@@ -68,6 +69,7 @@ def run(cli, db, query, ranks, args, threads, work):
     cmd = ["mpirun", "-np", str(ranks), "--oversubscribe", "--bind-to", "none", cli, "stage",
            "--sqlite", db, "--query", query, "--batch-size", str(args.batch),
            "--compute-ms", str(args.compute_ms), "--epochs", "1", "--quiet", "--json", report,
+           "--shard", args.shard,
            *read]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     with open(report) as f:
@@ -79,6 +81,9 @@ def run(cli, db, query, ranks, args, threads, work):
 
 
 def main():
+    if os.geteuid() == 0:  # Open MPI refuses root without both (as scripts/test.sh sets them)
+        os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
     p = argparse.ArgumentParser()
     p.add_argument("cli")
     p.add_argument("--runs", type=int, default=3)
@@ -89,6 +94,9 @@ def main():
     p.add_argument("--row-us", type=float, default=50.0)
     p.add_argument("--work", default="/tmp/mpistage-stream-prefetch")
     p.add_argument("--contention", default="idle,busy")
+    # chunk (the CLI's default): every rank steps through every row of the result, producing
+    # the others' rows too, so at W ranks a rank's reads cost W times its own rows.
+    p.add_argument("--shard", default="chunk")
     args = p.parse_args()
     os.makedirs(args.work, exist_ok=True)
     db = os.path.join(args.work, "rows.db")
@@ -97,7 +105,7 @@ def main():
     query = QUERY.format(k=k)
     lines = [f"{args.rows} rows at {us:.1f} µs a row (K = {k}, sqlite3 module, idle), batch "
              f"{args.batch} (≈ {args.batch * us / 1e3:.2f} ms of reads a step on one rank), "
-             f"--compute-ms {args.compute_ms}; medians of {args.runs} runs, interleaved; "
+             f"--compute-ms {args.compute_ms}, --shard {args.shard}; medians of {args.runs} runs, interleaved; "
              f"{os.cpu_count()} cores, load {open('/proc/loadavg').read().split()[0]} at start.",
              "",
              "| CPU | ranks | reading | epoch s | steps | utilisation | wait for rows (s, slowest rank) |",
