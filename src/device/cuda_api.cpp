@@ -201,6 +201,16 @@ bool completed(const CudaEvent& event) {
     return true;
 }
 
+bool stream_idle(const CudaStream& stream) {
+    const cudaError_t rc = cudaStreamQuery(stream_of(stream));
+    if (rc == cudaErrorNotReady) {
+        (void)cudaGetLastError();  // polling is not an error: leave none behind
+        return false;
+    }
+    check(rc, "cudaStreamQuery");
+    return true;
+}
+
 double elapsed_seconds(const CudaEvent& start, const CudaEvent& end) {
     float ms = 0;
     check(cudaEventElapsedTime(&ms, event_of(start), event_of(end)), "cudaEventElapsedTime");
@@ -277,6 +287,9 @@ void synchronize(const CudaStream&) {
 }
 bool completed(const CudaEvent&) {
     no_cuda("cudaEventQuery");
+}
+bool stream_idle(const CudaStream&) {
+    no_cuda("cudaStreamQuery");
 }
 double elapsed_seconds(const CudaEvent&, const CudaEvent&) {
     no_cuda("cudaEventElapsedTime");

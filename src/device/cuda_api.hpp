@@ -138,6 +138,10 @@ void synchronize(const CudaStream& stream);
 /// (as PyTorch does), so the caller's next launch check does not see it.
 /// @throws CudaError for errors other than "not ready".
 bool completed(const CudaEvent& event);
+/// cudaStreamQuery: true when all work queued on `stream` completed, false while some is
+/// queued or running ("not ready" cleared from the thread's last error, as in `completed`).
+/// @throws CudaError for any other result (the stream's, or a sticky context error).
+bool stream_idle(const CudaStream& stream);
 /// Seconds between two completed events (cudaEventElapsedTime). @throws CudaError.
 double elapsed_seconds(const CudaEvent& start, const CudaEvent& end);
 /// cudaStreamSynchronize without throwing (destructors): false on error.

@@ -73,8 +73,8 @@ struct DeviceStager::Impl {
 
 DeviceBuffer DeviceStager::Impl::allocate(std::size_t size_bytes) {
     if (!pool) {
-        pool = DevicePool::create(options.device.index, options.pool_buffers,
-                                  options.consumer_stream);
+        pool =
+            DevicePool::create(options.device.index, options.pool_buffers, options.consumer_stream);
     }
     return pool->lend(size_bytes);
 }
@@ -179,6 +179,13 @@ DeviceStager::DeviceStager(StagerOptions options) : impl_(std::make_unique<Impl>
     if (!d.cuda()) return;
     DeviceGuard guard(d.options.device.index);
     d.stream = make_stream();
+}
+
+void DeviceStager::check() const {
+    const Impl& d = *impl_;
+    if (!d.cuda() || !d.stream) return;
+    DeviceGuard guard(d.options.device.index);
+    (void)stream_idle(d.stream);
 }
 
 DeviceStager::~DeviceStager() {

@@ -106,6 +106,11 @@ public:
     /// every host lease passed to `submit` has been released on return; accounts the copies in
     /// `stats()`. @throws CudaError.
     void drain();
+    /// Throws the CudaError of the copy stream once it failed (a sticky context error: the
+    /// runtime then runs no more of its copies or host functions, so leases passed to `submit`
+    /// never come back); nothing while its work is queued, running or done. Under the stager's
+    /// device; the consumer's thread (as every call here). @throws CudaError.
+    void check() const;
     /// Submitted batches not yet taken.
     std::size_t pending() const noexcept;
     const StageStats& stats() const noexcept;

@@ -178,8 +178,19 @@ void Loader::Impl::allocate_ring(std::uint64_t b, std::uint64_t slots) {
         detail::DeviceGuard guard(dev.pinned ? dev.device.index : -1);
         ring = detail::make_ring(fields, b, slots, dev.pinned);
     }
+    watch_copies();
     stats.pinned = dev.pinned;
     stats.device = dev.device;
+}
+
+void Loader::Impl::watch_copies() {
+    if (!ring || !stager) return;
+    // Slots lent to host-to-device copies come back from the copy stream's host functions,
+    // which a failed device never runs: waits for them check the stream and end within the
+    // timeout (Ring::wait_while_lent), so the failure is agreed as a read error.
+    detail::DeviceStager* s = stager.get();
+    ring->copy_check = [s] { s->check(); };
+    ring->copy_timeout = options.timeout;
 }
 
 namespace {
@@ -266,6 +277,7 @@ Loader::Loader(CommRef comm, const Source& source, LoaderOptions options)
         d.allocate_ring(capacity, ring_slots);
         if (d.device.device.cuda) {
             d.stager = detail::make_loader_stager(d.device.device, d.options, d.options.prefetch);
+            d.watch_copies();
         }
     });
     d.comm.set_context({"loader: stage " + to_string(d.options.stage), -1, -1, "", -1});

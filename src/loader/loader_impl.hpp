@@ -105,6 +105,9 @@ struct Loader::Impl {
     /// (checked against the node's memory: this rank's share among the node's ranks when the
     /// node split is known, else among all ranks, which `ring_needs_node_size` made sure of).
     void allocate_ring(std::uint64_t batch_capacity, std::uint64_t slots);
+    /// Local: bounds the ring's waits for slots lent to the stager's copies (the stager's
+    /// `check`, the loader's timeout; `detail::Ring::copy_check`). No-op without a stager.
+    void watch_copies();
     /// Local: whether the ring of `allocate_ring` exceeds this rank's share of the node's
     /// memory among all ranks of the communicator, so that checking it needs the node's rank
     /// count (the node split). False when its size cannot be computed (allocate_ring then

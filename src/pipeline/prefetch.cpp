@@ -116,19 +116,22 @@ std::string Prefetcher::slots_held_message(std::uint64_t step) const {
 }
 
 Slot* Prefetcher::take_inline(std::uint64_t step, LocalStatus& status) {
-    Slot* slot = ring_->try_take();
-    if (!slot) {
-        status = capture([&] { throw ConfigError(slots_held_message(step)); });
-        return nullptr;
-    }
+    Slot* slot = nullptr;
+    status = capture([&] {
+        slot = ring_->try_take();
+        if (!slot) throw ConfigError(slots_held_message(step));
+    });
+    if (!slot) return nullptr;
     status = capture([&] { fill_slot(*slot, source_, plan_, step, fallback_); });
     return slot;
 }
 
 Slot* Prefetcher::take_stepped(std::uint64_t step, LocalStatus& status) {
-    Slot* slot = ring_->try_take();
-    LocalStatus before;
-    if (!slot) before = capture([&] { throw ConfigError(slots_held_message(step)); });
+    Slot* slot = nullptr;
+    LocalStatus before = capture([&] {
+        slot = ring_->try_take();
+        if (!slot) throw ConfigError(slots_held_message(step));
+    });
     status = step_reader_(slot, step, std::move(before));
     return slot;
 }
@@ -138,12 +141,19 @@ Slot* Prefetcher::take(std::uint64_t step, LocalStatus& status) {
     if (threads_.empty()) return take_inline(step, status);
     std::unique_lock<std::mutex> lk(ring_->m);
     bool stuck = false;
-    ring_->cv.wait(lk, [&] {
-        if (ready_.count(step)) return true;
-        stuck = ring_->free.empty() && ring_->copying == 0 && in_flight_ == 0 &&
-                next_issue_ <= step;
-        return stuck;
-    });
+    try {
+        // Bounded while slots are lent to copies (Ring::wait_while_lent): a failed device
+        // never returns them.
+        ring_->wait_while_lent(lk, [&] {
+            if (ready_.count(step)) return true;
+            stuck = ring_->free.empty() && ring_->copying == 0 && in_flight_ == 0 &&
+                    next_issue_ <= step;
+            return stuck;
+        });
+    } catch (...) {
+        status = LocalStatus::from_current_exception();
+        return nullptr;
+    }
     if (!ready_.count(step)) {
         lk.unlock();
         status = capture([&] { throw ConfigError(slots_held_message(step)); });

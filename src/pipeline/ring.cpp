@@ -1,6 +1,7 @@
 #include "pipeline/ring.hpp"
 
 #include "mpistage/dtype.hpp"
+#include "mpistage/error.hpp"
 
 namespace mpistage::detail {
 
@@ -20,10 +21,39 @@ void Ring::release(Slot* s) {
     cv.notify_all();
 }
 
+void Ring::wait_while_lent(std::unique_lock<std::mutex>& lk, const std::function<bool()>& done) {
+    constexpr auto kPoll = std::chrono::milliseconds(100);
+    const auto start = std::chrono::steady_clock::now();
+    while (!done()) {
+        if (copying == 0 || !copy_check) {
+            cv.wait(lk);  // nothing lent to a copy: what is awaited needs no device
+            continue;
+        }
+        cv.wait_for(lk, kPoll);
+        if (done() || copying == 0) continue;
+        lk.unlock();
+        try {
+            copy_check();  // the copy stream's error, if it failed
+        } catch (...) {
+            lk.lock();
+            throw;
+        }
+        lk.lock();
+        if (copy_timeout.count() > 0 && copying > 0 && !done() &&
+            std::chrono::steady_clock::now() - start > copy_timeout) {
+            throw CudaError("loader: " + std::to_string(copying) +
+                            " ring slots lent to host-to-device copies did not come back within " +
+                            std::to_string(copy_timeout.count()) +
+                            " s (the timeout): their copies never completed (a device that "
+                            "stopped, or a CUDA error the stream did not report)");
+        }
+    }
+}
+
 Slot* Ring::try_take() {
     std::unique_lock<std::mutex> lk(m);
     // A slot lent to an asynchronous copy comes back by itself: wait for it, not for the caller.
-    cv.wait(lk, [&] { return !free.empty() || copying == 0; });
+    wait_while_lent(lk, [&] { return !free.empty() || copying == 0; });
     if (free.empty()) return nullptr;
     Slot* s = free.front();
     free.pop_front();

@@ -2,10 +2,12 @@
 // The ring of batch buffers ("slots") of one loader, allocated once and recycled: a slot
 // returns to the ring when the last batch copy (or tensor) holding it is gone.
 
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -55,9 +57,22 @@ struct Ring {
     void lend_to_copy();
     /// Thread-safe: a slot lent to a copy returns (its copy completed).
     void release_copied(Slot* s);
-    /// Thread-safe: takes a free slot (waiting while slots lent to copies are out), nullptr
-    /// when every slot is held otherwise (by the caller or the pipeline).
+    /// Thread-safe: takes a free slot (waiting while slots lent to copies are out, bounded as
+    /// `wait_while_lent`), nullptr when every slot is held otherwise (by the caller or the
+    /// pipeline). @throws CudaError when the lent slots cannot come back.
     Slot* try_take();
+
+    /// Bounds on waiting for slots lent to copies, set by the loader when it stages to a CUDA
+    /// device (unset: waits are unbounded, and no slot is ever lent). `copy_check` throws the
+    /// device's CudaError once its copy stream failed (after a sticky error the runtime never
+    /// runs the host functions that return the slots); it is called every 100 ms of waiting,
+    /// without `m`, on the waiting (consumer's) thread. After `copy_timeout` (0: unbounded) of
+    /// waiting with slots still lent, the wait is a CudaError naming them.
+    std::function<void()> copy_check;
+    std::chrono::seconds copy_timeout{0};
+    /// Waits on `cv` (`lk` holds `m`) until `done()`, bounded as above while slots are lent.
+    /// @throws CudaError, what `copy_check` throws.
+    void wait_while_lent(std::unique_lock<std::mutex>& lk, const std::function<bool()>& done);
 };
 
 /// Bytes of one slot for `fields` and batch size `b` (each fixed field 64-byte aligned, plus

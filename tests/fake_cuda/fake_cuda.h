@@ -49,6 +49,11 @@ unsigned long long mpistage_fake_cuda_pageable_copies(void);
 void mpistage_fake_cuda_set_copy_delay_us(unsigned delay_us);
 /// Blocks until every stream of every device finished its queued work.
 void mpistage_fake_cuda_drain(void);
+/// Sets a sticky context error (`rc`, a cudaError_t value such as cudaErrorIllegalAddress; 0
+/// clears it): from now on every call needing the context returns it (frees too, which still
+/// release their block), queued copies and host functions never run, and waits return at once
+/// with it — what the runtime does after a kernel's illegal address.
+void mpistage_fake_cuda_set_sticky_error(int rc);
 /// Makes cudaGetDeviceCount (and every call needing a device) fail with
 /// cudaErrorInsufficientDriver from now on (nonzero) or not (0): a driver older than the runtime.
 /// mpistage probes the device once per process, so call it before the first loader.

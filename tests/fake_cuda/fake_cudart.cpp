@@ -25,6 +25,7 @@ cudaError_t ret(cudaError_t rc) {
 // when none was chosen) and returns its device in `device`. `m` held.
 cudaError_t ensure_context(Engine& e, int& device) {
     if (e.init_fails) return cudaErrorInsufficientDriver;
+    if (e.sticky) return static_cast<cudaError_t>(e.sticky);
     if (e.device_count == 0) return cudaErrorNoDevice;
     device = e.context_or_implicit().device;
     return cudaSuccess;
@@ -53,6 +54,16 @@ cudaError_t free_alloc(void* p, bool device_memory) {
     // As the runtime: a free on a thread with no current context initialises one (device 0's;
     // cudaFree(nullptr) is the classic way to create a context).
     int current = 0;
+    if (e.sticky && p) {
+        // The runtime returns the sticky error from a free too; the double still releases
+        // the block (nothing queued runs any more) so that tests do not leak it.
+        const auto it = e.allocations.find(reinterpret_cast<std::uintptr_t>(p));
+        if (it != e.allocations.end()) {
+            e.allocations.erase(it);
+            std::free(p);
+        }
+        return ret(static_cast<cudaError_t>(e.sticky));
+    }
     if (const cudaError_t rc = ensure_context(e, current); rc != cudaSuccess) return ret(rc);
     if (!p) return cudaSuccess;
     const auto it = e.allocations.find(reinterpret_cast<std::uintptr_t>(p));
@@ -84,6 +95,8 @@ const char* error_name(cudaError_t rc) {
             return "cudaErrorInvalidResourceHandle";
         case cudaErrorNotReady:
             return "cudaErrorNotReady";
+        case cudaErrorIllegalAddress:
+            return "cudaErrorIllegalAddress";
         default:
             return "cudaErrorUnknown";
     }
@@ -140,6 +153,15 @@ void mpistage_fake_cuda_drain(void) {
     e.drain(lk, -1);
 }
 
+void mpistage_fake_cuda_set_sticky_error(int rc) {
+    Engine& e = Engine::get();
+    {
+        std::lock_guard<std::mutex> lk(e.m);
+        e.sticky = rc;
+    }
+    e.cv.notify_all();
+}
+
 void mpistage_fake_cuda_fail_init(int fail) {
     Engine& e = Engine::get();
     std::lock_guard<std::mutex> lk(e.m);
@@ -175,6 +197,11 @@ cudaError_t cudaSetDevice(int device) {
 }
 
 cudaError_t cudaGetLastError(void) {
+    {
+        Engine& e = Engine::get();
+        std::lock_guard<std::mutex> lk(e.m);
+        if (e.sticky) return static_cast<cudaError_t>(e.sticky);  // never cleared
+    }
     const auto rc = static_cast<cudaError_t>(mpistage_fake::last_error());
     mpistage_fake::last_error() = 0;
     return rc;

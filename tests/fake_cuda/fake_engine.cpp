@@ -86,7 +86,10 @@ void Engine::work(const std::shared_ptr<Stream>& s) {
         s->queue.pop_front();
         lk.unlock();
         if (op.delay.count() > 0) std::this_thread::sleep_for(op.delay);
-        op.run();
+        lk.lock();
+        const bool run = sticky == 0;
+        lk.unlock();
+        if (run) op.run();  // after a sticky error nothing queued runs (host functions included)
         lk.lock();
         ++s->done;
         cv.notify_all();

@@ -63,6 +63,10 @@ struct Engine {
     std::condition_variable cv;  // a stream finished an item, or an event completed
     int device_count = 2;
     bool init_fails = false;
+    /// A sticky context error (a cudaError_t value, 0: none), as after an illegal address in a
+    /// kernel: every later call needing the context returns it, queued copies and host
+    /// functions never run (their items are dropped), every wait returns at once.
+    int sticky = 0;
     std::chrono::microseconds copy_delay{3000};
     // Before each host function (the runtime calls them from its own thread, some time after
     // the work queued before them completed: an event recorded just before one completes

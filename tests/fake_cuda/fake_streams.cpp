@@ -24,6 +24,7 @@ cudaError_t ret(cudaError_t rc) {
 
 cudaError_t context_device(Engine& e, int& device) {
     if (e.init_fails) return cudaErrorInsufficientDriver;
+    if (e.sticky) return static_cast<cudaError_t>(e.sticky);
     if (e.device_count == 0) return cudaErrorNoDevice;
     device = e.context_or_implicit().device;
     return cudaSuccess;
@@ -181,6 +182,7 @@ cudaError_t cudaEventRecordWithFlags(cudaEvent_t h, cudaStream_t stream, unsigne
 cudaError_t cudaEventQuery(cudaEvent_t h) {
     Engine& e = Engine::get();
     std::lock_guard<std::mutex> lk(e.m);
+    if (e.sticky) return ret(static_cast<cudaError_t>(e.sticky));
     const Event* ev = event_of(e, h);
     if (!ev) return ret(cudaErrorInvalidResourceHandle);
     if (!ev->stream || ev->stream->done >= ev->target) return cudaSuccess;
@@ -190,6 +192,7 @@ cudaError_t cudaEventQuery(cudaEvent_t h) {
 cudaError_t cudaEventSynchronize(cudaEvent_t h) {
     Engine& e = Engine::get();
     std::unique_lock<std::mutex> lk(e.m);
+    if (e.sticky) return ret(static_cast<cudaError_t>(e.sticky));
     const Event* ev = event_of(e, h);
     if (!ev) return ret(cudaErrorInvalidResourceHandle);
     if (ev->stream) {
@@ -202,6 +205,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t h) {
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
     Engine& e = Engine::get();
     std::lock_guard<std::mutex> lk(e.m);
+    if (e.sticky) return ret(static_cast<cudaError_t>(e.sticky));
     const Event* a = event_of(e, start);
     const Event* b = event_of(e, end);
     if (!a || !b || !a->stream || !b->stream) return ret(cudaErrorInvalidResourceHandle);
