@@ -5,6 +5,7 @@
 #include <deque>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "device/device_pool.hpp"
 #include "device/host_memory.hpp"
@@ -45,7 +46,34 @@ void release_host_memory(void* data) {
     delete static_cast<HostRelease*>(data);
 }
 
+// What host functions handed over to be dropped outside them (release_outside_host_function).
+// Never destroyed: what is left at exit is not freed after the CUDA runtime's teardown.
+struct Deferred {
+    std::mutex m;
+    std::vector<std::shared_ptr<void>> owners;
+};
+Deferred& deferred() {
+    static Deferred* d = new Deferred();
+    return *d;
+}
+
 }  // namespace
+
+void release_outside_host_function(std::shared_ptr<void> owner) {
+    Deferred& d = deferred();
+    std::lock_guard<std::mutex> lk(d.m);
+    d.owners.push_back(std::move(owner));
+}
+
+void release_deferred() noexcept {
+    Deferred& d = deferred();
+    std::vector<std::shared_ptr<void>> dropped;
+    {
+        std::lock_guard<std::mutex> lk(d.m);
+        dropped.swap(d.owners);
+    }
+    dropped.clear();  // outside the lock: a last owner's destructor frees pinned memory
+}
 
 struct DeviceStager::Impl {
     struct InFlight {  // a copy not yet accounted in the stats
@@ -198,6 +226,7 @@ DeviceStager::~DeviceStager() {
         try {
             DeviceGuard guard(d.options.device.index);
             synchronize_noexcept(d.stream);
+            release_deferred();  // every host function of the stream ran
             d.pending.clear();
             d.spare_events.clear();
             d.in_flight.clear();

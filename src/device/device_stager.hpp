@@ -79,6 +79,15 @@ struct StagedBatch {
 /// Stages batches to one device. Not thread-safe: one consumer thread drives it (the memory
 /// of taken batches may be released from any thread). Never changes the caller's current
 /// device: every CUDA call runs under a DeviceGuard.
+/// Thread-safe, for host functions (which must make no CUDA call): keeps `owner` until the
+/// next `release_deferred`, so that dropping it, were it the last owner of pinned memory (a
+/// ring reallocated while its slots were lent to copies), never runs cudaFreeHost inside the
+/// callback, a documented deadlock (issue 39, bug 5).
+void release_outside_host_function(std::shared_ptr<void> owner);
+/// Drops what host functions handed to `release_outside_host_function` (CUDA frees may run
+/// here). Thread-safe; call on a thread that may make CUDA calls (the consumer's).
+void release_deferred() noexcept;
+
 class DeviceStager {
 public:
     /// Creates the stream and the events of a CUDA stager (nothing for the CPU).

@@ -218,8 +218,14 @@ std::size_t EpochRange::Impl::stage_window(std::size_t good) {
         detail::Slot* slot = taken[i].first;
         std::shared_ptr<detail::Ring> ring = prefetch->ring();
         ring->lend_to_copy();
-        std::shared_ptr<void> lease(
-            slot, [ring](void* s) { ring->release_copied(static_cast<detail::Slot*>(s)); });
+        // Released by the copy stream's host function, where no CUDA call may run: the ring
+        // (pinned) is dropped later on a consumer thread, in case this was its last owner
+        // (the loader reallocated it meanwhile; issue 39, bug 5).
+        std::shared_ptr<void> lease(slot, [ring](void* s) mutable {
+            ring->release_copied(static_cast<detail::Slot*>(s));
+            detail::release_outside_host_function(std::move(ring));
+        });
+        detail::release_deferred();
         Staged st;
         st.step = slot->step;
         st.bytes = slot->bytes;

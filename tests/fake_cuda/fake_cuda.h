@@ -49,6 +49,9 @@ unsigned long long mpistage_fake_cuda_pageable_copies(void);
 void mpistage_fake_cuda_set_copy_delay_us(unsigned delay_us);
 /// Blocks until every stream of every device finished its queued work.
 void mpistage_fake_cuda_drain(void);
+/// CUDA calls made from inside a host function (cudaLaunchHostFunc's callback, where the
+/// runtime forbids them: a deadlock), since the process started. mpistage must make none.
+unsigned long long mpistage_fake_cuda_calls_in_host_functions(void);
 /// Sets a sticky context error (`rc`, a cudaError_t value such as cudaErrorIllegalAddress; 0
 /// clears it): from now on every call needing the context returns it (frees too, which still
 /// release their block), queued copies and host functions never run, and waits return at once

@@ -46,6 +46,12 @@ Engine& Engine::get() {
         e->legacy.resize(static_cast<std::size_t>(e->device_count));
         return e;
     }();
+    // Every exported CUDA call starts here: one made by a host function is counted (the
+    // engine's lock is not held by the worker while the function runs).
+    if (in_host_function()) {
+        std::lock_guard<std::mutex> lk(engine->m);
+        ++engine->calls_in_host_functions;
+    }
     return *engine;
 }
 
@@ -89,7 +95,11 @@ void Engine::work(const std::shared_ptr<Stream>& s) {
         lk.lock();
         const bool run = sticky == 0;
         lk.unlock();
-        if (run) op.run();  // after a sticky error nothing queued runs (host functions included)
+        if (run) {  // after a sticky error nothing queued runs (host functions included)
+            in_host_function() = op.host_function;
+            op.run();
+            in_host_function() = false;
+        }
         lk.lock();
         ++s->done;
         cv.notify_all();
@@ -160,6 +170,11 @@ std::shared_ptr<Stream> Engine::legacy_stream(std::unique_lock<std::mutex>& lk, 
         }
     }
     return slot;
+}
+
+bool& in_host_function() {
+    thread_local bool inside = false;
+    return inside;
 }
 
 Context*& current_context() {

@@ -28,6 +28,9 @@ struct Stream;
 struct Op {
     std::function<void()> run;
     std::chrono::microseconds delay{0};
+    /// A host function (cudaLaunchHostFunc): it must make no CUDA call (the runtime documents
+    /// a deadlock), which `Engine::get` counts while it runs.
+    bool host_function = false;
 };
 
 /// A stream: FIFO of work items executed in order by its own worker thread.
@@ -82,6 +85,8 @@ struct Engine {
     std::map<Event*, std::unique_ptr<Event>> events;
     std::map<std::uintptr_t, Allocation> allocations;  // by start address
     unsigned long long pageable_copies = 0;
+    /// CUDA calls made from inside a host function (counted by `get`; should stay 0).
+    unsigned long long calls_in_host_functions = 0;
 
     /// The process's engine (constructed on first use, from the environment).
     static Engine& get();
@@ -111,6 +116,8 @@ private:
     void work(const std::shared_ptr<Stream>& s);
 };
 
+/// True on a stream worker while it runs a host function.
+bool& in_host_function();
 /// The calling thread's current context (nullptr: none).
 Context*& current_context();
 /// The calling thread's last error (a cudaError_t value).

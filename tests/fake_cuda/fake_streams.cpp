@@ -283,6 +283,7 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* user_
     Op op;
     op.run = [fn, user_data] { fn(user_data); };
     op.delay = e.host_func_delay;
+    op.host_function = true;
     e.enqueue(s, std::move(op));
     return cudaSuccess;
 }
