@@ -31,6 +31,10 @@ struct StageArgs {
     std::string remainder = "drop";
     std::size_t prefetch = 2;
     std::size_t threads = 1;
+    /// --threads was given. For --sqlite the default is 0 (rows read inside the loop): for
+    /// cheap rows the hand-over to the loop costs more than reading them there
+    /// (benchmarks/README.md, "Stream read-ahead"); FILE input's default is 1.
+    bool threads_given = false;
     /// auto, cpu, cuda or cuda:N (LoaderOptions::device); may differ between ranks.
     std::string device = "auto";
     bool verify = false;

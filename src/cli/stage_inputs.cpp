@@ -260,7 +260,8 @@ StreamOptions stream_options(const StageArgs& a, SqliteOptions& sqlite) {
                           ", not " + std::to_string(a.threads));
     }
     o.prefetch = a.prefetch;
-    o.io_threads = a.threads;
+    // Read ahead only when asked: cheap rows cost more to hand over than to read in the loop.
+    o.io_threads = a.threads_given ? a.threads : 0;
     for (const std::string& spec : a.columns) sqlite.columns.push_back(sqlite_column(spec));
     if (a.nulls == "error") {
         sqlite.nulls = SqliteNulls::error;

@@ -85,8 +85,10 @@ void add_stage_plan_options(CLI::App& cmd, StageArgs& a) {
         ->group("Reading and devices");
     add_count(cmd, "--threads", a.threads,
               "Background I/O threads (0 = read on the caller; under Slurm give the rank "
-              "--cpus-per-task for them)")
-        ->group("Reading and devices");
+              "--cpus-per-task for them). --sqlite: 0 unless given (give 1 when producing a "
+              "row costs more than a few microseconds)")
+        ->group("Reading and devices")
+        ->each([&a](const std::string&) { a.threads_given = true; });
 }
 
 void add_stage_safety_options(CLI::App& cmd, StageArgs& a) {

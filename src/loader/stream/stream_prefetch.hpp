@@ -73,8 +73,10 @@ private:
     std::condition_variable produced_;  // a lane got an item, ended or failed
     std::condition_variable consumed_;  // a lane has room again, or stop
     std::vector<Lane> lanes_;           // guarded by m_
-    bool stop_ = false;                 // guarded by m_
-    std::size_t started_ = 0;           // guarded by m_: threads that run (0 until all started)
+    /// Per lane, items the consumer took out of it in one hand-over (its thread only).
+    std::vector<std::deque<StreamItem>> taken_;
+    bool stop_ = false;        // guarded by m_
+    std::size_t started_ = 0;  // guarded by m_: threads that run (0 until all started)
     std::vector<std::thread> threads_;
     double wait_seconds_ = 0;
 };
