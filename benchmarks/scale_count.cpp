@@ -10,7 +10,7 @@
 //         file-global-threads (io_threads = 1) | two-phase | budget-global (byte budget of B
 //         samples) | tfrecord-global | tfrecord-memory-global (the same records as a
 //         TFRecord file of tf.train.Examples: descriptors in the node window) | stream-chunk |
-//         stream-hash (a StreamLoader over one stream of N
+//         stream-hash (a Stream over one stream of N
 //         64-byte items, window_steps = P)
 //   B batch size, P prefetch (and stream window steps), N samples (64-byte records in an IDX
 //   file written to WORK_DIR by rank 0, or one stream of N items).
@@ -191,7 +191,7 @@ mpistage::LoaderOptions options_of(const std::string& mode, std::uint64_t b, std
     return o;
 }
 
-/// One pass (epoch 1) of a StreamLoader over one stream of `n` 64-byte items, counted.
+/// One pass (epoch 1) of a Stream over one stream of `n` 64-byte items, counted.
 std::uint64_t count_stream_pass(const std::string& mode, std::uint64_t b, std::size_t p,
                                 std::uint64_t n) {
     mpistage::FieldInfo field{"x", mpistage::DType::uint8, {64}, 64, false};
@@ -205,12 +205,12 @@ std::uint64_t count_stream_pass(const std::string& mode, std::uint64_t b, std::s
         });
     };
     mpistage::CallableStreamSource source({field}, 1, make, "scale_count " + std::to_string(n));
-    mpistage::StreamOptions o;
-    o.batch_size = b;
-    o.window_steps = p;
-    o.sharding =
+    mpistage::LoaderOptions o;
+    o.plan.batch_size = b;
+    o.stream.window_steps = p;
+    o.stream.sharding =
         mode == "stream-hash" ? mpistage::StreamSharding::hash : mpistage::StreamSharding::chunk;
-    mpistage::StreamLoader loader(MPI_COMM_WORLD, source, o);
+    mpistage::Loader loader(MPI_COMM_WORLD, source, o);
     for (const mpistage::HostBatch& batch : loader.epoch(0)) (void)batch;  // warm-up
     std::uint64_t steps = 0;
     g_counting = true;

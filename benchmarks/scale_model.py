@@ -118,7 +118,7 @@ def loader_collectives(steps, p, two_phase=False, inline=True, promised=False):
 
 def stream_collectives(steps, window, hash_sharding):
     """Collectives of one pass of a StreamLoader (StreamLoader::Impl::step,
-    src/loader/stream/stream_loader.cpp): one allgather of 9 words per agreement; `chunk`
+    src/loader/stream/stream_engine.cpp): one allgather of 9 words per agreement; `chunk`
     agrees once per window of `window_steps` full batches, plus the pass's end and the rounds
     near the end where ranks run short (rebalance: Communicator::alltoallv), and each
     agreement that yields steps announces their ids (an allgather and an allgatherv); `hash` reads a

@@ -1,5 +1,6 @@
 // N synthetic cameras with different frame rates and recording lengths, staged by mpistage's
-// StreamLoader: cameras are assigned to ranks by declared weight (frames per second × seconds),
+// Loader over a stream source: cameras are assigned to ranks by declared weight (frames per
+// second × seconds),
 // batches are sized by a byte budget (frames carry a variable number of detections), and when
 // cameras run dry at different times the other ranks share their remaining frames, so every
 // rank yields the same number of steps and nothing hangs. At the end rank 0 prints, per camera,
@@ -20,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "mpistage/stream.hpp"
+#include "mpistage/loader.hpp"
 
 namespace {
 
@@ -100,7 +101,7 @@ struct Args {
 /// parse error. Returns -1 to go on, else the exit code (the same on every rank: the worst).
 int parse(int argc, char** argv, const Communicator& comm, Args& a) {
     CLI::App app{
-        "Synthetic cameras staged by mpistage's StreamLoader (source sharding): prints "
+        "Synthetic cameras staged by mpistage's Loader (source sharding): prints "
         "per camera the ranks that saw its frames and in which order, and checks exactly "
         "once, equal steps and per-camera frame order.",
         "example_camera_streams"};
@@ -158,19 +159,23 @@ int run(int argc, char** argv) {
         camera_fields(), n, [cams](std::size_t c) { return camera_generator(c, cams[c]); },
         "synthetic cameras " + std::to_string(n), weights);
 
-    StreamOptions o;
-    o.sharding = StreamSharding::source;  // one rank per camera, balanced by frames
-    o.remainder = a.remainder == "mask" ? StreamRemainder::mask
-                                        : StreamRemainder::rebalance;  // dry ranks get frames
-    o.batch_size = a.batch_size;
-    o.batch_bytes = a.budget_bytes;
+    LoaderOptions o;
+    o.stream.sharding = StreamSharding::source;  // one rank per camera, balanced by frames
+    o.stream.remainder = a.remainder == "mask"
+                             ? StreamRemainder::mask
+                             : StreamRemainder::rebalance;  // dry ranks get frames
+    // Batches of a.batch_size frames, or (with a byte budget) as many as fit, at most that many.
+    o.plan.batch_size = a.batch_size;
+    o.plan.budget.batch_bytes = a.budget_bytes;
+    o.plan.budget.max_batch_samples = a.batch_size;
     o.timeout = std::chrono::seconds(60);
-    StreamLoader loader(comm, source, o);
+    // The generators run on an I/O thread (read ahead while the loop works): they only touch
+    // their own camera's state, so that is safe.
+    Loader loader(comm, source, o);
 
     std::vector<std::int64_t> ids;  // this rank's frames, in delivery order
     std::uint64_t steps = 0, corrupt = 0;
-    HostBatch b;
-    while (loader.next(b)) {
+    for (const HostBatch& b : loader.epoch(0)) {
         ++steps;
         corrupt += frames_intact(b) ? 0 : 1;
         for (std::size_t j = 0; j < b.size(); ++j) {
@@ -179,7 +184,7 @@ int run(int argc, char** argv) {
     }
     const auto all_steps = comm.allgather(steps);
     const std::uint64_t bad = comm.allreduce_sum(corrupt);
-    const std::uint64_t moved = comm.allreduce_sum(loader.stats().items_sent);
+    const std::uint64_t moved = comm.allreduce_sum(loader.stats().stream.items_sent);
     const auto counts = comm.allgather(static_cast<std::uint64_t>(ids.size()));
     std::vector<std::int64_t> all = comm.gatherv(ids, 0);  // rank-major, delivery order
     std::uint64_t ok = 1;

@@ -34,9 +34,9 @@ class CameraStreamDataset(mpistage.LoaderDataset):
                   mpistage.Field("camera", "int64"), mpistage.Field("number", "int64")]
         self.source = mpistage.per_rank_stream(camera(c.rank, frames_here), fields,
                                                fingerprint="cameras", comm=c)
-        loader = mpistage.StreamLoader(self.source, comm=c, sharding="source",
-                                       remainder="rebalance", batch_size=64,
-                                       batch_bytes=batch_bytes, timeout=60)
+        loader = mpistage.Loader(self.source, comm=c, sharding="source",
+                                 remainder="rebalance", max_batch_samples=64,
+                                 batch_bytes=batch_bytes, timeout=60)
         super().__init__(loader)
 
 

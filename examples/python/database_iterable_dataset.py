@@ -36,8 +36,8 @@ class DatabaseIterableDataset(mpistage.LoaderDataset):
 
     def __init__(self, path, query, batch_size=16, comm=None):
         self.source = mpistage.open_sqlite(path, query, comm=comm)
-        loader = mpistage.StreamLoader(self.source, comm=comm, sharding="chunk", chunk_size=8,
-                                       batch_size=batch_size, timeout=60)
+        loader = mpistage.Loader(self.source, comm=comm, sharding="chunk", chunk_size=8,
+                                 batch_size=batch_size, timeout=60)
         super().__init__(loader)
 
 

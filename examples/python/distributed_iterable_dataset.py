@@ -36,8 +36,8 @@ class DistributedIterableDataset(torch.utils.data.IterableDataset):
         fields = [mpistage.Field("features", "float32", (4,)), mpistage.Field("label", "int64")]
         self.source = mpistage.stream_source(fields, lambda s: records(n), 1,
                                              fingerprint=f"records({n})")
-        self.loader = mpistage.StreamLoader(self.source, comm=comm, sharding="chunk",
-                                            chunk_size=4, batch_size=batch_size, timeout=60)
+        self.loader = mpistage.Loader(self.source, comm=comm, sharding="chunk",
+                                      chunk_size=4, batch_size=batch_size, timeout=60)
         self.dataset = mpistage.LoaderDataset(self.loader)
 
     def __iter__(self):

@@ -1,6 +1,6 @@
 #pragma once
 /// @file
-/// The batch type every loader yields (`Loader`, `StreamLoader`): `HostBatch` and its fields.
+/// The batch type the loader yields (over files or streams): `HostBatch` and its fields.
 
 #include <cstddef>
 #include <cstdint>

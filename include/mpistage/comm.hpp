@@ -266,7 +266,7 @@ private:
 };
 
 /// A communicator borrowed for one call: what every public constructor of the library takes
-/// (sources, `open_source`, `Loader`, `StreamLoader`). A `Communicator` and a plain `MPI_Comm`
+/// (sources, `open_source`, `Loader`). A `Communicator` and a plain `MPI_Comm`
 /// convert to it implicitly and at no cost: the conversion makes no MPI call, and the
 /// launcher check and every collective happen inside the constructor it is passed to, which is
 /// collective anyway. Owned versus borrowed is a type: `Communicator` owns, `CommRef` never

@@ -1,6 +1,8 @@
 #pragma once
 /// @file
 /// The public entry point: `Loader(comm, source, options)`, `loader.epoch(e)` iterates batches.
+/// One loader reads files (a `Source`, samples by id, planned before each epoch) or streams (a
+/// `StreamSource`: items of unknown count, planned window by window as the ranks read them).
 
 #include <chrono>
 #include <cstddef>
@@ -19,9 +21,15 @@
 #include "mpistage/source.hpp"
 #include "mpistage/state.hpp"
 #include "mpistage/stop.hpp"
+#include "mpistage/stream.hpp"
+#include "mpistage/stream_source.hpp"
 #include "mpistage/tier.hpp"
 
 namespace mpistage {
+
+namespace detail {
+class StreamEngine;
+}
 
 /// Largest accepted `LoaderOptions::prefetch`.
 constexpr std::size_t kMaxPrefetch = 4096;
@@ -48,6 +56,13 @@ TwoPhase parse_two_phase(const std::string& s);
 
 /// Options of a loader. Fields of `plan` must be equal on every rank (checked collectively);
 /// `prefetch` and `io_threads` may differ between ranks.
+///
+/// A loader over streams uses `plan.batch_size` (the largest batch with a budget: then
+/// `plan.budget.max_batch_samples`), `plan.budget` (`batch_bytes`, `batch_tokens`,
+/// `token_field`), `stream`, `prefetch`, `io_threads`, `timeout` and `device` (`auto` or `cpu`:
+/// stream batches are delivered in host memory); any other option set away from its default
+/// (a shuffle, global sharding, `balance_steps`, `bucket_window`, a memory tier, two-phase
+/// reads, `verify_files`, a `full` fingerprint, a CUDA device) is a ConfigError naming it.
 struct LoaderOptions {
     /// Batch size or batch budget, seed, sharding, shuffle and remainder policy
     /// (docs/architecture.md, plan). With a budget (`plan.budget`) batches vary in size: the
@@ -56,6 +71,9 @@ struct LoaderOptions {
     /// the loader (prefetch, I/O threads, memory tier, device, agreement, state and restore)
     /// is the same.
     PlanOptions plan;
+    /// Streams only: how the ranks share the streams' items (sharding, chunks, what dry ranks
+    /// get, the window of steps per agreement).
+    StreamPlanOptions stream;
     /// Batches read ahead of the consumer: the ring has this many host buffers (at most one per
     /// batch of an epoch), allocated once with their pages mapped. 1 ≤ prefetch ≤ kMaxPrefetch.
     /// Resident batch memory is prefetch × batch bytes; a ring larger than half of the node's
@@ -63,7 +81,14 @@ struct LoaderOptions {
     /// (the window agreement's lag is ⌊min over ranks / 2⌋ steps): raise it where cores are shared.
     std::size_t prefetch = 2;
     /// Background I/O threads filling the ring (at most kMaxIoThreads; no more are started than
-    /// an epoch has batches). 0 reads on the consumer thread inside `next()`.
+    /// an epoch has batches). 0 reads on the consumer thread inside `next()`. Streams: stream
+    /// i of the rank is read ahead by thread i mod T (at most one thread per stream the rank
+    /// reads), `prefetch` batches' worth of items (at most `stream.window_bytes`) beyond the
+    /// window, so a stream's readers must tolerate being called from a thread other than the
+    /// one that opened them (one at a time per reader); 0 reads them inside `next()` (a reader
+    /// that must stay on its thread, e.g. a Python `sqlite3` connection). The items, their
+    /// order, the batches and the step at which a read error is thrown are the same for every
+    /// value.
     /// Sources whose reads call MPI (`Source::reads_use_mpi`) run with 0 threads unless MPI
     /// provides MPI_THREAD_MULTIPLE. A memory tier (`stage`) within one node copies batches of
     /// up to 1 MiB on the consumer thread whatever this says (plain loads: a thread hand-over
@@ -169,6 +194,26 @@ struct LoaderOptions {
     void validate() const;
 };
 
+/// Counters of a loader over streams (zero for files), this rank's.
+struct StreamCounters {
+    /// With a token budget: tokens of the valid samples, and the padding a trainer padding each
+    /// batch to its longest sample would add (padding waste = padding / (tokens + padding)).
+    std::uint64_t tokens = 0;
+    std::uint64_t padding_tokens = 0;
+    /// Items this rank read from its streams (including items forwarded to others).
+    std::uint64_t items_read = 0;
+    /// Items this rank sent to another rank (`hash` routing and `rebalance`).
+    std::uint64_t items_sent = 0;
+    /// Rounds of agreement beyond one per window (reading more for dry ranks or for routing).
+    std::uint64_t extra_rounds = 0;
+    /// Agreements (one allgather each) this rank took part in, extra rounds included; with
+    /// `window_steps` > 1 usually far fewer than the steps.
+    std::uint64_t agreements = 0;
+    /// I/O threads that read the current pass ahead (`LoaderOptions::io_threads`, at most one
+    /// per stream this rank reads; 0: read on the consumer thread).
+    std::size_t io_threads = 0;
+};
+
 /// Counters of one rank, accumulated over all epochs since construction.
 struct LoaderStats {
     /// Batches returned (with a batch budget, padding batches included).
@@ -178,7 +223,8 @@ struct LoaderStats {
     std::uint64_t padding_slots = 0;
     /// Budget batches of one sample over the budget.
     std::uint64_t oversize_batches = 0;
-    /// Bytes read from the source (payload bytes of all fields).
+    /// Bytes read from the source (payload bytes of all fields; streams: of the valid samples
+    /// of this rank's batches).
     std::uint64_t bytes_read = 0;
     /// Time the consumer spent waiting inside `next()` for data and agreement
     /// (= wait_io_time + wait_peers_time + bookkeeping).
@@ -238,6 +284,8 @@ struct LoaderStats {
     std::string two_phase_note;
     double two_phase_plain_step_seconds = 0;
     double two_phase_step_seconds = 0;
+    /// Streams only: reading, routing and agreement counters.
+    StreamCounters stream;
 };
 
 class Loader;
@@ -268,19 +316,28 @@ public:
 
     /// Batches per rank in this range, equal on every rank, decided before the first batch
     /// (the epoch's steps, or `EpochOptions::max_steps` when that is fewer; an agreed stop may
-    /// end the range earlier).
+    /// end the range earlier). Streams: `max_steps`, or 0 when none was given (the count is
+    /// unknown until every rank's streams end).
     std::uint64_t steps() const noexcept;
+    /// Not collective: batches this range has returned so far (equal on every rank between
+    /// steps).
+    std::uint64_t steps_done() const noexcept;
+    /// Not collective: true when the batch most recently returned is a single sample larger
+    /// than the byte or token budget (a budget batch of its own); false before the first.
+    bool last_oversize() const noexcept;
     /// Not collective, thread-safe, async-signal-safe: `mpistage::request_stop()` for this range
     /// only (agreed at the next window: `next()` returns false at the same step everywhere). A
     /// rank at its own last step asks for it, then calls `next()` until it returns false.
     void request_stop() noexcept;
     /// True once an agreed stop ended the range (early, or at its end); `state()` is there.
     bool stopped() const noexcept;
-    /// This rank's plan for the epoch (of a resumed epoch: its remaining part). Fixed batches
+    /// This rank's plan for the epoch (of a resumed epoch: its remaining part; streams: an
+    /// empty plan, the steps being decided window by window). Fixed batches
     /// are computed per slot (`EpochPlan::on_demand()`: `ids`/`valid` are empty, read
     /// `slot_id`/`slot_valid`), so the plan's memory does not grow with N.
     const EpochPlan& plan() const noexcept;
-    /// Totals over all ranks of this range (of a resumed epoch: its remaining part only).
+    /// Totals over all ranks of this range (of a resumed epoch: its remaining part only;
+    /// streams: zero, unknown in advance).
     const EpochTotals& totals() const noexcept;
     /// Collective: the next batch, or false after the last one. An error on any rank (I/O,
     /// format, all ring slots held by the caller) is thrown on every rank at the same step.
@@ -288,7 +345,11 @@ public:
     /// docs/architecture.md, "Agreement that does not wait on scheduling") say which batches
     /// every rank holds, so a call waits for a peer only when it is L steps behind: L =
     /// ⌊prefetch/2⌋ from files; from the memory tier the steps of 50 ms (a step failing from
-    /// the tier and the file is thrown up to L steps later). Every rank calls it equally often.
+    /// the tier and the file is thrown up to L steps later). Streams: the ranks agree once per
+    /// window of steps (`StreamPlanOptions::window_steps`) whether anyone still holds items,
+    /// failed, is short or asked to stop, so a stream running dry first ends every rank at the
+    /// same step; an error in any rank's stream is thrown on every rank (again on later
+    /// calls). Every rank calls it equally often.
     /// @throws Error subclasses, identical on every rank.
     bool next(HostBatch& out);
 
@@ -321,7 +382,13 @@ private:
     std::unique_ptr<Impl> impl_;
 };
 
-/// Stages the samples of a source across the ranks of a communicator.
+/// Stages the samples of a source (files) or the items of a stream source across the ranks of a
+/// communicator: one loader, one epoch range, one state, whichever it reads.
+///
+/// Which calls are collective, for both inputs: the constructors and `restore`, `epoch()`,
+/// every `EpochRange::next()` (each increment of its iterator) and `close()`. `state()` and
+/// every accessor are local (no communication), so rank 0 alone may save the state while the
+/// other ranks go on.
 ///
 /// Construction is collective: it duplicates `comm` (and gives the copy the watchdog deadline
 /// `LoaderOptions::timeout`), validates options, compares the plan options, N and the dataset's
@@ -347,6 +414,14 @@ public:
     /// (invalid or differing options, N = 0, a launcher mismatch, see `Communicator`), MpiError;
     /// identical on every rank.
     Loader(CommRef comm, const Source& source, LoaderOptions options);
+    /// Collective over `comm` (borrowed, as above): a loader over the sub-streams of `source`.
+    /// Checks the options (see `LoaderOptions`: file-only options are refused by name), the
+    /// fields and the stream count across ranks and opens this rank's streams. Every rank
+    /// yields the same number of steps per epoch, every item is yielded by exactly one rank,
+    /// item ids (`HostBatch::index`) are `stream_item_id(stream, position)`. The source must
+    /// outlive the loader. @throws ConfigError, any error of the source's `open`, MpiError;
+    /// identical on every rank.
+    Loader(CommRef comm, const StreamSource& source, LoaderOptions options);
     ~Loader();
     Loader(const Loader&) = delete;
     Loader& operator=(const Loader&) = delete;
@@ -380,18 +455,34 @@ public:
     ///         at a batch; and as the constructor.
     static Loader restore(CommRef comm, const Source& source, LoaderOptions options,
                           const LoaderState& state);
+    /// Collective: a stream loader that continues where `state` (a stream state from `state()`,
+    /// any world size) left off: the first `epoch(state.epoch)` yields exactly the items not
+    /// yet yielded in that pass (the state's pending ranges and everything after its
+    /// positions); later epochs are whole passes. The state's fingerprint must match the
+    /// source and the ownership options (sharding, chunk size, hash reading); batching may
+    /// differ. @throws ConfigError, identical on every rank, for a file state, another source
+    /// or sharding, another stream count, a source whose order is not stable (its positions
+    /// would not name the same items again), or a state that differs between ranks; and as
+    /// the constructor.
+    static Loader restore(CommRef comm, const StreamSource& source, LoaderOptions options,
+                          const LoaderState& state);
 
     /// Not collective, no I/O, identical on every rank: where the job stands. Counts the
     /// batches `next()` has returned (save after the training step that used the last one);
     /// batches prefetched but not returned are not consumed. A state taken when an epoch has
-    /// been consumed to its end points at the start of the next epoch. @throws ConfigError
-    /// after ranks were found in different loader calls, until an epoch starts.
+    /// been consumed to its end points at the start of the next epoch. Streams: every rank
+    /// knows what every rank yields at each step (after each agreement the ranks announce the
+    /// item ids of the agreed steps, one allgatherv), so the state is the same on every rank;
+    /// O(pending ranges) time. @throws ConfigError after ranks were found in different loader
+    /// calls, until an epoch starts.
     LoaderState state() const;
 
     /// Collective: starts epoch `e` (the epoch is an argument, never hidden state) and returns
     /// its batches. Only one epoch may be in flight per loader. After `restore`, the first call
     /// with `e == state.epoch` yields the rest of that epoch; every other call a whole epoch
-    /// (also after an early end). `options` must be equal on every rank. @throws ConfigError,
+    /// (also after an early end); for streams a whole epoch is one pass over every stream from
+    /// its first item (every rank reopens its streams). `options` must be equal on every rank.
+    /// @throws ConfigError,
     /// the same everywhere, when ranks ask for different epochs or options, left the last epoch
     /// at different steps, or are in another loader call (EpochRange), naming calls and steps.
     EpochRange epoch(std::uint64_t e, EpochOptions options = {});
@@ -402,7 +493,7 @@ public:
     /// @throws ConfigError, identical on every rank, as `epoch()`.
     void close();
 
-    /// Global number of samples N.
+    /// Global number of samples N (streams: 0, unknown).
     std::uint64_t num_samples() const noexcept;
     /// Totals over all ranks of one epoch (identical for every epoch with fixed batches; with
     /// a batch budget those of epoch 0, and each epoch's own are `EpochRange::totals`).
@@ -411,12 +502,22 @@ public:
     const LoaderStats& stats() const noexcept;
     const LoaderOptions& options() const noexcept;
     const Communicator& comm() const noexcept;
-    const Source& source() const noexcept;
+    /// What the loader reads.
+    LoaderInput input() const noexcept;
+    /// The source of a loader over files. @throws ConfigError for a loader over streams.
+    const Source& source() const;
+    /// The stream source of a loader over streams. @throws ConfigError for a loader over files.
+    const StreamSource& stream_source() const;
 
 private:
     friend class EpochRange;
     struct Impl;
+    explicit Loader(std::unique_ptr<detail::StreamEngine> stream);
+    /// `epoch()` of a loader over streams.
+    EpochRange stream_epoch(std::uint64_t e, EpochOptions options);
     std::unique_ptr<Impl> impl_;
+    /// A loader over streams: the stream planner and its readers (`impl_` is then null).
+    std::unique_ptr<detail::StreamEngine> stream_;
 };
 
 }  // namespace mpistage

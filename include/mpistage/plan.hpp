@@ -58,7 +58,7 @@ struct BatchBudget {
     /// of its samples; 0 = off.
     std::uint64_t batch_bytes = 0;
     /// Token budget of a batch: samples × the batch's longest sample in tokens (what a trainer
-    /// padding to the longest sample computes on), as `StreamOptions::batch_tokens`; 0 = off.
+    /// padding to the longest sample computes on), for files and streams alike; 0 = off.
     std::uint64_t batch_tokens = 0;
     /// Most samples in one batch (≥ 1), whatever the budget.
     std::uint64_t max_batch_samples = 4096;

@@ -142,7 +142,7 @@ struct SqliteOptions {
 ///
 /// Thread safety: the source's own calls (`open`, `count_rows`, the checks) from one thread at
 /// a time; its readers share its connection, opened serialized (`SQLITE_OPEN_FULLMUTEX`), so a
-/// reader may be stepped on another thread (a loader's I/O thread, `StreamOptions::io_threads`)
+/// reader may be stepped on another thread (a loader's I/O thread, `LoaderOptions::io_threads`)
 /// while the caller's thread uses the source, one thread at a time per reader.
 class SqliteSource final : public StreamSource {
 public:

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "mpistage/plan.hpp"
 
@@ -51,6 +53,16 @@ FingerprintLevel parse_fingerprint_level(const std::string& s, bool allow_legacy
 /// restore derives from the state's `world_size`).
 constexpr int kMaxStateWorldSize = 1 << 24;
 
+/// What a loader reads: files (a `Source`, samples by id) or streams (a `StreamSource`).
+enum class LoaderInput : std::uint8_t { files, stream };
+
+/// Position of one sub-stream in a stream loader's state: positions below `next` were consumed,
+/// except those inside `pending` ranges ([begin, end) pairs, ascending), which are still to come.
+struct StreamPosition {
+    std::uint64_t next = 0;
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> pending;
+};
+
 /// Where a job stands in its sample sequence, identical on every rank. Taken with
 /// `Loader::state()` (not collective, no I/O) and continued with `Loader::restore`. Serialises
 /// to a JSON object of about 400 bytes (`to_json`). Plain value type; thread safety as `int`.
@@ -59,6 +71,14 @@ constexpr int kMaxStateWorldSize = 1 << 24;
 /// `samples_consumed` positions of the epoch order (a function of dataset, seed and epoch, not
 /// of W), so a job can resume at any world size. With `byte_range` sharding the shards depend
 /// on W, and the state resumes only at the same world size.
+///
+/// A loader over streams (`input == LoaderInput::stream`) stands at per-stream positions
+/// (`streams`) instead: `dataset_fingerprint` is then the hash of the stream source's
+/// fingerprint, fields, stream count and the options that decide who owns what
+/// (`StreamPlanOptions` sharding, chunk size, hash reading), `steps_consumed` the steps every
+/// rank yielded in `epoch`, `samples_consumed` the valid samples all ranks yielded in it, and
+/// the file keys (N, plan, digest, fingerprint level, run start) are not used. Such a state
+/// resumes at any world size.
 struct LoaderState {
     /// Version of this layout. `from_json` also reads versions 1 (fixed batches only, no
     /// budget keys), 2 (no fingerprint level, no run start), 3 (no consumed-id digest) and 4
@@ -110,6 +130,10 @@ struct LoaderState {
     /// for states read from format versions 1 to 3 (or built by hand), which are not checked
     /// this way.
     std::string consumed_digest;
+    /// Files or streams: which keys hold the state (see above).
+    LoaderInput input = LoaderInput::files;
+    /// Streams: one position per sub-stream (empty for files).
+    std::vector<StreamPosition> streams;
 
     /// The state as one JSON object (nlohmann-json; keys documented in docs/resume.md). A
     /// state without `consumed_digest` is written in the layout of version 3.
@@ -121,7 +145,9 @@ struct LoaderState {
     /// [1, kMaxStateWorldSize], the plan options (`PlanOptions::validate`), N ≥ 1,
     /// `samples_consumed` ≤ N, the run start not after the state, and no steps without
     /// samples or samples without steps. What needs the dataset and the options is checked by
-    /// `Loader::restore`.
+    /// `Loader::restore`. A stream state (`"input": "stream"`) holds the stream keys only
+    /// (fingerprint, epoch, steps, samples, world size, streams: each position a non-negative
+    /// integer, `pending` of [first, end] pairs).
     /// @throws ConfigError naming the key, its value and the accepted range, for malformed
     ///         JSON, missing or mistyped keys, unknown option names, values out of range, or
     ///         another format version.

@@ -1,7 +1,7 @@
 #pragma once
 /// @file
 /// Stream sources: sets of sub-streams of samples of unknown count (a database cursor, cameras,
-/// a generator), each read in order by a `StreamReader`. The interface a `StreamLoader`
+/// a generator), each read in order by a `StreamReader`. The interface a stream `Loader`
 /// (stream.hpp) stages and `SqliteSource` (sqlite_source.hpp) implements; it lives apart from
 /// the loader so that a source depends on nothing above the sources (docs/architecture.md,
 /// "Streams").

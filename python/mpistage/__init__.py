@@ -38,7 +38,6 @@ from .stop import (  # noqa: F401
 )
 from .streams import (  # noqa: F401
     Field,
-    StreamLoader,
     StreamSource,
     open_sqlite,
     per_rank_stream,
@@ -47,7 +46,7 @@ from .streams import (  # noqa: F401
 
 __all__ = [
     "Batch", "ConfigError", "CudaError", "EXIT_STOPPED", "Epoch", "Error", "Field",
-    "FormatError", "Hdf5Error", "IoError", "Loader", "MpiError", "Source", "StreamLoader",
+    "FormatError", "Hdf5Error", "IoError", "Loader", "MpiError", "Source",
     "StreamSource", "clear_stop_request", "install_stop_signals", "open_source", "open_sqlite",
     "per_rank_stream", "request_stop", "stop_requested", "stop_signal", "stream_source",
     "convert_idx", "write_index",

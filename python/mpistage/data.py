@@ -43,7 +43,7 @@ def _calling_dataloader(dataset, depth=8):
 
 
 class LoaderDataset(torch.utils.data.IterableDataset):
-    """Yields the ``Batch``es of ``loader.epoch(e)`` (a ``Loader`` or a ``StreamLoader``),
+    """Yields the ``Batch``es of ``loader.epoch(e)`` (a ``Loader`` over files or streams),
     e = ``start_epoch``, ``start_epoch + 1``, ... one per iteration."""
 
     def __init__(self, loader, start_epoch=0):

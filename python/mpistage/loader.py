@@ -206,6 +206,9 @@ class Epoch(_lifetime.Tracked):
     """
 
     def __init__(self, loader, core, epoch=0, max_steps=0, verify=False):
+        if loader._stream:
+            from . import streams
+            del streams._raised[:]
         self._loader = loader
         self._core = core
         self._epoch = epoch
@@ -224,6 +227,18 @@ class Epoch(_lifetime.Tracked):
             if self._check is not None:
                 self._finish_check()
             raise
+        except _core.Error as agreed:
+            if self._loader._stream:
+                from . import streams
+                if streams._raised:
+                    # This rank's iterable raised: the agreed error (the same type and text
+                    # on every rank) chained from that exception, which keeps its type and
+                    # traceback here as __cause__ (``except mpistage.Error as e:
+                    # e.__cause__``).
+                    original = streams._raised.pop()
+                    del streams._raised[:]
+                    raise agreed from original
+            raise
         if self._check is not None:
             self._check.add(raw[3], raw[4])
         return make_batch(raw, self._loader._names, self._loader._tensors,
@@ -241,11 +256,26 @@ class Epoch(_lifetime.Tracked):
                 "expected")
 
     def __len__(self):
+        if self._loader._stream and self._core.steps == 0:
+            raise TypeError("len() of a stream epoch: its length is known only at its end "
+                            "(give max_steps= for a fixed number of steps)")
         return self._core.steps
 
     @property
     def steps(self):
+        """Steps of the epoch, decided before the first batch (a stream's: max_steps, or 0:
+        unknown)."""
         return self._core.steps
+
+    @property
+    def steps_done(self):
+        """Batches this epoch has yielded so far (equal on every rank between steps)."""
+        return self._core.steps_done
+
+    @property
+    def last_oversize(self):
+        """Whether the last batch is one sample over the byte or token budget."""
+        return self._core.last_oversize
 
     @property
     def totals(self):
@@ -260,7 +290,8 @@ class Epoch(_lifetime.Tracked):
 
 
 class Loader(_lifetime.Tracked):
-    """Stages the samples of a Source across the ranks of ``comm`` (mpistage::Loader).
+    """Stages the samples of a Source, or the items of a StreamSource, across the ranks of
+    ``comm`` (mpistage::Loader: one loader, one Epoch, one state for both).
 
     Construction is collective (options, N and the files are compared across ranks; ranks that
     differ all raise the same ConfigError). Keyword options are those of the C++
@@ -289,6 +320,20 @@ class Loader(_lifetime.Tracked):
     + ``for batch in loader`` + ``len(loader)``, ``state_dict()`` / ``load_state_dict()``.
     remainder="drop" that leaves samples out of every epoch is reported once (rank 0, a
     UserWarning and the "mpistage" logger).
+
+    Over a ``StreamSource`` (``stream_source``, ``per_rank_stream``, ``open_sqlite``): options
+    sharding ("chunk" | "hash" | "source"), chunk_size, hash_reading ("chunks" | "sources"),
+    remainder ("rebalance" | "mask"), length_buckets, window_steps (steps per agreement),
+    window_bytes, batch_size (or a budget: batch_bytes / batch_tokens with max_batch_samples,
+    token_field), prefetch and io_threads (items read ahead by that many I/O threads while
+    the trainer computes; 0, the default here, reads inside ``next()``: an iterable then runs
+    on the thread that made it, as a ``sqlite3`` connection needs; with threads each iterable
+    is advanced on an I/O thread, holding the GIL while it runs), timeout. File-only options
+    (shuffle, seed, stage, two_phase, verify, ...) are a ConfigError naming them. An epoch is
+    one pass over every stream; its length is known at its end (``len()`` is a TypeError);
+    ids are ``(stream << 40) | position``; an error raised by a rank's iterable is raised on
+    every rank as the same ``mpistage.Error``, chained (``__cause__``) from the original on
+    that rank.
     Not thread-safe: one thread drives a loader.
     Raises: ConfigError, IoError, FormatError, MpiError; identical on every rank; TypeError
     naming the argument for a value of the wrong type.
@@ -299,16 +344,34 @@ class Loader(_lifetime.Tracked):
         if not isinstance(verify, bool):
             raise TypeError(f"verify= takes a bool, got {type(verify).__name__} {verify!r}")
         self._verify = verify
-        if not isinstance(source, Source):
-            raise TypeError(f"source= takes an mpistage.Source (from open_source), got "
+        from .streams import StreamSource
+        self._stream = isinstance(source, StreamSource)
+        if not self._stream and not isinstance(source, Source):
+            raise TypeError(f"source= takes an mpistage.Source (from open_source) or a "
+                            f"StreamSource (stream_source, per_rank_stream, open_sqlite), got "
                             f"{type(source).__name__}")
-        source._check_open("mpistage.Loader")
+        if self._stream:
+            if verify:
+                raise _core.ConfigError(
+                    "verify=True checks the ids 0..N-1 of a Source; a stream's ids are "
+                    "(stream << 40) | position, so it cannot be checked this way (give "
+                    "verify=False)")
+            # A stream's sharding and remainder are the stream plan's (StreamPlanOptions).
+            for given, core_name in (("sharding", "stream_sharding"),
+                                     ("remainder", "stream_remainder")):
+                if given in options:
+                    options[core_name] = options.pop(given)
+            options.setdefault("io_threads", 0)
+        else:
+            source._check_open("mpistage.Loader")
         if state is not None and not isinstance(state, dict):
             raise TypeError(f"state= takes a dict from state() / state_dict(), got "
                             f"{type(state).__name__}")
         _choice(tensors, "tensors", ("torch", "numpy"))
         handle = _handle(comm)
-        _token_field(options, [f["name"] for f in source.fields])
+        names = [f.name for f in source.fields] if self._stream else \
+            [f["name"] for f in source.fields]
+        _token_field(options, names)
         if not isinstance(options.get("device", "auto"), str):
             raise TypeError(f"device= takes 'auto', 'cpu', 'cuda' or 'cuda:N' (a str), got "
                             f"{type(options['device']).__name__} {options['device']!r}")
@@ -335,8 +398,9 @@ class Loader(_lifetime.Tracked):
         self._options = core_options
         self._source = source
         self._tensors = tensors
-        self._names = [f["name"] for f in source.fields]
-        self._dtypes = [f["dtype"] for f in source.fields]
+        self._names = names
+        self._dtypes = [f.dtype for f in source.fields] if self._stream else \
+            [f["dtype"] for f in source.fields]
         if state is None:
             self._core = _core.Loader(handle, source._core, core_options)
         else:
@@ -345,7 +409,8 @@ class Loader(_lifetime.Tracked):
         if tensors == "torch":
             _torch_module()  # imported here, not inside the first epoch
         self._next_epoch = 0 if state is None else int(state["epoch"])
-        source._loaders.add(self)
+        if not self._stream:
+            source._loaders.add(self)
         self._track()
         self._report_remainder()
 
@@ -395,6 +460,9 @@ class Loader(_lifetime.Tracked):
         """Steps (batches per rank) of a whole epoch, equal on every rank. With a batch
         budget: those of epoch 0 (each epoch's own: ``len(loader.epoch(e))``); the first epoch
         of a resumed loader yields only its remaining steps."""
+        if self._stream:
+            raise TypeError("len() of a loader over a stream: a pass's length is known only "
+                            "at its end")
         return self._core.totals["steps"]
 
     def state(self):
@@ -417,7 +485,8 @@ class Loader(_lifetime.Tracked):
         if not isinstance(state_dict, dict):
             raise TypeError(f"load_state_dict: state_dict= takes a dict from state_dict(), got "
                             f"{type(state_dict).__name__}")
-        self._source._check_open("load_state_dict")
+        if not self._stream:
+            self._source._check_open("load_state_dict")
         core = _core.Loader.restore(self._handle, self._source._core, self._options,
                                     json.dumps(state_dict))
         old = self.__dict__.get("_core")

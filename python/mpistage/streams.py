@@ -1,18 +1,16 @@
-"""Streams from Python with the guarantees of the C++ streams (include/mpistage/stream.hpp).
+"""Stream sources from Python, read by the one ``mpistage.Loader`` (include/mpistage/stream.hpp).
 
 A user's Python iterables (a Kafka consumer, a database cursor, a camera, a generator) become
-the sub-streams of a ``StreamSource``; the C++ ``StreamLoader`` shards them (chunk / hash /
-source), batches them by count or bytes, and agrees collectively at every step whether any
-rank still holds items, so uneven streams end together on every rank instead of deadlocking,
-and every item is yielded by exactly one rank.
+the sub-streams of a ``StreamSource``; ``Loader(stream_source, ...)`` shards them (chunk / hash /
+source), batches them by count or bytes, and agrees collectively once per window of steps
+whether any rank still holds items, so uneven streams end together on every rank instead of
+deadlocking, and every item is yielded by exactly one rank.
 """
-import json
 
 import numpy as np
 
 from . import _lifetime
 from . import _mpistage as _core
-from .batch import make_batch
 from .loader import _handle
 
 _KEY_MASK = (1 << 64) - 1
@@ -146,68 +144,3 @@ def open_sqlite(path, query, *, key_column="", range_column="", range_streams=64
                                range_streams, nulls, fill_value)
     return StreamSource(core, [Field(f["name"], "bool" if f["dtype"] == "boolean" else f["dtype"],
                                      f["shape"], f["ragged"]) for f in core.fields])
-
-
-class StreamLoader(_lifetime.Tracked):
-    """Stages a StreamSource across the ranks of ``comm`` (mpistage::StreamLoader).
-
-    Options (equal on every rank, checked): sharding ("chunk" | "hash" | "source"),
-    chunk_size, hash_reading ("chunks" | "sources"), remainder ("rebalance" | "mask"),
-    batch_size, batch_bytes, batch_tokens, token_field, length_buckets, timeout (seconds),
-    window_steps (steps per agreement), prefetch and io_threads (batches read ahead by that many
-    I/O threads while the trainer computes; 0, the default, reads inside ``next()``: an
-    iterable then runs on the thread that made it, as a ``sqlite3`` connection needs; with
-    threads, each iterable is advanced on an I/O thread, holding the GIL while it runs).
-    ``state``: a dict from ``state()`` (any world size) to continue where it stopped.
-    Every ``next`` is collective; batches are ``Batch``es (ids ``(stream << 40) | position``).
-    """
-
-    def __init__(self, source, *, comm=None, state=None, tensors="torch", **options):
-        self._source = source
-        self._names = [f.name for f in source.fields]
-        self._tensors = tensors
-        self._core = _core.StreamLoader(_handle(comm), source._core,
-                                        _core.StreamOptions(**options),
-                                        None if state is None else json.dumps(state))
-        self._track()
-
-    def epoch(self, epoch):
-        """Collective: the batches of pass ``epoch`` (a new number reopens every stream)."""
-        del _raised[:]
-        self._core.epoch(epoch)
-        return self
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        try:
-            raw = self._core.next()
-        except _core.Error as agreed:
-            if _raised:
-                # This rank's iterable raised: the agreed error (the same type and text on
-                # every rank) chained from that exception, which keeps its type and traceback
-                # here as __cause__ (``except mpistage.Error as e: e.__cause__``).
-                original = _raised.pop()
-                del _raised[:]
-                raise agreed from original
-            raise
-        return make_batch(raw, self._names, self._tensors)
-
-    def state(self):
-        """Local (not collective, as ``Loader.state()``): where the loader stands, as a dict
-        identical on every rank, so rank 0 alone may save it while the others go on."""
-        return json.loads(self._core.state_json())
-
-    @property
-    def stats(self):
-        return self._core.stats
-
-    @property
-    def steps(self):
-        return self._core.steps
-
-    @property
-    def last_oversize(self):
-        return self._core.last_oversize
-

@@ -61,6 +61,14 @@ py::dict stats_to_python(const LoaderStats& s) {
     // As the CLI's --json ranks[] (cli::FileInput::totals): host -> device copies.
     d["h2d_bytes"] = s.staging.bytes_copied;
     d["h2d_seconds"] = s.staging.copy_seconds;
+    // Streams (zero for files): LoaderStats::stream.
+    d["tokens"] = s.stream.tokens;
+    d["padding_tokens"] = s.stream.padding_tokens;
+    d["items_read"] = s.stream.items_read;
+    d["items_sent"] = s.stream.items_sent;
+    d["extra_rounds"] = s.stream.extra_rounds;
+    d["agreements"] = s.stream.agreements;
+    d["io_threads"] = s.stream.io_threads;
     return d;
 }
 
@@ -86,12 +94,27 @@ std::unique_ptr<Loader> restore_loader(std::int64_t comm, const Source& source,
     return std::make_unique<Loader>(Loader::restore(comm_ref(comm), source, options, parsed));
 }
 
+// The same Loader over a StreamSource (Loader(comm, stream_source, options)).
+std::unique_ptr<Loader> make_stream_loader(std::int64_t comm, const StreamSource& source,
+                                           const LoaderOptions& options) {
+    py::gil_scoped_release unlocked;
+    return std::make_unique<Loader>(comm_ref(comm), source, options);
+}
+
+std::unique_ptr<Loader> restore_stream_loader(std::int64_t comm, const StreamSource& source,
+                                              const LoaderOptions& options,
+                                              const std::string& state) {
+    const LoaderState parsed = LoaderState::from_json(state, "python state");
+    py::gil_scoped_release unlocked;
+    return std::make_unique<Loader>(Loader::restore(comm_ref(comm), source, options, parsed));
+}
+
 // Interruptible by Ctrl-C while it waits for data or peers (interruptible.hpp).
 py::object next_batch(const py::object& self) {
     EpochRange& range = self.cast<EpochRange&>();
     HostBatch batch;
-    const bool more =
-        interruptible_next(self, [&range](HostBatch& b) { return range.next(b); }, batch);
+    const bool more = interruptible_next(
+        self, [&range](HostBatch& b) { return range.next(b); }, batch);
     if (!more) throw py::stop_iteration();
     return batch_to_python(std::move(batch));
 }
@@ -126,11 +149,12 @@ void bind_loader(py::module_& m) {
              "RawSource::close); later reads throw ConfigError naming them.");
     m.def("open_source", &open, py::arg("comm"), py::arg("paths"), py::arg("format"),
           py::arg("fields"), py::arg("index_paths"), py::arg("on_corrupt"), py::arg("features"),
-          py::arg("timeout_s"),
-          "Collective: opens files as a Source (mpistage::open_source).");
+          py::arg("timeout_s"), "Collective: opens files as a Source (mpistage::open_source).");
 
     py::class_<EpochRange, std::unique_ptr<EpochRange>>(m, "EpochRange")
         .def_property_readonly("steps", &EpochRange::steps)
+        .def_property_readonly("steps_done", &EpochRange::steps_done)
+        .def_property_readonly("last_oversize", &EpochRange::last_oversize)
         .def_property_readonly("stopped",
                                [](const EpochRange& r) {
                                    settle();
@@ -152,8 +176,14 @@ void bind_loader(py::module_& m) {
     py::class_<Loader, std::unique_ptr<Loader>>(m, "Loader")
         .def(py::init(&make_loader), py::arg("comm"), py::arg("source"), py::arg("options"),
              py::keep_alive<1, 3>())
+        .def(py::init(&make_stream_loader), py::arg("comm"), py::arg("source"), py::arg("options"),
+             py::keep_alive<1, 3>())
         .def_static("restore", &restore_loader, py::arg("comm"), py::arg("source"),
                     py::arg("options"), py::arg("state_json"), py::keep_alive<0, 2>())
+        .def_static("restore", &restore_stream_loader, py::arg("comm"), py::arg("source"),
+                    py::arg("options"), py::arg("state_json"), py::keep_alive<0, 2>())
+        .def_property_readonly("is_stream",
+                               [](const Loader& l) { return l.input() == LoaderInput::stream; })
         .def(
             "epoch",
             [](Loader& l, std::uint64_t e, std::uint64_t max_steps) {

@@ -143,9 +143,10 @@ py::list fields_to_python(const std::vector<FieldInfo>& fields) {
 std::string python_names(const std::string& message) {
     // C++ option fields as the Python arguments that set them; CLI flags named beside a field
     // are dropped (a Python user has no flags).
-    static const std::regex options(R"(\b(?:Loader|Plan|Epoch|Stream|Open|Sqlite)Options::([a-z_]+))");
+    static const std::regex options(
+        R"(\b(?:Loader|Plan|Epoch|Open|Sqlite)Options::(?:plan\.(?:budget\.)?|stream\.)?([a-z_]+))");
     static const std::regex budget(R"(\bBatchBudget::([a-z_]+))");
-    static const std::regex plan_field(R"(\bplan\.(?:budget\.)?([a-z_]+))");
+    static const std::regex plan_field(R"(\b(?:plan\.(?:budget\.)?|stream\.)([a-z_]+))");
     static const std::regex flag(R"( \(--[a-z0-9-]+\))");
     std::string out = std::regex_replace(message, options, "$1=");
     out = std::regex_replace(out, budget, "$1=");
@@ -199,7 +200,7 @@ void bind_errors(py::module_& m) {
 
 PYBIND11_MODULE(_mpistage, m) {
     namespace mp = mpistage::python;
-    m.doc() = "mpistage C++ core: sources, Loader, StreamLoader (use the `mpistage` package)";
+    m.doc() = "mpistage C++ core: sources, stream sources, the Loader (use the `mpistage` package)";
     m.attr("version") = MPISTAGE_VERSION;
     mp::init_interruptible();
     mp::bind_errors(m);

@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "bindings.hpp"
 #include "plan/implied_sharding.hpp"
@@ -69,6 +70,22 @@ Shuffle shuffle_of(const py::handle& v) {
     return parse_shuffle(v.cast<std::string>());
 }
 
+StreamSharding parse_stream_sharding(const std::string& s) {
+    if (s == "chunk") return StreamSharding::chunk;
+    if (s == "hash") return StreamSharding::hash;
+    if (s == "source") return StreamSharding::source;
+    throw ConfigError("stream sharding '" + s + "' is not one of chunk, hash, source");
+}
+
+std::vector<std::uint64_t> counts(const py::handle& v) {
+    if (py::isinstance<py::str>(v) || !py::isinstance<py::sequence>(v)) {
+        wrong_type(v, "a list of ints >= 0");
+    }
+    std::vector<std::uint64_t> out;
+    for (const py::handle& x : py::reinterpret_borrow<py::sequence>(v)) out.push_back(count(x));
+    return out;
+}
+
 const Setters<LoaderOptions>& loader_setters() {
     using O = LoaderOptions;
     using V = const py::handle&;
@@ -107,57 +124,29 @@ const Setters<LoaderOptions>& loader_setters() {
              }
              o.two_phase = parse_two_phase(v.cast<std::string>());
          }},
-    };
-    return s;
-}
-
-StreamSharding parse_stream_sharding(const std::string& s) {
-    if (s == "chunk") return StreamSharding::chunk;
-    if (s == "hash") return StreamSharding::hash;
-    if (s == "source") return StreamSharding::source;
-    throw ConfigError("stream sharding '" + s + "' is not one of chunk, hash, source");
-}
-
-const Setters<StreamOptions>& stream_setters() {
-    using O = StreamOptions;
-    using V = const py::handle&;
-    static const Setters<O> s{
-        {"sharding", [](O& o, V v) { o.sharding = parse_stream_sharding(text(v)); }},
-        {"chunk_size", [](O& o, V v) { o.chunk_size = count(v); }},
+        // StreamPlanOptions (a loader over a StreamSource; the Python Loader passes its
+        // sharding= and remainder= as stream_sharding= and stream_remainder=).
+        {"stream_sharding", [](O& o, V v) { o.stream.sharding = parse_stream_sharding(text(v)); }},
+        {"chunk_size", [](O& o, V v) { o.stream.chunk_size = count(v); }},
         {"hash_reading",
          [](O& o, V v) {
              const auto r = text(v);
              if (r != "chunks" && r != "sources") {
                  throw ConfigError("hash_reading '" + r + "' is not one of chunks, sources");
              }
-             o.hash_reading = r == "chunks" ? HashReading::chunks : HashReading::sources;
+             o.stream.hash_reading = r == "chunks" ? HashReading::chunks : HashReading::sources;
          }},
-        {"remainder",
+        {"stream_remainder",
          [](O& o, V v) {
              const auto r = text(v);
              if (r != "rebalance" && r != "mask") {
                  throw ConfigError("stream remainder '" + r + "' is not one of rebalance, mask");
              }
-             o.remainder = r == "mask" ? StreamRemainder::mask : StreamRemainder::rebalance;
+             o.stream.remainder = r == "mask" ? StreamRemainder::mask : StreamRemainder::rebalance;
          }},
-        {"batch_size", [](O& o, V v) { o.batch_size = count(v); }},
-        {"batch_bytes", [](O& o, V v) { o.batch_bytes = count(v); }},
-        {"batch_tokens", [](O& o, V v) { o.batch_tokens = count(v); }},
-        {"token_field", [](O& o, V v) { o.token_field = count(v); }},
-        {"length_buckets",
-         [](O& o, V v) {
-             if (py::isinstance<py::str>(v) || !py::isinstance<py::sequence>(v)) {
-                 wrong_type(v, "a list of ints >= 0");
-             }
-             o.length_buckets.clear();
-             for (const py::handle& x : py::reinterpret_borrow<py::sequence>(v)) {
-                 o.length_buckets.push_back(count(x));
-             }
-         }},
-        {"timeout", [](O& o, V v) { o.timeout = seconds(v); }},
-        {"window_steps", [](O& o, V v) { o.window_steps = count(v); }},
-        {"prefetch", [](O& o, V v) { o.prefetch = count(v); }},
-        {"io_threads", [](O& o, V v) { o.io_threads = count(v); }},
+        {"length_buckets", [](O& o, V v) { o.stream.length_buckets = counts(v); }},
+        {"window_steps", [](O& o, V v) { o.stream.window_steps = count(v); }},
+        {"window_bytes", [](O& o, V v) { o.stream.window_bytes = count(v); }},
     };
     return s;
 }
@@ -196,12 +185,6 @@ LoaderOptions loader_options(const py::kwargs& kw) {
     return o;
 }
 
-StreamOptions stream_options(const py::kwargs& kw) {
-    StreamOptions o = from_kwargs(stream_setters(), kw, "StreamLoader");
-    o.validate();
-    return o;
-}
-
 }  // namespace
 
 void bind_options(py::module_& m) {
@@ -209,10 +192,6 @@ void bind_options(py::module_& m) {
         .def(py::init(&loader_options),
              "Local: LoaderOptions from keyword arguments named as the C++ fields "
              "(plan fields flattened: batch_size, seed, sharding, ...). @throws ConfigError.");
-    py::class_<StreamOptions>(m, "StreamOptions")
-        .def(py::init(&stream_options),
-             "Local: StreamOptions from keyword arguments. @throws ConfigError.")
-        .def("describe", &StreamOptions::describe);
 }
 
 }  // namespace mpistage::python

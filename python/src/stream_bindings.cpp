@@ -1,14 +1,12 @@
-// Streams from Python: a user's Python iterables as a CallableStreamSource (the C++ stream
-// machinery does the sharding, batching and end-of-stream agreement), the SQLite source, and
-// the StreamLoader. Python code runs only inside the generators, under the GIL; the loader's
-// waits release it.
+// Stream sources from Python: a user's Python iterables as a CallableStreamSource (the Loader's
+// stream planner does the sharding, batching and end-of-stream agreement) and the SQLite source.
+// Python code runs only inside the generators, under the GIL; the loader's waits release it.
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "bindings.hpp"
-#include "interruptible.hpp"
 
 namespace mpistage::python {
 
@@ -135,37 +133,6 @@ std::unique_ptr<StreamSource> sqlite_source(std::int64_t comm, const std::string
     return std::make_unique<SqliteSource>(comm_ref(comm), std::move(o));
 }
 
-py::dict stream_stats(const StreamStats& s) {
-    py::dict d;
-    d["batches"] = s.batches;
-    d["valid_samples"] = s.valid_samples;
-    d["padding_slots"] = s.padding_slots;
-    d["payload_bytes"] = s.payload_bytes;
-    d["tokens"] = s.tokens;
-    d["padding_tokens"] = s.padding_tokens;
-    d["oversize_batches"] = s.oversize_batches;
-    d["items_read"] = s.items_read;
-    d["items_sent"] = s.items_sent;
-    d["extra_rounds"] = s.extra_rounds;
-    d["agreements"] = s.agreements;
-    d["wait_peers_seconds"] = s.wait_peers_time.count();
-    d["wait_io_seconds"] = s.wait_io_time.count();
-    d["io_threads"] = s.io_threads;
-    return d;
-}
-
-std::unique_ptr<StreamLoader> make_stream_loader(std::int64_t comm, const StreamSource& source,
-                                                 const StreamOptions& options,
-                                                 const py::object& resume_json) {
-    std::unique_ptr<StreamState> state;
-    if (!resume_json.is_none()) {
-        state =
-            std::make_unique<StreamState>(StreamState::from_json(resume_json.cast<std::string>()));
-    }
-    py::gil_scoped_release unlocked;
-    return std::make_unique<StreamLoader>(comm_ref(comm), source, options, state.get());
-}
-
 }  // namespace
 
 void bind_streams(py::module_& m) {
@@ -179,40 +146,6 @@ void bind_streams(py::module_& m) {
     m.def("sqlite_source", &sqlite_source, py::arg("comm"), py::arg("path"), py::arg("query"),
           py::arg("key_column"), py::arg("range_column"), py::arg("range_streams"),
           py::arg("nulls"), py::arg("fill_value"));
-
-    py::class_<StreamLoader, std::unique_ptr<StreamLoader>>(m, "StreamLoader")
-        .def(py::init(&make_stream_loader), py::arg("comm"), py::arg("source"), py::arg("options"),
-             py::arg("resume_json"), py::keep_alive<1, 3>())
-        .def("epoch",
-             [](StreamLoader& l, std::uint64_t e) {
-                 settle();
-                 py::gil_scoped_release unlocked;
-                 l.epoch(e);
-             })
-        // Interruptible by Ctrl-C while it waits for a stream or for peers (interruptible.hpp):
-        // KeyboardInterrupt within about 50 ms; the interrupted step completes in the
-        // background and its batch is the next call's, so a caught Ctrl-C loses no batch.
-        .def("next",
-             [](const py::object& self) -> py::object {
-                 auto& l = self.cast<StreamLoader&>();
-                 HostBatch batch;
-                 const bool more = interruptible_next(
-                     self, [&l](HostBatch& b) { return l.next(b); }, batch);
-                 if (!more) throw py::stop_iteration();
-                 return batch_to_python(std::move(batch));
-             })
-        .def("state_json",
-             [](const StreamLoader& l) {
-                 settle();
-                 py::gil_scoped_release unlocked;
-                 return l.state().to_json();
-             })
-        .def_property_readonly("steps", &StreamLoader::steps)
-        .def_property_readonly("last_oversize", &StreamLoader::last_oversize)
-        .def_property_readonly("stats",
-                               [](const StreamLoader& l) { return stream_stats(l.stats()); })
-        .def_property_readonly("rank", [](const StreamLoader& l) { return l.comm().rank(); })
-        .def_property_readonly("world_size", [](const StreamLoader& l) { return l.comm().size(); });
 }
 
 }  // namespace mpistage::python

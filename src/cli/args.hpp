@@ -95,7 +95,7 @@ struct StageArgs {
     std::string query;
     std::string shard = "chunk";
     std::uint64_t chunk_rows = 256;
-    /// --on-dry rebalance|mask (StreamOptions::remainder).
+    /// --on-dry rebalance|mask (StreamPlanOptions::remainder).
     std::string on_dry = "rebalance";
     /// Rank 0 writes the ids of every delivered row here (one per line, ascending).
     std::string ids_out;

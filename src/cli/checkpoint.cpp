@@ -40,12 +40,7 @@ constexpr std::uint64_t kMaxStateFileBytes = 1u << 20;
 std::string saved_state_json(const SavedState& s) {
     nlohmann::ordered_json j;
     j["mpistage_state"] = kStateFileVersion;
-    if (s.stream) {
-        j["epoch"] = s.stream_epoch;
-        j["stream"] = nlohmann::ordered_json::parse(s.stream->to_json());
-    } else {
-        j["loader"] = nlohmann::ordered_json::parse(s.loader.to_json());
-    }
+    j["loader"] = nlohmann::ordered_json::parse(s.loader.to_json());
     if (!s.ids_path.empty()) j["id_log"] = {{"path", s.ids_path}, {"count", s.ids_count}};
     return j.dump(2) + "\n";
 }
@@ -76,11 +71,17 @@ SavedState read_saved_state(const std::string& path) {
     } catch (const nlohmann::json::parse_error& e) {
         throw ConfigError("stage: --resume file '" + path + "' is not JSON: " + e.what());
     }
-    if (!j.is_object() || !j.contains("mpistage_state") ||
-        !(j.contains("loader") || j.contains("stream"))) {
+    if (j.is_object() && j.contains("mpistage_state") && j.contains("stream") &&
+        !j.contains("loader")) {
+        throw ConfigError("stage: --resume file '" + path +
+                          "' holds a stream state in the layout of an earlier mpistage "
+                          "(\"stream\"; this build writes stream states as \"loader\" with "
+                          "\"input\": \"stream\"); start the pass again");
+    }
+    if (!j.is_object() || !j.contains("mpistage_state") || !j.contains("loader")) {
         throw ConfigError("stage: --resume file '" + path +
                           "' is not an mpistage state file (no \"mpistage_state\" and "
-                          "\"loader\" or \"stream\")");
+                          "\"loader\")");
     }
     if (j["mpistage_state"] != kStateFileVersion) {
         throw ConfigError("stage: --resume file '" + path + "' has state file version " +
@@ -88,16 +89,6 @@ SavedState read_saved_state(const std::string& path) {
                           std::to_string(kStateFileVersion));
     }
     SavedState s;
-    if (j.contains("stream")) {
-        if (!j.contains("epoch") || !j["epoch"].is_number_unsigned()) {
-            throw ConfigError("stage: --resume file '" + path + "': epoch is " +
-                              (j.contains("epoch") ? j["epoch"].dump() : "missing") +
-                              "; expected an integer in [0, 2^64)");
-        }
-        s.stream_epoch = j["epoch"].get<std::uint64_t>();
-        s.stream = StreamState::from_json(j["stream"].dump());
-        return s;
-    }
     s.loader = LoaderState::from_json(j["loader"].dump(), "'" + path + "'");
     if (j.contains("id_log")) {
         const nlohmann::json& log = j["id_log"];

@@ -11,21 +11,19 @@
 
 #include "mpistage/comm.hpp"
 #include "mpistage/state.hpp"
-#include "mpistage/stream.hpp"
 
 namespace mpistage::cli {
 
-/// What a --save-state file holds: {"mpistage_state": 1, "loader": {...}, "id_log": {...}} for
-/// files, {"mpistage_state": 1, "epoch": E, "stream": {...}} for streams.
+/// What a --save-state file holds: {"mpistage_state": 1, "loader": {...}, "id_log": {...}} (a
+/// stream loader's state has `"input": "stream"` and no id log).
 struct SavedState {
-    /// Files: the loader's state (unused when `stream` is set).
+    /// The loader's state (of files or of a stream).
     LoaderState loader;
-    /// Streams: the stream loader's state within pass (epoch) `stream_epoch`.
-    std::optional<StreamState> stream;
-    std::uint64_t stream_epoch = 0;
+    /// Whether it is a stream loader's state.
+    bool stream() const noexcept { return loader.input == LoaderInput::stream; }
     /// The epoch the state stands in, and the steps of it consumed.
-    std::uint64_t epoch() const noexcept { return stream ? stream_epoch : loader.epoch; }
-    std::uint64_t steps() const noexcept { return stream ? stream->steps : loader.steps_consumed; }
+    std::uint64_t epoch() const noexcept { return loader.epoch; }
+    std::uint64_t steps() const noexcept { return loader.steps_consumed; }
     /// --verify runs: the file of int64 ids (native byte order) consumed in `loader.epoch`
     /// before this state, and how many of its first ids belong to the state (a run killed
     /// between two saves may have appended more). Empty path: the run kept no log.

@@ -51,8 +51,8 @@ struct Rule {
 
 constexpr const char* kStreamOnly = "it is for --sqlite input";
 constexpr const char* kFileOnly =
-    "it is for FILE input served by the loader (streams have no memory tier, device staging, "
-    "file verification or agreed stop)";
+    "it is for FILE input (streams have no memory tier, device delivery or file "
+    "verification)";
 
 // Every option of the stage command, in --help order. A flag added to args.cpp without a row
 // here fails every run that gives it, and the unit test that compares the two lists.
@@ -90,8 +90,8 @@ constexpr Rule kRules[] = {
     {"--save-state", any_input, ""},
     {"--save-every", any_input, ""},
     {"--stop-after-steps", any_input, ""},
-    {"--stop-signals", files, kFileOnly},
-    {"--stop-marker", files, kFileOnly},
+    {"--stop-signals", any_input, ""},
+    {"--stop-marker", any_input, ""},
     {"--resume", any_input, ""},
     {"--accept-legacy-state", files,
      "it lets a FILE input's loader state without a consumed-id digest resume"},

@@ -37,7 +37,7 @@ LocalChecks check_locally(const Communicator& comm, const StageArgs& a) {
                           "'): give FILE(s) or --sqlite DB, not both");
     }
     refuse_inapplicable_flags(a, c.input);
-    if (!a.stream()) c.stop_signals = parse_stop_signals(a.stop_signals);
+    c.stop_signals = parse_stop_signals(a.stop_signals);
     if (comm.rank() == 0) {
         if (!a.json.empty()) check_json_destination(a.json);
         if (!a.save_state.empty()) check_destination(a.save_state, "--save-state file");
@@ -47,9 +47,8 @@ LocalChecks check_locally(const Communicator& comm, const StageArgs& a) {
             // A marker left by an earlier run must not speak for this one.
             if (output_kind(a.stop_marker, "--stop-marker file") == OutputKind::replace &&
                 ::unlink(a.stop_marker.c_str()) != 0 && errno != ENOENT) {
-                throw ConfigError("stage: cannot remove the --stop-marker file '" +
-                                  a.stop_marker + "' of an earlier run: " +
-                                  std::strerror(errno));
+                throw ConfigError("stage: cannot remove the --stop-marker file '" + a.stop_marker +
+                                  "' of an earlier run: " + std::strerror(errno));
             }
         }
     }
@@ -57,23 +56,22 @@ LocalChecks check_locally(const Communicator& comm, const StageArgs& a) {
         c.resume = read_saved_state(a.resume);
         const std::uint64_t end = a.first_epoch + a.epochs;
         if (c.resume->epoch() >= end) {
-            throw ConfigError("stage: --resume file '" + a.resume + "' stands at epoch " +
-                              std::to_string(c.resume->epoch()) + " (step " +
-                              std::to_string(c.resume->steps()) +
-                              "), not before the end of the epochs to run (--first-epoch " +
-                              std::to_string(a.first_epoch) + " + --epochs " +
-                              std::to_string(a.epochs) + " = " + std::to_string(end) +
-                              "): nothing would be staged; raise --epochs to go on");
+            throw ConfigError(
+                "stage: --resume file '" + a.resume + "' stands at epoch " +
+                std::to_string(c.resume->epoch()) + " (step " + std::to_string(c.resume->steps()) +
+                "), not before the end of the epochs to run (--first-epoch " +
+                std::to_string(a.first_epoch) + " + --epochs " + std::to_string(a.epochs) + " = " +
+                std::to_string(end) + "): nothing would be staged; raise --epochs to go on");
         }
-        if (c.resume->stream.has_value() != a.stream()) {
+        if (c.resume->stream() != a.stream()) {
             throw ConfigError("stage: --resume file '" + a.resume + "' holds the state of " +
                               (a.stream() ? "FILE input" : "a --sqlite stream") + ", not of " +
                               input_kind_name(c.input.kind) + " input");
         }
-        if (c.resume->stream) {
-            c.prior_count = c.resume->stream->delivered;
+        if (c.resume->stream()) {
+            c.prior_count = c.resume->loader.samples_consumed;
             if (a.verify && comm.rank() == 0) {
-                c.prior_ids = StreamInput::consumed_ids(*c.resume->stream);
+                c.prior_ids = StreamInput::consumed_ids(c.resume->loader);
             }
         } else {
             c.prior_count = c.resume->ids_path.empty() ? 0 : c.resume->ids_count;

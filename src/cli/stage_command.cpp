@@ -39,7 +39,7 @@ double process_cpu_seconds() noexcept {
 // The state's own JSON for the report: the loader's or the stream's ("null": none).
 std::string state_json(const std::optional<SavedState>& s) {
     if (!s) return "null";
-    return s->stream ? s->stream->to_json() : s->loader.to_json();
+    return s->loader.to_json();
 }
 
 /// What one rank's batches of one epoch held (counted as they are consumed).
@@ -305,9 +305,8 @@ int stage_input(const Communicator& comm, const StageArgs& a, const LocalChecks&
     if (saved) o.state_note = state_note(*saved, o.num_samples);
     o.stopped_after = run.stopped() ? run.steps() : 0;
     if (run.signalled()) {  // the ranks that got the signal know which: the largest number
-        o.stopped_by_signal =
-            signal_name(static_cast<int>(comm.allreduce_max(
-                static_cast<std::uint64_t>(std::max(0, stop_signal())))));
+        o.stopped_by_signal = signal_name(static_cast<int>(
+            comm.allreduce_max(static_cast<std::uint64_t>(std::max(0, stop_signal())))));
     }
     o.state_saves = run.saves();
     o.ranks = run.gather_totals();
@@ -350,17 +349,17 @@ int run_stage(Communicator& comm, const StageArgs& a) {
     // --timeout is agreed now: from here on every collective of the CLI's own communicator
     // (format agreement, opening, --verify and --json gathers) runs under the watchdog too.
     comm.set_timeout(std::chrono::seconds(a.timeout_seconds));
-    if (a.stream()) {
-        StreamInput input(comm, a, local.resume);
-        return stage_input(comm, a, local, input, StageOutcome{});
-    }
     // From here a --stop-signals signal stops the loader at its next agreed step (before the
-    // loader exists: at its first one).
+    // loader exists: at its first one), for files and streams alike.
     run_agreed(comm, [&] { install_stop_signals(local.stop_signals); });
-    require_same_format(comm, a, local.format);
-    const auto source = open_source(comm, a, local.format);
     StageOutcome o;
     for (const int s : local.stop_signals) o.stop_signals.push_back(signal_name(s));
+    if (a.stream()) {
+        StreamInput input(comm, a, local.resume);
+        return stage_input(comm, a, local, input, std::move(o));
+    }
+    require_same_format(comm, a, local.format);
+    const auto source = open_source(comm, a, local.format);
     o.fields = source->fields();
     o.source = source->statistics();
     o.source_notes = source->notes();

@@ -229,8 +229,9 @@ double parse_fill(const std::string& text) {
     return v;
 }
 
-StreamOptions stream_options(const StageArgs& a, SqliteOptions& sqlite) {
-    StreamOptions o;
+LoaderOptions stream_options(const StageArgs& a, SqliteOptions& sqlite) {
+    LoaderOptions lo;
+    StreamPlanOptions& o = lo.stream;
     sqlite.path = a.sqlite;
     sqlite.query = a.query;
     if (a.shard == "chunk") {
@@ -259,9 +260,11 @@ StreamOptions stream_options(const StageArgs& a, SqliteOptions& sqlite) {
         throw ConfigError("stage: --threads must be at most " + std::to_string(kMaxIoThreads) +
                           ", not " + std::to_string(a.threads));
     }
-    o.prefetch = a.prefetch;
+    lo.prefetch = a.prefetch;
     // Read ahead only when asked: cheap rows cost more to hand over than to read in the loop.
-    o.io_threads = a.threads_given ? a.threads : 0;
+    lo.io_threads = a.threads_given ? a.threads : 0;
+    // Streams are delivered in host memory (LoaderOptions: a CUDA device is refused).
+    lo.device = "cpu";
     for (const std::string& spec : a.columns) sqlite.columns.push_back(sqlite_column(spec));
     if (a.nulls == "error") {
         sqlite.nulls = SqliteNulls::error;
@@ -276,17 +279,18 @@ StreamOptions stream_options(const StageArgs& a, SqliteOptions& sqlite) {
     }
     sqlite.validate();
     o.chunk_size = a.chunk_rows;
-    o.batch_bytes = a.batch_bytes;
-    o.batch_tokens = a.batch_tokens;
-    o.batch_size = a.budget() ? a.max_batch_samples : a.batch_size;
-    if (o.batch_size == 0) {
+    if (o.chunk_size == 0) throw ConfigError("stage: --chunk-rows must be at least 1, not 0");
+    lo.plan.budget.batch_bytes = a.batch_bytes;
+    lo.plan.budget.batch_tokens = a.batch_tokens;
+    lo.plan.budget.max_batch_samples = a.max_batch_samples;
+    if (!a.budget()) lo.plan.batch_size = a.batch_size;
+    if ((a.budget() ? a.max_batch_samples : a.batch_size) == 0) {
         throw ConfigError(std::string("stage: ") +
                           (a.budget() ? "--max-batch-samples" : "--batch-size") +
                           " must be at least 1, not 0");
     }
-    o.timeout = std::chrono::seconds(a.timeout_seconds);
-    o.validate();
-    return o;
+    lo.timeout = std::chrono::seconds(a.timeout_seconds);
+    return lo;
 }
 
 }  // namespace
@@ -294,15 +298,17 @@ StreamOptions stream_options(const StageArgs& a, SqliteOptions& sqlite) {
 StreamInput::StreamInput(const Communicator& comm, const StageArgs& a,
                          const std::optional<SavedState>& resume) {
     SqliteOptions sqlite;
-    StreamOptions options = run_agreed_value(comm, [&] { return stream_options(a, sqlite); });
+    LoaderOptions options = run_agreed_value(comm, [&] { return stream_options(a, sqlite); });
     source_ = std::make_unique<SqliteSource>(comm, sqlite);
     if (a.batch_tokens > 0) {
         run_agreed(comm, [&] {
-            options.token_field = token_field_index(source_->fields(), a.token_field, "sqlite");
+            options.plan.budget.token_field =
+                token_field_index(source_->fields(), a.token_field, "sqlite");
         });
     }
-    const StreamState* state = resume && resume->stream ? &*resume->stream : nullptr;
-    loader_ = std::make_unique<StreamLoader>(comm, *source_, options, state);
+    loader_ = resume ? std::make_unique<Loader>(
+                           Loader::restore(comm, *source_, std::move(options), resume->loader))
+                     : std::make_unique<Loader>(comm, *source_, std::move(options));
     // Counted in the source's snapshot (the one every rank reads): the query on rank 0, or
     // with --shard range the key ranges split over the ranks as the loader splits them
     // (stream s on rank s mod W, since every range weighs 1), so that no rank steps through
@@ -317,7 +323,6 @@ StreamInput::StreamInput(const Communicator& comm, const StageArgs& a,
         return n;
     });
     rows_ = comm.allreduce_sum(rows);
-    tier_.tier = "stream";
 }
 
 void StreamInput::collect(const HostBatch& b, std::vector<std::uint64_t>& hashes) const {
@@ -344,16 +349,15 @@ const std::vector<std::uint64_t>& StreamInput::reference(const Communicator& com
 
 std::optional<SavedState> StreamInput::snapshot() const {
     SavedState s;
-    s.stream = loader_->state();
-    s.stream_epoch = loader_->current_epoch();
+    s.loader = loader_->state();
     return s;
 }
 
 RankTotals StreamInput::totals() const {
-    const StreamStats& s = loader_->stats();
+    const LoaderStats& s = loader_->stats();
     RankTotals t;
-    t.bytes = s.payload_bytes;
-    t.records_moved = s.items_sent;
+    t.bytes = s.bytes_read;
+    t.records_moved = s.stream.items_sent;
     t.oversize = s.oversize_batches;
     t.wait_peers_seconds = s.wait_peers_time.count();
     // Waiting for rows the I/O threads had not read yet (0 when read on this thread).
@@ -365,19 +369,21 @@ RankTotals StreamInput::totals() const {
 void StreamInput::describe(const StageArgs& a, StageOutcome& o) const {
     describe_common(a, o);
     o.num_samples = rows_;
-    const StreamOptions& opt = loader_->options();
-    o.options = {{"batch_size", opt.batch_size},
-                 {"batch_bytes", opt.batch_bytes},
-                 {"batch_tokens", opt.batch_tokens},
-                 {"token_field", opt.token_field},
+    const LoaderOptions& lo = loader_->options();
+    const StreamPlanOptions& opt = lo.stream;
+    const bool budget = lo.plan.budget.active();
+    o.options = {{"batch_size", budget ? lo.plan.budget.max_batch_samples : lo.plan.batch_size},
+                 {"batch_bytes", lo.plan.budget.batch_bytes},
+                 {"batch_tokens", lo.plan.budget.batch_tokens},
+                 {"token_field", lo.plan.budget.token_field},
                  {"chunk_size", opt.chunk_size},
                  {"sharding", opt.sharding == StreamSharding::hash     ? "hash"
                               : opt.sharding == StreamSharding::source ? "range"
                                                                        : "chunk"},
                  {"remainder", opt.remainder == StreamRemainder::mask ? "mask" : "rebalance"},
-                 {"timeout_seconds", opt.timeout.count()},
-                 {"prefetch", opt.prefetch},
-                 {"io_threads", opt.io_threads}};
+                 {"timeout_seconds", lo.timeout.count()},
+                 {"prefetch", lo.prefetch},
+                 {"io_threads", lo.io_threads}};
     o.remainder = a.on_dry;
     o.shuffle = "none";
     o.sharding = a.shard;
@@ -386,11 +392,11 @@ void StreamInput::describe(const StageArgs& a, StageOutcome& o) const {
     o.stream = {{"sqlite", a.sqlite},
                 {"query", a.query},
                 {"shard", a.shard},
-                {"chunk_rows", loader_->options().chunk_size},
+                {"chunk_rows", opt.chunk_size},
                 {"on_dry", a.on_dry}};
 }
 
-std::vector<std::int64_t> StreamInput::consumed_ids(const StreamState& state) {
+std::vector<std::int64_t> StreamInput::consumed_ids(const LoaderState& state) {
     std::vector<std::int64_t> ids;
     for (std::size_t s = 0; s < state.streams.size(); ++s) {
         const StreamPosition& p = state.streams[s];
@@ -405,10 +411,11 @@ std::vector<std::int64_t> StreamInput::consumed_ids(const StreamState& state) {
 }
 
 std::string state_note(const SavedState& s, std::uint64_t num_samples) {
-    if (s.stream) {
-        return "epoch " + std::to_string(s.stream_epoch) + ", step " +
-               std::to_string(s.stream->steps) + ", " + std::to_string(s.stream->delivered) +
-               " of " + std::to_string(num_samples) + " rows delivered";
+    if (s.stream()) {
+        return "epoch " + std::to_string(s.loader.epoch) + ", step " +
+               std::to_string(s.loader.steps_consumed) + ", " +
+               std::to_string(s.loader.samples_consumed) + " of " + std::to_string(num_samples) +
+               " rows delivered";
     }
     return file_state_note(s.loader, num_samples);
 }

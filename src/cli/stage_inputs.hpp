@@ -78,24 +78,25 @@ private:
 /// A --sqlite query as a stream; each epoch is one pass of the query.
 class StreamInput {
 public:
-    /// Collective: opens the database and the stream loader (from `resume` when given).
+    /// Collective: opens the database and the library's `Loader` over it as a stream (from
+    /// `resume` when given).
     StreamInput(const Communicator& comm, const StageArgs& a,
                 const std::optional<SavedState>& resume);
-    StreamLoader::EpochBatches epoch(std::uint64_t e) { return loader_->epoch(e); }
-    std::uint64_t planned_steps(const StreamLoader::EpochBatches&) const noexcept { return 0; }
-    bool stopped(const StreamLoader::EpochBatches&) const noexcept { return false; }
+    EpochRange epoch(std::uint64_t e) { return loader_->epoch(e); }
+    std::uint64_t planned_steps(const EpochRange&) const noexcept { return 0; }
+    bool stopped(const EpochRange& r) const noexcept { return r.stopped(); }
     void consume(const HostBatch&) {}
-    bool oversize(const StreamLoader::EpochBatches&, const HostBatch&) const noexcept {
-        return loader_->last_oversize();
+    bool oversize(const EpochRange& r, const HostBatch&) const noexcept {
+        return r.last_oversize();
     }
-    std::uint64_t expected(const StreamLoader::EpochBatches&, std::uint64_t) const { return rows_; }
-    void note_epoch(const StreamLoader::EpochBatches&, EpochReport&) const {}
+    std::uint64_t expected(const EpochRange&, std::uint64_t) const { return rows_; }
+    void note_epoch(const EpochRange&, EpochReport&) const {}
     std::optional<SavedState> snapshot() const;
     RankTotals totals() const;
-    const LoaderStats& tier_stats() const noexcept { return tier_; }
+    const LoaderStats& tier_stats() const noexcept { return loader_->stats(); }
     void describe(const StageArgs& a, StageOutcome& o) const;
     /// Rank 0: the ids `state` had delivered in its pass (the prior run's, for --verify).
-    static std::vector<std::int64_t> consumed_ids(const StreamState& state);
+    static std::vector<std::int64_t> consumed_ids(const LoaderState& state);
     /// Rows have identities beyond their position: --verify compares their contents.
     static constexpr bool kRowContent = true;
     /// Ids are the rows' positions 0..rows-1 (one stream; not with key ranges).
@@ -109,9 +110,8 @@ public:
 
 private:
     std::unique_ptr<SqliteSource> source_;
-    std::unique_ptr<StreamLoader> loader_;
+    std::unique_ptr<Loader> loader_;
     std::uint64_t rows_ = 0;
-    LoaderStats tier_;
     std::vector<std::uint64_t> reference_;
     bool have_reference_ = false;
 };

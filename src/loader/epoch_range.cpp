@@ -39,6 +39,12 @@ const EpochPlan& EpochRange::plan() const noexcept {
 const EpochTotals& EpochRange::totals() const noexcept {
     return impl_->totals;
 }
+std::uint64_t EpochRange::steps_done() const noexcept {
+    return impl_->next_consume;
+}
+bool EpochRange::last_oversize() const noexcept {
+    return impl_->last_oversize;
+}
 
 detail::SyncTag EpochRange::Impl::window_tag(detail::SyncKind kind, std::uint64_t s) const {
     detail::SyncTag t;
@@ -249,6 +255,7 @@ std::size_t EpochRange::Impl::stage_window(std::size_t good) {
 
 bool EpochRange::next(HostBatch& out) {
     Impl& d = *impl_;
+    if (d.of_stream) return d.next_stream(out);
     // Release the caller's previous batch first: `out` is being replaced, so its slot must not
     // count as held (otherwise `while (range.next(b))` and the range-for iterator fail at
     // step 1 with prefetch = 1). Copies the caller kept elsewhere still hold their slots.
@@ -302,7 +309,8 @@ bool EpochRange::next(HostBatch& out) {
         l.stats.batches += 1;
         l.stats.valid_samples += num_valid;
         l.stats.padding_slots += size - num_valid;
-        l.stats.oversize_batches += d.plan.batch_oversize(step) ? 1 : 0;
+        d.last_oversize = d.plan.batch_oversize(step);
+        l.stats.oversize_batches += d.last_oversize ? 1 : 0;
         l.stats.bytes_read += bytes;
         ++d.next_consume;
         l.progress.consumed = d.next_consume;

@@ -12,6 +12,7 @@
 #include "loader/contents.hpp"
 #include "loader/device_delivery.hpp"
 #include "loader/loader_impl.hpp"
+#include "loader/stream/stream_engine.hpp"
 #include "mpistage/hash.hpp"
 #include "plan/consumed_digest.hpp"
 #include "two_phase/two_phase.hpp"
@@ -342,6 +343,15 @@ void Loader::Impl::close() {
 }
 
 void Loader::close() {
+    if (stream_) {
+        // Streams: no collective (every rank yields the same steps by construction); the
+        // range in flight, if any, ends, and later epoch() calls throw.
+        if (stream_->active_range) {
+            static_cast<EpochRange::Impl*>(stream_->active_range)->detach_stream();
+        }
+        stream_->closed = true;
+        return;
+    }
     impl_->close();
 }
 
@@ -356,36 +366,38 @@ void Loader::Impl::close_quietly() noexcept {
 
 Loader::~Loader() {
     if (impl_) impl_->close_quietly();
+    if (stream_) close();
 }
 Loader::Loader(Loader&&) noexcept = default;
 Loader& Loader::operator=(Loader&& o) noexcept {
     if (this != &o) {
         if (impl_) impl_->close_quietly();
+        if (stream_) close();
         impl_ = std::move(o.impl_);
+        stream_ = std::move(o.stream_);
     }
     return *this;
 }
 
 std::uint64_t Loader::num_samples() const noexcept {
-    return impl_->num_samples;
+    return stream_ ? 0 : impl_->num_samples;
 }
 const EpochTotals& Loader::totals() const noexcept {
-    return impl_->totals;
+    static const EpochTotals unknown{};  // streams: not known in advance
+    return stream_ ? unknown : impl_->totals;
 }
 const LoaderStats& Loader::stats() const noexcept {
-    return impl_->stats;
+    return stream_ ? stream_->stats : impl_->stats;
 }
 const LoaderOptions& Loader::options() const noexcept {
-    return impl_->options;
+    return stream_ ? stream_->loader_options : impl_->options;
 }
 const Communicator& Loader::comm() const noexcept {
-    return impl_->comm;
-}
-const Source& Loader::source() const noexcept {
-    return impl_->source;
+    return stream_ ? stream_->comm : impl_->comm;
 }
 
 EpochRange Loader::epoch(std::uint64_t e, EpochOptions eo) {
+    if (stream_) return stream_epoch(e, eo);
     Impl& d = *impl_;
     if (d.closed || d.peer_closed) {  // known on every rank alike (see Impl::sync)
         throw ConfigError(

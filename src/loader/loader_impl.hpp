@@ -190,6 +190,12 @@ struct Loader::Impl {
 struct EpochRange::Impl {
     using Clock = std::chrono::steady_clock;
     Loader::Impl* loader = nullptr;
+    /// A range of a loader over streams: its stream engine (`loader` is then null; both are
+    /// null once the loader is gone), and whether it is one.
+    detail::StreamEngine* stream = nullptr;
+    bool of_stream = false;
+    /// The batch most recently returned was one sample over the budget.
+    bool last_oversize = false;
     EpochPlan plan;
     EpochTotals totals;
     std::uint64_t epoch = 0;
@@ -219,7 +225,8 @@ struct EpochRange::Impl {
     bool stopped = false;
 
     void shutdown() noexcept {
-        // A range left before its end (a stop, an error) still counts its time.
+        // A range left before its end (a stop, an error) still counts its time (streams count
+        // theirs in next_stream).
         if (!finished && next_consume > 0 && loader) {
             loader->stats.epoch_time += Clock::now() - started;
             finished = true;
@@ -239,7 +246,12 @@ struct EpochRange::Impl {
             loader->epoch_active = false;
             if (loader->active == this) loader->active = nullptr;
         }
+        detach_stream();
     }
+    /// Streams: the engine forgets this range (stream_range.cpp).
+    void detach_stream() noexcept;
+    /// Streams: `EpochRange::next` (stream_range.cpp).
+    bool next_stream(HostBatch& out);
     /// Not collective: takes the slot of step `next_consume` (waiting for it) and every later
     /// one already read; returns the first step this rank does not hold error-free.
     std::uint64_t fill_window();

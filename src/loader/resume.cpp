@@ -4,6 +4,7 @@
 #include "loader/fingerprint.hpp"
 #include "loader/loader_impl.hpp"
 #include "loader/state_check.hpp"
+#include "loader/stream/stream_engine.hpp"
 #include "plan/consumed_digest.hpp"
 
 namespace mpistage {
@@ -18,8 +19,8 @@ std::uint64_t skipped_records_of(const Source& source) {
 }
 
 // "option 'seed' of the saved state is 7 but the loader was given 8".
-void require_option(bool same, const char* name, const std::string& saved,
-                    const std::string& given, const std::string& origin) {
+void require_option(bool same, const char* name, const std::string& saved, const std::string& given,
+                    const std::string& origin) {
     if (same) return;
     throw ConfigError("loader: cannot resume from " + origin + ": option '" + name +
                       "' of the saved state is " + saved + " but the loader was given " + given +
@@ -132,6 +133,7 @@ Loader Loader::restore(CommRef comm, const Source& source, LoaderOptions options
 }
 
 LoaderState Loader::state() const {
+    if (stream_) return stream_->state();
     const Impl& d = *impl_;
     if (d.diverged) throw ConfigError(d.divergence + " (no state is the same on every rank)");
     LoaderState s;

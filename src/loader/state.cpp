@@ -13,10 +13,14 @@ namespace mpistage {
 
 std::string to_string(FingerprintLevel level) {
     switch (level) {
-        case FingerprintLevel::ends: return "ends";
-        case FingerprintLevel::sampled_v4: return "sampled_v4";
-        case FingerprintLevel::sampled: return "sampled";
-        case FingerprintLevel::full: return "full";
+        case FingerprintLevel::ends:
+            return "ends";
+        case FingerprintLevel::sampled_v4:
+            return "sampled_v4";
+        case FingerprintLevel::sampled:
+            return "sampled";
+        case FingerprintLevel::full:
+            return "full";
     }
     return "sampled";
 }
@@ -31,7 +35,69 @@ FingerprintLevel parse_fingerprint_level(const std::string& s, bool allow_legacy
                                     : std::string(")")));
 }
 
+namespace {
+
+/// The keys of a stream state (`LoaderInput::stream`).
+std::string stream_state_json(const LoaderState& s) {
+    nlohmann::ordered_json j = {
+        {"format_version", LoaderState::kFormatVersion},
+        {"input", "stream"},
+        {"dataset_fingerprint", s.dataset_fingerprint},
+        {"world_size", s.world_size},
+        {"epoch", s.epoch},
+        {"steps_consumed", s.steps_consumed},
+        {"samples_consumed", s.samples_consumed},
+        {"streams", nlohmann::ordered_json::array()},
+    };
+    for (const StreamPosition& p : s.streams) {
+        nlohmann::ordered_json pending = nlohmann::ordered_json::array();
+        for (const auto& r : p.pending) pending.push_back({r.first, r.second});
+        j["streams"].push_back({{"next", p.next}, {"pending", pending}});
+    }
+    return j.dump();
+}
+
+/// Parses the keys of a stream state (`"input": "stream"`). Negative, fractional or
+/// out-of-range positions are refused, never wrapped (a wrapped `next` would make a check walk
+/// up to 2^64 positions).
+LoaderState stream_state_from_json(const nlohmann::json& j, const std::string& where) {
+    LoaderState s;
+    s.input = LoaderInput::stream;
+    s.dataset_fingerprint = detail::json_string(j, "dataset_fingerprint", where);
+    s.world_size = detail::json_int(j, "world_size", where, 1, kMaxStateWorldSize);
+    s.epoch = detail::json_unsigned(j, "epoch", where);
+    s.steps_consumed = detail::json_unsigned(j, "steps_consumed", where);
+    s.samples_consumed = detail::json_unsigned(j, "samples_consumed", where);
+    for (const auto& js : detail::json_array(j, "streams", where)) {
+        StreamPosition p;
+        p.next = detail::json_unsigned(js, "next", where);
+        std::uint64_t at = 0;
+        for (const auto& r : detail::json_array(js, "pending", where)) {
+            if (!r.is_array() || r.size() != 2) {
+                detail::json_bad_value("pending", r, where, "[first, end] pairs");
+            }
+            const std::uint64_t b = detail::json_unsigned_value(r[0], "pending", where);
+            const std::uint64_t e = detail::json_unsigned_value(r[1], "pending", where);
+            if (b < at || e <= b || e > p.next) {
+                detail::json_bad_value("pending", r, where,
+                                       "ascending, disjoint [first, end) ranges below next");
+            }
+            at = e;
+            p.pending.emplace_back(b, e);
+        }
+        s.streams.push_back(std::move(p));
+    }
+    if ((s.steps_consumed == 0) != (s.samples_consumed == 0) && s.steps_consumed == 0) {
+        detail::json_bad_value("samples_consumed", j["samples_consumed"], where,
+                               "0 when steps_consumed is 0");
+    }
+    return s;
+}
+
+}  // namespace
+
 std::string LoaderState::to_json() const {
+    if (input == LoaderInput::stream) return stream_state_json(*this);
     // A state without a consumed-id digest (read from versions 1 to 3, or built by hand) is
     // written as version 3, the layout without it, so it reads back the same (its level word
     // included: a version-3 "sampled" is read as `sampled_v4`, which is what such a state,
@@ -81,6 +147,13 @@ LoaderState LoaderState::from_json(const std::string& text, const std::string& o
                           "; this build reads versions 1 to " + std::to_string(kFormatVersion));
     }
     const int read_version = version.get<int>();
+    if (j.contains("input")) {
+        const std::string input = detail::json_string(j, "input", where);
+        if (input == "stream") return stream_state_from_json(j, where);
+        if (input != "files") {
+            detail::json_bad_value("input", j["input"], where, "\"files\" or \"stream\"");
+        }
+    }
     s.dataset_fingerprint = detail::json_string(j, "dataset_fingerprint", where);
     s.num_samples = detail::json_unsigned(j, "num_samples", where);
     if (s.num_samples == 0)

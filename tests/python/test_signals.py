@@ -1,7 +1,7 @@
 """Signals and exceptions from Python (issue 41) at 2 ranks (only a peer is needed): Ctrl-C on a
 rank blocked in next() raises KeyboardInterrupt there within a second while its peer gets the
 loader's agreed error (no watchdog abort: the watchdog here is 60 s, the test ends in seconds);
-Ctrl-C in a StreamLoader's next() likewise, and a rank that catches it goes on with no batch
+Ctrl-C in a stream Loader's next() likewise, and a rank that catches it goes on with no batch
 lost or repeated;
 an exception raised in a user's stream iterable keeps its type on the rank where it happened
 (the agreed mpistage.Error raised there is chained from it), the agreed error on the others."""
@@ -65,8 +65,8 @@ def test_ctrl_c_in_stream_next_raises_keyboard_interrupt_and_loses_no_batch():
         return ({"value": s * 1000 + i} for i in range(lengths[s]))
 
     source = mpistage.stream_source(fields, make, num_streams=2, fingerprint="signals-stream-v1")
-    loader = mpistage.StreamLoader(source, sharding="chunk", chunk_size=8, batch_size=4,
-                                   timeout=TIMEOUT, tensors="numpy")
+    loader = mpistage.Loader(source, sharding="chunk", chunk_size=8, batch_size=4,
+                             timeout=TIMEOUT, tensors="numpy")
     signal.signal(signal.SIGINT, signal.default_int_handler)
     values, steps, interrupted = [], 0, False
     batches = iter(loader.epoch(0))
@@ -117,7 +117,7 @@ def test_stream_exception_keeps_its_type_where_it_happened():
         return items()
 
     source = mpistage.stream_source(fields, make, num_streams=2, fingerprint="signals-v1")
-    loader = mpistage.StreamLoader(source, sharding="source", batch_size=4, timeout=TIMEOUT)
+    loader = mpistage.Loader(source, sharding="source", batch_size=4, timeout=TIMEOUT)
     with pytest.raises(mpistage.Error) as agreed:  # the same type on every rank
         for _ in loader.epoch(0):
             pass

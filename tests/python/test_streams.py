@@ -54,25 +54,31 @@ def expected(num_streams=3):
 @pytest.mark.parametrize("sharding", ["chunk", "hash", "source"])
 @pytest.mark.parametrize("remainder", ["rebalance", "mask"])
 def test_uneven_streams_end_together_exactly_once(sharding, remainder):
-    loader = mpistage.StreamLoader(source(), sharding=sharding, remainder=remainder,
-                                   chunk_size=4, batch_size=5, timeout=TIMEOUT)
+    loader = mpistage.Loader(source(), sharding=sharding, remainder=remainder,
+                             chunk_size=4, batch_size=5, timeout=TIMEOUT)
     steps, values = drain(loader)
     assert same_on_every_rank(steps)
     assert sorted(gather_ids(values).tolist()) == expected()
 
 
 def test_byte_budget():
-    loader = mpistage.StreamLoader(source(), batch_size=64, batch_bytes=40, timeout=TIMEOUT)
-    for batch in loader.epoch(0):
+    loader = mpistage.Loader(source(), max_batch_samples=64, batch_bytes=40, timeout=TIMEOUT)
+    epoch = loader.epoch(0)
+    for batch in epoch:
         payload = int(batch.offsets["payload"][-1]) + 8 * batch.size
-        assert payload <= 40 or loader.last_oversize
-    assert loader.stats["batches"] == loader.steps
+        assert payload <= 40 or epoch.last_oversize
+    assert loader.stats["batches"] == epoch.steps_done
+    with pytest.raises(TypeError, match="known only at its end"):
+        len(loader)
+    # A file-only option is refused by name, never ignored.
+    with pytest.raises(mpistage.ConfigError, match="shuffle"):
+        mpistage.Loader(source(), shuffle=True, timeout=TIMEOUT)
 
 
 def test_errors_in_one_rank_stream_on_every_rank():
     # stream 1 fails at its item 3: under "source" sharding only its owner reads it
-    loader = mpistage.StreamLoader(source(fail_at=(1, 3)), sharding="source", batch_size=2,
-                                   timeout=TIMEOUT)
+    loader = mpistage.Loader(source(fail_at=(1, 3)), sharding="source", batch_size=2,
+                             timeout=TIMEOUT)
     with pytest.raises(mpistage.Error) as err:
         drain(loader)
     message = str(err.value)
@@ -83,7 +89,7 @@ def test_errors_in_one_rank_stream_on_every_rank():
 def test_wrong_item_shape_is_a_format_error():
     fields = [mpistage.Field("pair", "float32", (2,))]
     bad = mpistage.stream_source(fields, lambda s: iter([(np.ones(3),)]), 1, fingerprint="bad")
-    loader = mpistage.StreamLoader(bad, timeout=TIMEOUT)
+    loader = mpistage.Loader(bad, timeout=TIMEOUT)
     with pytest.raises(mpistage.Error) as err:
         drain(loader)
     assert "field 'pair' has 12 bytes" in str(err.value)
@@ -92,14 +98,14 @@ def test_wrong_item_shape_is_a_format_error():
 
 def test_resume_at_another_world_size():
     opts = dict(sharding="chunk", chunk_size=3, batch_size=4, timeout=TIMEOUT)
-    loader = mpistage.StreamLoader(source(), **opts)
+    loader = mpistage.Loader(source(), **opts)
     consumed = []
     it = loader.epoch(0)
     for _ in range(2):
         batch = next(it)
         consumed.extend(batch["value"][batch.valid].tolist())
     state = loader.state()
-    assert state["steps"] == 2
+    assert state["steps_consumed"] == 2
     color = 0 if COMM.rank < max(COMM.size - 1, 1) else 1
     smaller = COMM.Split(color, COMM.rank)
     rest = []
@@ -107,7 +113,7 @@ def test_resume_at_another_world_size():
         def make(s):
             return items(s, lengths(s))
         src = mpistage.stream_source(FIELDS, make, 3, fingerprint="test-streams")
-        resumed = mpistage.StreamLoader(src, comm=smaller, state=state, **opts)
+        resumed = mpistage.Loader(src, comm=smaller, state=state, **opts)
         _, rest = drain(resumed)
         del resumed
     smaller.Free()
@@ -120,7 +126,7 @@ def test_state_saved_by_rank_zero_alone(sharding):
     """state() is local, as Loader's: rank 0 saves while the others go on (no hang), and the
     state, handed to every rank, resumes exactly once."""
     opts = dict(sharding=sharding, chunk_size=3, batch_size=4, timeout=TIMEOUT)
-    loader = mpistage.StreamLoader(source(), **opts)
+    loader = mpistage.Loader(source(), **opts)
     consumed = []
     it = loader.epoch(0)
     for _ in range(2):
@@ -131,8 +137,8 @@ def test_state_saved_by_rank_zero_alone(sharding):
         next(it, None)
     del it, loader
     state = COMM.bcast(state, root=0)
-    assert state["steps"] == 2
-    resumed = mpistage.StreamLoader(source(), state=state, **opts)
+    assert state["steps_consumed"] == 2
+    resumed = mpistage.Loader(source(), state=state, **opts)
     _, rest = drain(resumed)
     everyone = sorted(gather_ids(consumed).tolist() + gather_ids(rest).tolist())
     assert everyone == expected()
@@ -143,8 +149,8 @@ def test_io_threads_give_the_batches_of_the_callers_thread(sharding):
     """io_threads read the iterables ahead (on I/O threads, under the GIL); the batches are
     the ones read inside next(), slot for slot."""
     def run(**extra):
-        loader = mpistage.StreamLoader(source(), sharding=sharding, chunk_size=3, batch_size=4,
-                                       timeout=TIMEOUT, **extra)
+        loader = mpistage.Loader(source(), sharding=sharding, chunk_size=3, batch_size=4,
+                                 timeout=TIMEOUT, **extra)
         batches = [batch.index.tolist() for batch in loader.epoch(0)]
         return batches, loader.stats
     plain, plain_stats = run()

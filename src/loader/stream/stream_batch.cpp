@@ -3,11 +3,11 @@
 #include <cstring>
 
 #include "loader/batch_builder.hpp"
-#include "loader/stream/stream_impl.hpp"
+#include "loader/stream/stream_engine.hpp"
 
 namespace mpistage {
 
-HostBatch StreamLoader::Impl::make_batch(const detail::BatchChoice& choice) {
+HostBatch detail::StreamEngine::make_batch(const detail::BatchChoice& choice) {
     std::vector<detail::StreamItem> items;
     items.reserve(choice.take.size());
     const std::size_t k = choice.take.size();
@@ -59,12 +59,12 @@ HostBatch StreamLoader::Impl::make_batch(const detail::BatchChoice& choice) {
     for (std::size_t j = 0; j < items.size(); ++j) {
         store->index[j] = stream_item_id(items[j].stream, items[j].position);
         store->valid[j] = 1;
-        stats.payload_bytes += items[j].size_bytes;
-        stats.tokens += items[j].tokens;
+        stats.bytes_read += items[j].size_bytes;
+        stats.stream.tokens += items[j].tokens;
         max_tokens = std::max(max_tokens, items[j].tokens);
     }
-    stats.padding_tokens += max_tokens * items.size();
-    for (const auto& it : items) stats.padding_tokens -= it.tokens;
+    stats.stream.padding_tokens += max_tokens * items.size();
+    for (const auto& it : items) stats.stream.padding_tokens -= it.tokens;
     ++stats.batches;
     stats.valid_samples += items.size();
     stats.padding_slots += slots - items.size();

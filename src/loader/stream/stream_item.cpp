@@ -30,14 +30,14 @@ std::string where(std::uint64_t stream, std::uint64_t position) {
 }  // namespace
 
 std::uint64_t item_tokens(const std::vector<std::vector<std::byte>>& fields,
-                          const std::vector<FieldInfo>& infos, const StreamOptions& options) {
+                          const std::vector<FieldInfo>& infos, const StreamConfig& options) {
     if (options.batch_tokens == 0) return 0;
     const std::size_t f = options.token_field;
     return fields[f].size() / dtype_size(infos[f].dtype);
 }
 
 StreamItem make_item(StreamSample&& sample, const std::vector<FieldInfo>& fields,
-                     std::uint64_t stream, std::uint64_t position, const StreamOptions& options) {
+                     std::uint64_t stream, std::uint64_t position, const StreamConfig& options) {
     if (sample.fields.size() != fields.size()) {
         throw FormatError("stream: " + where(stream, position) + " has " +
                           std::to_string(sample.fields.size()) + " fields; the source declares " +

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "loader/stream/stream_config.hpp"
 #include "mpistage/source.hpp"
-#include "mpistage/stream.hpp"
 
 namespace mpistage::detail {
 
@@ -29,7 +29,7 @@ struct StreamItem {
 /// Local: moves `sample` into an item after checking it against `fields` (count, fixed sizes,
 /// ragged element multiples). @throws FormatError naming the stream, position and field.
 StreamItem make_item(StreamSample&& sample, const std::vector<FieldInfo>& fields,
-                     std::uint64_t stream, std::uint64_t position, const StreamOptions& options);
+                     std::uint64_t stream, std::uint64_t position, const StreamConfig& options);
 
 /// Local: appends the wire form of `item` to `out`.
 void encode_item(const StreamItem& item, std::string& out);
@@ -40,7 +40,7 @@ void decode_items(const std::string& in, Container& out);
 
 /// Tokens of a sample's `token_field` (elements), 0 when no token budget is set.
 std::uint64_t item_tokens(const std::vector<std::vector<std::byte>>& fields,
-                          const std::vector<FieldInfo>& infos, const StreamOptions& options);
+                          const std::vector<FieldInfo>& infos, const StreamConfig& options);
 
 /// Internal helper of decode_items: decodes one item at `at`, advancing it.
 StreamItem decode_one(const std::string& in, std::size_t& at);

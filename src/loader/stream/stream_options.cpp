@@ -1,9 +1,10 @@
-// The options of a stream loader, and the content hash of a slot of the batches it yields (the
-// loader-level half of `sample_content_hash`; the sample's half is with the stream sources).
+// The options of a loader over streams (StreamPlanOptions, and the settings gathered from
+// LoaderOptions), and the content hash of a slot of the batches it yields (the loader-level half
+// of `sample_content_hash`; the sample's half is with the stream sources).
 #include <sstream>
 
+#include "loader/stream/stream_config.hpp"
 #include "mpistage/error.hpp"
-#include "mpistage/stream.hpp"
 #include "sources/stream/content_hash.hpp"
 
 namespace mpistage {
@@ -23,30 +24,45 @@ std::uint64_t sample_content_hash(const HostBatch& batch, std::size_t slot) noex
     return h;
 }
 
-void StreamOptions::validate() const {
-    if (batch_size == 0) throw ConfigError("stream: batch_size must be at least 1");
-    if (chunk_size == 0) throw ConfigError("stream: chunk_size must be at least 1");
-    if (window_steps == 0) throw ConfigError("stream: window_steps must be at least 1");
-    check_timeout(timeout, "stream");
-    if (prefetch == 0 || prefetch > kMaxPrefetch) {
-        throw ConfigError("stream: prefetch must be in [1, " + std::to_string(kMaxPrefetch) +
-                          "], not " + std::to_string(prefetch));
+namespace {
+
+const char* sharding_name(StreamSharding s) {
+    switch (s) {
+        case StreamSharding::chunk:
+            return "chunk";
+        case StreamSharding::hash:
+            return "hash";
+        case StreamSharding::source:
+            return "source";
     }
-    if (io_threads > kMaxIoThreads) {
-        throw ConfigError("stream: io_threads must be at most " + std::to_string(kMaxIoThreads) +
-                          ", not " + std::to_string(io_threads));
-    }
-    for (std::size_t i = 1; i < length_buckets.size(); ++i) {
-        if (length_buckets[i] <= length_buckets[i - 1]) {
-            throw ConfigError("stream: length_buckets must be strictly ascending");
-        }
-    }
+    return "chunk";
 }
 
-std::string StreamOptions::describe() const {
-    static const char* const sharding_names[] = {"chunk", "hash", "source"};
+/// ConfigError for a file-only option `name` set to `value` on a loader over streams.
+[[noreturn]] void file_only(const std::string& name, const std::string& value,
+                            const std::string& why) {
+    throw ConfigError("stream loader: option " + name + " = " + value + " " + why +
+                      "; leave it at its default for a StreamSource");
+}
+
+}  // namespace
+
+std::string StreamPlanOptions::describe() const {
     std::ostringstream os;
-    os << "sharding=" << sharding_names[static_cast<int>(sharding)] << " chunk_size=" << chunk_size
+    os << "sharding=" << sharding_name(sharding) << " chunk_size=" << chunk_size
+       << " hash_reading=" << (hash_reading == HashReading::chunks ? "chunks" : "sources")
+       << " remainder=" << (remainder == StreamRemainder::rebalance ? "rebalance" : "mask")
+       << " length_buckets=";
+    for (auto b : length_buckets) os << b << ',';
+    os << " window_steps=" << window_steps << " window_bytes=" << window_bytes;
+    return os.str();
+}
+
+namespace detail {
+
+std::string StreamConfig::describe() const {
+    std::ostringstream os;
+    os << "sharding=" << sharding_name(sharding) << " chunk_size=" << chunk_size
        << " hash_reading=" << (hash_reading == HashReading::chunks ? "chunks" : "sources")
        << " remainder=" << (remainder == StreamRemainder::rebalance ? "rebalance" : "mask")
        << " batch_size=" << batch_size << " batch_bytes=" << batch_bytes
@@ -57,5 +73,104 @@ std::string StreamOptions::describe() const {
        << " io_threads=" << io_threads;
     return os.str();
 }
+
+StreamConfig stream_config(const LoaderOptions& o) {
+    o.validate();
+    // What a stream has no use for is refused by name, never accepted and ignored.
+    const PlanOptions& p = o.plan;
+    const char* unordered =
+        "orders files by sample id; a stream's items come in the order "
+        "its readers produce them";
+    if (p.shuffle != Shuffle::none) {
+        file_only("plan.shuffle", to_string(p.shuffle),
+                  std::string(unordered) +
+                      " (shuffle in the stream's producer, e.g. SQL "
+                      "ORDER BY a hash of the key)");
+    }
+    if (p.sharding != Sharding::byte_range) {
+        file_only("plan.sharding", to_string(p.sharding),
+                  std::string(unordered) + " (stream.sharding shares them)");
+    }
+    if (p.remainder != Remainder::drop) {
+        file_only("plan.remainder", to_string(p.remainder),
+                  "is the file remainder; a stream's dry ranks follow stream.remainder "
+                  "(rebalance or mask)");
+    }
+    if (p.seed != 0) file_only("plan.seed", std::to_string(p.seed), "seeds file shuffles");
+    if (p.balance_steps) file_only("plan.balance_steps", "true", "balances planned file steps");
+    if (p.budget.bucket_window > 1) {
+        file_only("plan.budget.bucket_window", std::to_string(p.budget.bucket_window),
+                  "buckets a planned file epoch (streams bucket by stream.length_buckets)");
+    }
+    if (o.stage != Stage::none) {
+        file_only("stage", to_string(o.stage), "stages files into node memory");
+    }
+    if (o.stage_budget_bytes != 0) {
+        file_only("stage_budget_bytes", std::to_string(o.stage_budget_bytes),
+                  "bounds the memory tier of files");
+    }
+    if (o.stage_ranks_per_node != 0) {
+        file_only("stage_ranks_per_node", std::to_string(o.stage_ranks_per_node),
+                  "shapes the memory tier of files");
+    }
+    if (o.stage_read != StageRead::automatic) {
+        file_only("stage_read", to_string(o.stage_read), "says how files are staged");
+    }
+    if (o.two_phase != TwoPhase::off) {
+        file_only("two_phase", to_string(o.two_phase), "reads file slabs by sample id");
+    }
+    if (o.verify_files) file_only("verify_files", "true", "compares the files across ranks");
+    if (o.fingerprint != FingerprintLevel::sampled) {
+        file_only("fingerprint", to_string(o.fingerprint),
+                  "hashes file samples (a stream's fingerprint is its source's)");
+    }
+    if (o.accept_legacy_state) {
+        file_only("accept_legacy_state", "true", "admits old file states");
+    }
+    const DeviceSpec device = parse_device(o.device);
+    if (device.mode == DeviceMode::cuda) {
+        file_only("device", o.device,
+                  "asks for CUDA batches; stream batches are delivered in host memory (device "
+                  "delivery of streams is not built yet: use auto or cpu and copy)");
+    }
+    if (p.budget.active() && p.batch_size != PlanOptions{}.batch_size &&
+        p.batch_size != p.budget.max_batch_samples) {
+        throw ConfigError("stream loader: plan.batch_size = " + std::to_string(p.batch_size) +
+                          " with a batch budget: the budget sizes the batches; their largest "
+                          "count is plan.budget.max_batch_samples");
+    }
+    StreamConfig c;
+    c.sharding = o.stream.sharding;
+    c.chunk_size = o.stream.chunk_size;
+    c.hash_reading = o.stream.hash_reading;
+    c.remainder = o.stream.remainder;
+    c.length_buckets = o.stream.length_buckets;
+    c.window_steps = o.stream.window_steps;
+    c.window_bytes = o.stream.window_bytes;
+    c.batch_size = p.budget.active() ? p.budget.max_batch_samples : p.batch_size;
+    c.batch_bytes = p.budget.batch_bytes;
+    c.batch_tokens = p.budget.batch_tokens;
+    c.token_field = p.budget.token_field;
+    c.timeout = o.timeout;
+    c.prefetch = o.prefetch;
+    c.io_threads = o.io_threads;
+    if (c.batch_size == 0) {
+        throw ConfigError(p.budget.active()
+                              ? "stream loader: plan.budget.max_batch_samples must be at least 1"
+                              : "stream loader: plan.batch_size must be at least 1");
+    }
+    if (c.chunk_size == 0) throw ConfigError("stream loader: stream.chunk_size must be at least 1");
+    if (c.window_steps == 0) {
+        throw ConfigError("stream loader: stream.window_steps must be at least 1");
+    }
+    for (std::size_t i = 1; i < c.length_buckets.size(); ++i) {
+        if (c.length_buckets[i] <= c.length_buckets[i - 1]) {
+            throw ConfigError("stream loader: stream.length_buckets must be strictly ascending");
+        }
+    }
+    return c;
+}
+
+}  // namespace detail
 
 }  // namespace mpistage

@@ -64,17 +64,17 @@ std::uint64_t PositionFilter::next_wanted(std::uint64_t p) const {
     }
 }
 
-BatchLimits batch_limits(const StreamOptions& o) {
+BatchLimits batch_limits(const StreamConfig& o) {
     return BatchLimits{o.batch_size, o.batch_bytes, o.batch_tokens};
 }
 
-std::size_t bucket_of(const SampleCost& c, const StreamOptions& o) {
+std::size_t bucket_of(const SampleCost& c, const StreamConfig& o) {
     const auto& b = o.length_buckets;
     const std::uint64_t len = o.batch_tokens > 0 ? c.tokens : c.size_bytes;
     return static_cast<std::size_t>(std::lower_bound(b.begin(), b.end(), len) - b.begin());
 }
 
-BatchChoice choose_batch(const std::vector<SampleCost>& queue, const StreamOptions& o) {
+BatchChoice choose_batch(const std::vector<SampleCost>& queue, const StreamConfig& o) {
     const std::size_t nb = o.length_buckets.size() + 1;
     std::vector<BatchFitter> fit(nb, BatchFitter(batch_limits(o)));
     std::vector<std::vector<std::size_t>> members(nb);
@@ -107,7 +107,7 @@ BatchChoice choose_batch(const std::vector<SampleCost>& queue, const StreamOptio
     return c;
 }
 
-std::uint64_t full_batches(std::vector<SampleCost> queue, const StreamOptions& o,
+std::uint64_t full_batches(std::vector<SampleCost> queue, const StreamConfig& o,
                            std::uint64_t max) {
     if (o.batch_bytes == 0 && o.batch_tokens == 0 && o.length_buckets.empty()) {
         // Count limit only: each batch is the next batch_size samples in order.
@@ -140,19 +140,21 @@ std::vector<std::uint64_t> RankStep::pack() const {
             budget_left,
             cost_sum,
             read,
-            ready};
+            ready,
+            stop ? 1u : 0u};
 }
 
 std::vector<RankStep> RankStep::unpack(const std::vector<std::uint64_t>& all, int world_size) {
     std::vector<RankStep> out(static_cast<std::size_t>(world_size));
     for (std::size_t r = 0; r < out.size(); ++r) {
         const std::uint64_t* v = all.data() + r * kRankStepWords;
-        out[r] = RankStep{v[0] != 0, v[1], v[2] != 0, v[3], v[4] != 0, v[5], v[6], v[7], v[8]};
+        out[r] = RankStep{v[0] != 0, v[1], v[2] != 0, v[3], v[4] != 0,
+                          v[5],      v[6], v[7],      v[8], v[9] != 0};
     }
     return out;
 }
 
-std::vector<std::uint64_t> deficits(const std::vector<RankStep>& ranks, const StreamOptions& o) {
+std::vector<std::uint64_t> deficits(const std::vector<RankStep>& ranks, const StreamConfig& o) {
     std::uint64_t items = 0;
     std::uint64_t cost = 0;
     for (const auto& r : ranks) {

@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "mpistage/stream.hpp"
+#include "loader/stream/stream_config.hpp"
 #include "plan/batch_fitter.hpp"
 
 namespace mpistage::detail {
@@ -43,11 +43,11 @@ private:
 };
 
 /// The limits of one stream batch: `batch_size` samples, `batch_bytes`, `batch_tokens`.
-BatchLimits batch_limits(const StreamOptions& o);
+BatchLimits batch_limits(const StreamConfig& o);
 
 /// Length bucket of a sample (index into `length_buckets`, one past for longer samples; 0
 /// without buckets). Length is tokens with a token budget, else bytes.
-std::size_t bucket_of(const SampleCost& c, const StreamOptions& o);
+std::size_t bucket_of(const SampleCost& c, const StreamConfig& o);
 
 /// The samples of the next batch, chosen from a queue.
 struct BatchChoice {
@@ -62,12 +62,11 @@ struct BatchChoice {
 
 /// Chooses from `queue` (in arrival order): within the bucket of the oldest sample whose batch
 /// is full (else of the oldest sample), the samples in order while they fit.
-BatchChoice choose_batch(const std::vector<SampleCost>& queue, const StreamOptions& o);
+BatchChoice choose_batch(const std::vector<SampleCost>& queue, const StreamConfig& o);
 
 /// How many batches `choose_batch` would take one after the other from `queue` that are all
 /// full (a limit stopped them), at most `max`: the steps a rank can yield from its queue alone.
-std::uint64_t full_batches(std::vector<SampleCost> queue, const StreamOptions& o,
-                           std::uint64_t max);
+std::uint64_t full_batches(std::vector<SampleCost> queue, const StreamConfig& o, std::uint64_t max);
 
 /// One rank's view of a step, as allgathered.
 struct RankStep {
@@ -82,17 +81,19 @@ struct RankStep {
     /// Items this rank has read from its streams so far (progress of extra rounds).
     std::uint64_t read = 0;
     /// Full batches this rank holds in its queue (`full_batches`, at most
-    /// `StreamOptions::window_steps`; 0 where steps are agreed one by one).
+    /// `StreamConfig::window_steps`; 0 where steps are agreed one by one).
     std::uint64_t ready = 0;
+    /// This rank asks for a stop (`EpochRange::request_stop`; the first round only).
+    bool stop = false;
 
     std::vector<std::uint64_t> pack() const;
     static std::vector<RankStep> unpack(const std::vector<std::uint64_t>& all, int world_size);
 };
-constexpr std::size_t kRankStepWords = 9;
+constexpr std::size_t kRankStepWords = 10;
 
 /// Items each rank still needs for a full batch (0 when full), estimated with the mean cost
 /// of all queued samples under a budget.
-std::vector<std::uint64_t> deficits(const std::vector<RankStep>& ranks, const StreamOptions& o);
+std::vector<std::uint64_t> deficits(const std::vector<RankStep>& ranks, const StreamConfig& o);
 
 /// Items `from` sends to `to` (matrix [from][to]): deficits are covered from surpluses
 /// (queued − take), both walked in rank order.

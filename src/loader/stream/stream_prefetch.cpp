@@ -6,12 +6,12 @@
 #include <cstdio>
 #include <system_error>
 
-#include "loader/stream/stream_impl.hpp"
+#include "loader/stream/stream_engine.hpp"
 
 namespace mpistage::detail {
 
 bool read_cursor(StreamCursor& c, StreamSample& scratch, const std::vector<FieldInfo>& fields,
-                 const StreamOptions& options, StreamItem& out) {
+                 const StreamConfig& options, StreamItem& out) {
     const std::uint64_t want = c.filter.next_wanted(c.position);
     if (want > c.position) {
         c.position += c.reader->skip(want - c.position);
@@ -24,7 +24,7 @@ bool read_cursor(StreamCursor& c, StreamSample& scratch, const std::vector<Field
 }
 
 StreamPrefetch::StreamPrefetch(std::vector<StreamCursor>& cursors,
-                               const std::vector<FieldInfo>& fields, const StreamOptions& options,
+                               const std::vector<FieldInfo>& fields, const StreamConfig& options,
                                std::uint64_t items, std::uint64_t bytes, std::size_t threads)
     : cursors_(cursors),
       fields_(fields),

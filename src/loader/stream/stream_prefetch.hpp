@@ -14,8 +14,8 @@
 #include <thread>
 #include <vector>
 
+#include "loader/stream/stream_config.hpp"
 #include "loader/stream/stream_item.hpp"
-#include "mpistage/stream.hpp"
 
 namespace mpistage::detail {
 
@@ -25,7 +25,7 @@ struct StreamCursor;
 /// filter does not want) into `out`, using `scratch`; false when the stream ended. @throws
 /// what the reader throws, FormatError for an item that does not match `fields`.
 bool read_cursor(StreamCursor& c, StreamSample& scratch, const std::vector<FieldInfo>& fields,
-                 const StreamOptions& options, StreamItem& out);
+                 const StreamConfig& options, StreamItem& out);
 
 /// The lanes and their I/O threads. Construction starts the threads (a thread that cannot be
 /// started is not an error: the others read its lanes; none at all leaves `threads()` 0 and the
@@ -37,7 +37,7 @@ public:
     /// `items` and `bytes`: the read-ahead of all lanes together (each lane holds at least one
     /// item); `threads` ≥ 1 (at most one per cursor are started).
     StreamPrefetch(std::vector<StreamCursor>& cursors, const std::vector<FieldInfo>& fields,
-                   const StreamOptions& options, std::uint64_t items, std::uint64_t bytes,
+                   const StreamConfig& options, std::uint64_t items, std::uint64_t bytes,
                    std::size_t threads);
     ~StreamPrefetch();
     StreamPrefetch(const StreamPrefetch&) = delete;
@@ -66,7 +66,7 @@ private:
 
     std::vector<StreamCursor>& cursors_;
     const std::vector<FieldInfo>& fields_;
-    const StreamOptions& options_;
+    const StreamConfig& options_;
     std::uint64_t lane_items_ = 1;
     std::uint64_t lane_bytes_ = 1;
     std::mutex m_;

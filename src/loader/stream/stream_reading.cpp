@@ -2,21 +2,21 @@
 // keeps, and filling the queue (or the per-owner messages of `hash`) before each step.
 #include <algorithm>
 
-#include "loader/stream/stream_impl.hpp"
+#include "loader/stream/stream_engine.hpp"
 #include "mpistage/hash.hpp"
 
 namespace mpistage {
 
 namespace {
 
-bool reads_by_chunks(const StreamOptions& o) {
+bool reads_by_chunks(const detail::StreamConfig& o) {
     return o.sharding == StreamSharding::chunk ||
            (o.sharding == StreamSharding::hash && o.hash_reading == HashReading::chunks);
 }
 
 }  // namespace
 
-void StreamLoader::Impl::open_cursors() {
+void detail::StreamEngine::open_cursors() {
     const std::size_t n = source.num_streams();
     std::vector<int> owner;
     if (!reads_by_chunks(options)) {
@@ -38,24 +38,24 @@ void StreamLoader::Impl::open_cursors() {
     scratch.fields.assign(source.fields().size(), {});
 }
 
-void StreamLoader::Impl::start_prefetch() {
-    stats.io_threads = 0;
+void detail::StreamEngine::start_prefetch() {
+    stats.stream.io_threads = 0;
     if (options.io_threads == 0 || cursors.empty()) return;
     prefetch = std::make_unique<detail::StreamPrefetch>(cursors, source.fields(), options,
                                                         options.prefetch * options.batch_size,
                                                         options.window_bytes, options.io_threads);
-    stats.io_threads = prefetch->threads();
-    if (stats.io_threads == 0) prefetch.reset();  // no thread started: this thread reads
+    stats.stream.io_threads = prefetch->threads();
+    if (stats.stream.io_threads == 0) prefetch.reset();  // no thread started: this thread reads
 }
 
-bool StreamLoader::Impl::exhausted() const {
+bool detail::StreamEngine::exhausted() const {
     for (const auto& c : cursors) {
         if (!c.ended) return false;
     }
     return true;
 }
 
-bool StreamLoader::Impl::read_one(detail::StreamItem& out) {
+bool detail::StreamEngine::read_one(detail::StreamItem& out) {
     if (read_failure) throw_error(read_failure->kind, read_failure->message);
     // Round-robin; a live cursor lies within cursors.size() - 1 ended ones in cyclic order, so
     // `ended_seen` reaching the count means all ended (O(1) per item with many live cursors,
@@ -81,13 +81,14 @@ bool StreamLoader::Impl::read_one(detail::StreamItem& out) {
             ++ended_seen;
             continue;
         }
-        ++stats.items_read;
+        ++stats.stream.items_read;
         return true;
     }
     return false;
 }
 
-void StreamLoader::Impl::fill(std::uint64_t extra, std::vector<std::string>& outgoing, bool ahead) {
+void detail::StreamEngine::fill(std::uint64_t extra, std::vector<std::string>& outgoing,
+                                bool ahead) {
     if (options.sharding == StreamSharding::hash) {
         const bool short_now = !detail::choose_batch(queue_costs(), options).full;
         // What this step needs: a batch's worth when the own queue is short, plus `extra`.
@@ -114,7 +115,7 @@ void StreamLoader::Impl::fill(std::uint64_t extra, std::vector<std::string>& out
                     queue.push_back(std::move(item));
                 } else {
                     detail::encode_item(item, outgoing[owner]);
-                    ++stats.items_sent;
+                    ++stats.stream.items_sent;
                 }
             }
         } catch (...) {
@@ -172,7 +173,7 @@ void StreamLoader::Impl::fill(std::uint64_t extra, std::vector<std::string>& out
     }
 }
 
-std::vector<detail::SampleCost> StreamLoader::Impl::queue_costs(std::uint64_t batches) const {
+std::vector<detail::SampleCost> detail::StreamEngine::queue_costs(std::uint64_t batches) const {
     // Without buckets a batch is a prefix of the queue of at most batch_size samples, so the
     // choice (and whether it is full) depends on the first batch_size samples only: a step
     // costs O(batch), not O(queue), however far the window read ahead.

@@ -1,12 +1,10 @@
 // Stream state for resume: per-stream positions with the pending (not yet yielded) ranges, kept
-// on every rank from what each step's ranks announce (so `state()` is local), and its JSON form.
+// on every rank from what each step's ranks announce (so `state()` is local; its JSON form is
+// LoaderState's, state.cpp).
 #include <algorithm>
 #include <iterator>
-#include <limits>
-#include <nlohmann/json.hpp>
 
-#include "loader/stream/stream_impl.hpp"
-#include "util/json_fields.hpp"
+#include "loader/stream/stream_engine.hpp"
 
 namespace mpistage {
 
@@ -34,7 +32,7 @@ void add_range(std::map<std::uint64_t, std::uint64_t>& r, std::uint64_t b, std::
 
 }  // namespace
 
-void StreamLoader::Impl::reset_yielded() {
+void detail::StreamEngine::reset_yielded() {
     yielded.assign(source.num_streams(), {});
     delivered_all = delivered_before;
     // The resumed state's consumed positions: [0, next) minus its pending ranges.
@@ -49,7 +47,7 @@ void StreamLoader::Impl::reset_yielded() {
     }
 }
 
-std::vector<std::vector<std::uint64_t>> StreamLoader::Impl::next_batch_ids(
+std::vector<std::vector<std::uint64_t>> detail::StreamEngine::next_batch_ids(
     std::uint64_t batches) const {
     // The same choices as `make_batch(choose_batch(queue_costs()))`, step after step: without
     // buckets a batch is chosen from the first batch_size queued samples, with buckets from all.
@@ -95,7 +93,7 @@ std::vector<std::vector<std::uint64_t>> StreamLoader::Impl::next_batch_ids(
     return out;
 }
 
-void StreamLoader::Impl::announce(std::uint64_t batches) {
+void detail::StreamEngine::announce(std::uint64_t batches) {
     // This rank's message: per step, the number of runs, then (first id, count) per run.
     std::vector<std::uint64_t> msg;
     for (const auto& batch : next_batch_ids(batches)) {
@@ -129,7 +127,7 @@ void StreamLoader::Impl::announce(std::uint64_t batches) {
     for (auto& s : steps_ids) announced.push_back(std::move(s));
 }
 
-void StreamLoader::Impl::record_step() {
+void detail::StreamEngine::record_step() {
     if (announced.empty()) return;  // unreachable: every yielded step was announced
     const std::vector<std::uint64_t> runs = std::move(announced.front());
     announced.pop_front();
@@ -141,14 +139,21 @@ void StreamLoader::Impl::record_step() {
     }
 }
 
-StreamState StreamLoader::state() const {
-    // Local: every rank holds every rank's yielded positions (`Impl::yielded`), identical.
-    const Impl& m = *impl_;
-    StreamState st;
-    st.fingerprint = m.state_fingerprint();
-    st.steps = m.steps;
-    st.delivered = m.delivered_all;
-    for (const auto& ranges : m.yielded) {
+LoaderState detail::StreamEngine::state() const {
+    // Local: every rank holds every rank's yielded positions (`yielded`), identical.
+    LoaderState st;
+    st.input = LoaderInput::stream;
+    st.dataset_fingerprint = state_fingerprint();
+    st.world_size = comm.size();
+    if (finished) {  // the pass was consumed to its end: the next one, from its start
+        st.epoch = epoch + 1;
+        st.streams.assign(source.num_streams(), StreamPosition{});
+        return st;
+    }
+    st.epoch = epoch;
+    st.steps_consumed = steps;
+    st.samples_consumed = delivered_all;
+    for (const auto& ranges : yielded) {
         // Up to the end of the last yielded run; what is not yielded below it is pending.
         StreamPosition p;
         std::uint64_t at = 0;
@@ -158,58 +163,6 @@ StreamState StreamLoader::state() const {
         }
         p.next = at;
         st.streams.push_back(std::move(p));
-    }
-    return st;
-}
-
-std::string StreamState::to_json() const {
-    nlohmann::json j;
-    j["format"] = "mpistage-stream-state";
-    j["version"] = version;
-    j["fingerprint"] = fingerprint;
-    j["steps"] = steps;
-    j["delivered"] = delivered;
-    j["streams"] = nlohmann::json::array();
-    for (const auto& s : streams) {
-        nlohmann::json pend = nlohmann::json::array();
-        for (const auto& r : s.pending) pend.push_back({r.first, r.second});
-        j["streams"].push_back({{"next", s.next}, {"pending", pend}});
-    }
-    return j.dump();
-}
-
-StreamState StreamState::from_json(const std::string& text) {
-    const std::string where = "stream state";
-    StreamState st;
-    try {
-        const auto j = nlohmann::json::parse(text);
-        if (detail::json_string(j, "format", where) != "mpistage-stream-state") {
-            throw FormatError("stream state: not an mpistage stream state");
-        }
-        st.version = detail::json_int(j, "version", where, 0, std::numeric_limits<int>::max());
-        if (st.version != kVersion) {
-            throw FormatError("stream state: version " + std::to_string(st.version) +
-                              " is not supported (expected " + std::to_string(kVersion) + ")");
-        }
-        st.fingerprint = detail::json_string(j, "fingerprint", where);
-        st.steps = detail::json_unsigned(j, "steps", where);
-        st.delivered = detail::json_unsigned(j, "delivered", where);
-        // Negative, fractional or out-of-range positions are refused, never wrapped: a
-        // wrapped `next` would make --verify walk up to 2^64 positions.
-        for (const auto& s : detail::json_array(j, "streams", where)) {
-            StreamPosition p;
-            p.next = detail::json_unsigned(s, "next", where);
-            for (const auto& r : detail::json_array(s, "pending", where)) {
-                if (!r.is_array() || r.size() != 2) {
-                    detail::json_bad_value("pending", r, where, "[first, end] pairs");
-                }
-                p.pending.emplace_back(detail::json_unsigned_value(r[0], "pending", where),
-                                       detail::json_unsigned_value(r[1], "pending", where));
-            }
-            st.streams.push_back(std::move(p));
-        }
-    } catch (const nlohmann::json::exception& e) {
-        throw FormatError(std::string("stream state: ") + e.what());
     }
     return st;
 }

@@ -382,10 +382,13 @@ const std::map<std::string, Spec>& spec() {
               return Args{"--save-every", "2", "--save-state", w + ".st2"};
           },
           // A save every 2 steps, and the final one unless the last periodic save was at
-          // the same position (an even step count).
+          // the same position (an even step count of FILE input, whose state after its last
+          // step already points at the next epoch; a stream learns that its pass ended only
+          // when the next step finds every rank dry, so its final state, at the next epoch,
+          // always differs from the last periodic one).
           [](const Context& c) {
               const auto n = steps(c.r);
-              return c.r["state_saves"] == n / 2 + n % 2;
+              return c.r["state_saves"] == n / 2 + (c.kind == "sqlite" ? 1 : n % 2);
           }}},
         {"--fingerprint",
          {[](const std::string&, const std::string& w) {

@@ -8,11 +8,13 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "h5t_mpi.hpp"
 #include "mpistage/hash.hpp"
+#include "mpistage/loader.hpp"
 #include "mpistage/stream.hpp"
 
 namespace stream_test {
@@ -65,6 +67,47 @@ inline CallableStreamSource make_source(const std::vector<std::uint64_t>& length
     return CallableStreamSource(test_fields(), lengths.size(), make, fp, std::move(weights));
 }
 
+/// A loader over streams with the pass of epoch `epoch` in flight, as a trainer holds them
+/// (`Loader` + the `EpochRange` it iterates); `resume`: `Loader::restore` from that state, its
+/// epoch continued. Collective construction.
+class Stream {
+public:
+    Stream(CommRef comm, const StreamSource& source, LoaderOptions options,
+           const LoaderState* resume = nullptr, std::uint64_t epoch = 0)
+        : loader_(resume ? Loader::restore(comm, source, std::move(options), *resume)
+                         : Loader(comm, source, std::move(options))),
+          before_(resume ? resume->steps_consumed : 0) {
+        range_.emplace(loader_.epoch(resume ? resume->epoch : epoch));
+    }
+    /// Collective: ends the pass in flight and starts epoch `e` (`Loader::epoch`).
+    void epoch(std::uint64_t e) {
+        range_.reset();
+        before_ = 0;
+        range_.emplace(loader_.epoch(e));
+    }
+    /// Collective: the next batch of the pass.
+    bool next(HostBatch& b) { return range_->next(b); }
+    /// Steps of the pass yielded so far (the resumed state's included).
+    std::uint64_t steps() const { return before_ + range_->steps_done(); }
+    bool last_oversize() const { return range_->last_oversize(); }
+    LoaderState state() const { return loader_.state(); }
+    const LoaderStats& stats() const { return loader_.stats(); }
+    const LoaderOptions& options() const { return loader_.options(); }
+    const Communicator& comm() const { return loader_.comm(); }
+    Loader& loader() { return loader_; }
+    EpochRange& range() { return *range_; }
+
+private:
+    Loader loader_;
+    std::uint64_t before_;
+    std::optional<EpochRange> range_;
+};
+
+/// The largest batch of a stream loader with these options (the budget's cap with a budget).
+inline std::uint64_t max_batch(const LoaderOptions& o) {
+    return o.plan.budget.active() ? o.plan.budget.max_batch_samples : o.plan.batch_size;
+}
+
 /// What one rank saw.
 struct Seen {
     std::vector<std::int64_t> ids;
@@ -75,11 +118,13 @@ struct Seen {
 };
 
 /// Checks one batch against the generator and the options' limits.
-inline void check_batch(const HostBatch& b, const StreamLoader& loader, Seen& seen) {
-    const auto& o = loader.options();
-    const bool budget = o.batch_bytes > 0 || o.batch_tokens > 0;
-    if (!budget && b.size() != o.batch_size) ++seen.bad_mask;
-    if (b.size() == 0 || b.size() > o.batch_size) ++seen.bad_mask;
+inline void check_batch(const HostBatch& b, const LoaderOptions& options, bool last_oversize,
+                        Seen& seen) {
+    const BatchBudget& o = options.plan.budget;
+    const bool budget = o.active();
+    const std::uint64_t cap = max_batch(options);
+    if (!budget && b.size() != cap) ++seen.bad_mask;
+    if (b.size() == 0 || b.size() > cap) ++seen.bad_mask;
     const auto* ids = b.fields()[0].as<std::int64_t>();
     const std::int64_t* off = b.fields()[1].offsets;
     std::uint64_t bytes = 0, max_len = 0, valid = 0;
@@ -105,11 +150,27 @@ inline void check_batch(const HostBatch& b, const StreamLoader& loader, Seen& se
     if (valid != b.num_valid()) ++seen.bad_mask;
     const bool over = (o.batch_bytes > 0 && bytes > o.batch_bytes) ||
                       (o.batch_tokens > 0 && max_len * valid > o.batch_tokens);
-    if (over && !(valid == 1 && loader.last_oversize())) ++seen.over_budget;
+    if (over && !(valid == 1 && last_oversize)) ++seen.over_budget;
+}
+inline void check_batch(const HostBatch& b, const Stream& loader, Seen& seen) {
+    check_batch(b, loader.options(), loader.last_oversize(), seen);
+}
+
+/// Consumes the rest of `range` of a loader with `options` (up to `max_steps` batches, all
+/// when 0), checking every batch.
+inline Seen consume_range(EpochRange& range, const LoaderOptions& options,
+                          std::uint64_t max_steps = 0) {
+    Seen seen;
+    HostBatch b;
+    while ((max_steps == 0 || seen.batches < max_steps) && range.next(b)) {
+        ++seen.batches;
+        check_batch(b, options, range.last_oversize(), seen);
+    }
+    return seen;
 }
 
 /// Consumes up to `max_steps` batches (all when 0).
-inline Seen consume(StreamLoader& loader, std::uint64_t max_steps = 0) {
+inline Seen consume(Stream& loader, std::uint64_t max_steps = 0) {
     Seen seen;
     HostBatch b;
     while ((max_steps == 0 || seen.batches < max_steps) && loader.next(b)) {

@@ -82,7 +82,7 @@ std::map<std::string, std::uint64_t> checksums(const std::string& dir) {
 }
 
 /// Column 0 (int64) of every valid row this rank yielded, and the steps.
-std::vector<std::int64_t> consume_ids(StreamLoader& loader, std::uint64_t& steps) {
+std::vector<std::int64_t> consume_ids(Stream& loader, std::uint64_t& steps) {
     std::vector<std::int64_t> ids;
     HostBatch b;
     steps = 0;
@@ -118,9 +118,9 @@ TEST(SqliteSnapshot, QueriesRunAsWrittenAndWritesAreRefusedBeforeTheyRun) {
         so.columns = {{"id", SqliteType::int64, false}, {"v", SqliteType::int64, false}};
         SqliteSource source(comm, so);
         EXPECT_EQ(source.count_rows(), 500u) << q;
-        StreamOptions o;
-        o.chunk_size = 13;
-        StreamLoader loader(comm, source, o);
+        LoaderOptions o;
+        o.stream.chunk_size = 13;
+        Stream loader(comm, source, o);
         std::uint64_t steps = 0;
         auto all = all_ids(consume_ids(loader, steps));
         std::sort(all.begin(), all.end());
@@ -173,10 +173,10 @@ TEST(SqliteSnapshot, RandomOrderIsRefusedAndAFixedShuffleIsExactlyOnceByKey) {
     // The advised replacement: a fixed pseudo-random order of the key.
     const std::string q = "SELECT id, v, s FROM t ORDER BY (id * 1103515245 + 7) % 2147483648";
     SqliteSource source(comm, {db, q, "id"});
-    StreamOptions o;
-    o.sharding = StreamSharding::hash;
-    o.batch_size = 16;
-    StreamLoader loader(comm, source, o);
+    LoaderOptions o;
+    o.stream.sharding = StreamSharding::hash;
+    o.plan.batch_size = o.plan.budget.max_batch_samples = 16;
+    Stream loader(comm, source, o);
     // Rows by content: id, v and s must belong together and each row come exactly once.
     HostBatch b;
     std::vector<std::int64_t> mine;
@@ -246,10 +246,10 @@ TEST(SqliteSnapshot, KeyRangesPushedIntoTheSqlYieldEveryRowOnce) {
             mine += source.count_rows(s);
         }
         EXPECT_EQ(comm.allreduce_sum(mine), 2000u) << ranges << " ranges";
-        StreamOptions o;
-        o.sharding = StreamSharding::source;
-        o.batch_size = 32;
-        StreamLoader loader(comm, source, o);
+        LoaderOptions o;
+        o.stream.sharding = StreamSharding::source;
+        o.plan.batch_size = o.plan.budget.max_batch_samples = 32;
+        Stream loader(comm, source, o);
         HostBatch b;
         std::vector<std::int64_t> rows;  // s's number, and the key (0 for NULL) beside it
         while (loader.next(b)) {
@@ -315,10 +315,10 @@ TEST(SqliteSnapshot, ConcurrentWalWriterEveryRankReadsOneSnapshot) {
         const std::uint64_t n = source.count_rows();
         const auto counts = min_max(n);
         EXPECT_EQ(counts.first, counts.second) << "ranks counted different snapshots";
-        StreamOptions o;
-        o.chunk_size = 50;
-        o.batch_size = 64;
-        StreamLoader loader(comm, source, o);
+        LoaderOptions o;
+        o.stream.chunk_size = 50;
+        o.plan.batch_size = o.plan.budget.max_batch_samples = 64;
+        Stream loader(comm, source, o);
         EXPECT_GT(n, 20000u);
         // One snapshot: exactly the first n rows the writer had committed, each once; the
         // next epoch reads the same snapshot, whatever the writer committed meanwhile.
@@ -362,7 +362,7 @@ TEST(SqliteSnapshot, WalOfAWriterKilledInsideATransactionOpens) {
     EXPECT_EQ(ok, 1) << "the killed writer did not leave a WAL";
     SqliteSource source(comm, {db, "SELECT id, v FROM t ORDER BY id", ""});
     EXPECT_EQ(source.count_rows(), 1000u);
-    StreamLoader loader(comm, source, StreamOptions{});
+    Stream loader(comm, source, LoaderOptions{});
     std::uint64_t steps = 0;
     auto all = all_ids(consume_ids(loader, steps));
     std::sort(all.begin(), all.end());

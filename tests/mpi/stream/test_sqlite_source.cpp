@@ -95,7 +95,7 @@ std::vector<Row> gather_rows(const std::vector<Row>& mine) {
 }
 
 /// Consumes `loader`, returning the (id, payload hash) of every valid row and the step count.
-std::vector<Row> consume_rows(StreamLoader& loader, std::uint64_t& steps) {
+std::vector<Row> consume_rows(Stream& loader, std::uint64_t& steps) {
     std::vector<Row> rows;
     HostBatch b;
     steps = 0;
@@ -126,12 +126,12 @@ TEST(SqliteSource, UnionOfDeliveredRowsEqualsSelectAll) {
             ASSERT_EQ(source.fields().size(), 2u);  // same on every rank (agreed)
             EXPECT_EQ(source.fields()[0].dtype, DType::int64);
             EXPECT_TRUE(source.fields()[1].ragged);
-            StreamOptions o;
-            o.sharding = shard == "chunk" ? StreamSharding::chunk : StreamSharding::hash;
-            o.batch_size = 64;
-            o.chunk_size = 100;
-            if (n == 999) o.batch_bytes = 65536;
-            StreamLoader loader(comm, source, o);
+            LoaderOptions o;
+            o.stream.sharding = shard == "chunk" ? StreamSharding::chunk : StreamSharding::hash;
+            o.plan.batch_size = o.plan.budget.max_batch_samples = 64;
+            o.stream.chunk_size = 100;
+            if (n == 999) o.plan.budget.batch_bytes = 65536;
+            Stream loader(comm, source, o);
             std::uint64_t steps = 0;
             const auto rows = consume_rows(loader, steps);
             EXPECT_EQ(gather_rows(rows), expected) << shard << " N=" << n;
@@ -158,10 +158,10 @@ TEST(SqliteSource, DatabaseOverwrittenBetweenEpochsIsAnIoErrorOnEveryRank) {
     const std::string path = make_db(999);
     const std::string other = make_db(50);
     SqliteSource source(comm, {path, "SELECT id, payload FROM t", ""});
-    StreamOptions o;
-    o.batch_size = 64;
-    o.chunk_size = 100;
-    StreamLoader loader(comm, source, o);
+    LoaderOptions o;
+    o.plan.batch_size = o.plan.budget.max_batch_samples = 64;
+    o.stream.chunk_size = 100;
+    Loader loader(comm, source, o);
     std::uint64_t delivered = 0;
     for (auto& b : loader.epoch(0)) {
         for (std::size_t j = 0; j < b.size(); ++j) delivered += b.valid()[j] ? 1 : 0;
@@ -215,8 +215,7 @@ TEST(SqliteSource, NamesParametersAndTableFunctions) {
     EXPECT_NE(refusal("SELECT id FROM t WHERE id > :lo", e).find(":lo"), std::string::npos);
     EXPECT_NE(refusal("SELECT id, randomblob(4) AS r FROM t", e).find("randomblob()"),
               std::string::npos);
-    EXPECT_NE(refusal("SELECT id, unixepoch() AS now FROM t", e).find("'now'"),
-              std::string::npos);
+    EXPECT_NE(refusal("SELECT id, unixepoch() AS now FROM t", e).find("'now'"), std::string::npos);
     // Read-only table-valued functions are allowed: the schema of t, as SQLite reports it.
     SqliteSource info(comm, {path, "SELECT name FROM pragma_table_info('t') ORDER BY cid", ""});
     EXPECT_EQ(info.count_rows(), 2u);

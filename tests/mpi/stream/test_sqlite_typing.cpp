@@ -144,10 +144,10 @@ Delivered stage(const std::string& expr, SqliteOptions o) {
     try {
         SqliteSource source(comm, o);
         d.fields = source.fields();
-        StreamOptions so;
-        so.chunk_size = 17;
-        so.batch_size = 8;
-        StreamLoader loader(comm, source, so);
+        LoaderOptions so;
+        so.stream.chunk_size = 17;
+        so.plan.batch_size = so.plan.budget.max_batch_samples = 8;
+        Stream loader(comm, source, so);
         HostBatch b;
         while (loader.next(b)) {
             for (std::size_t j = 0; j < b.size(); ++j) {

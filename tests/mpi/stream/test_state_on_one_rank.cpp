@@ -1,5 +1,5 @@
 // One state contract for both kinds of loader (issue 38, acceptance 3): `state()` is local on a
-// file `Loader` and on a `StreamLoader`, so the trainer's usual save, "rank 0 asks for the state
+// file `Loader` and on a `Stream`, so the trainer's usual save, "rank 0 asks for the state
 // and writes it while the other ranks go on", neither hangs nor differs between ranks. The ranks
 // go on past the save (the job is killed later); a loader made from rank 0's state yields
 // exactly the samples not consumed before the save.
@@ -35,11 +35,11 @@ TEST(StateOnOneRank, StreamLoaderSavedByRankZeroAloneResumesExactlyOnce) {
     const auto source = make_source(lengths);
     for (auto sharding : {StreamSharding::chunk, StreamSharding::hash, StreamSharding::source}) {
         for (std::uint64_t window : {1, 4}) {
-            StreamOptions o;
-            o.sharding = sharding;
-            o.batch_size = 5;
-            o.chunk_size = 3;
-            o.window_steps = window;
+            LoaderOptions o;
+            o.stream.sharding = sharding;
+            o.plan.batch_size = o.plan.budget.max_batch_samples = 5;
+            o.stream.chunk_size = 3;
+            o.stream.window_steps = window;
             // A collective state() would meet the other ranks' next step: the watchdog ends it.
             o.timeout = std::chrono::seconds(30);
             const std::string what = "sharding " + std::to_string(static_cast<int>(sharding)) +
@@ -47,7 +47,7 @@ TEST(StateOnOneRank, StreamLoaderSavedByRankZeroAloneResumesExactlyOnce) {
             std::vector<std::int64_t> before;
             std::string mine;
             {
-                StreamLoader loader(comm, source, o);
+                Stream loader(comm, source, o);
                 HostBatch b;
                 for (int k = 0; k < kBeforeSave && loader.next(b); ++k) collect(b, before);
                 if (comm.rank() == 0) mine = loader.state().to_json();
@@ -55,12 +55,12 @@ TEST(StateOnOneRank, StreamLoaderSavedByRankZeroAloneResumesExactlyOnce) {
                 }
             }
             const std::string saved = shared_save(comm, mine);
-            const StreamState state = StreamState::from_json(saved);
-            EXPECT_EQ(state.steps, static_cast<std::uint64_t>(kBeforeSave)) << what;
-            EXPECT_EQ(state.delivered, all_ids(before).size()) << what;
+            const LoaderState state = LoaderState::from_json(saved, "test");
+            EXPECT_EQ(state.steps_consumed, static_cast<std::uint64_t>(kBeforeSave)) << what;
+            EXPECT_EQ(state.samples_consumed, all_ids(before).size()) << what;
             // Every rank computes the same state at the same step (no rank needs the others).
             {
-                StreamLoader again(comm, source, o);
+                Stream again(comm, source, o);
                 HostBatch b;
                 for (int k = 0; k < kBeforeSave && again.next(b); ++k) {
                 }
@@ -68,7 +68,7 @@ TEST(StateOnOneRank, StreamLoaderSavedByRankZeroAloneResumesExactlyOnce) {
                 EXPECT_EQ(h.first, h.second) << what << ": state differs between ranks";
                 EXPECT_EQ(again.state().to_json(), saved) << what;
             }
-            StreamLoader resumed(comm, source, o, &state);
+            Stream resumed(comm, source, o, &state);
             Seen after = consume(resumed);
             after.ids.insert(after.ids.end(), before.begin(), before.end());
             expect_exactly_once(after, expected_ids(lengths), what);

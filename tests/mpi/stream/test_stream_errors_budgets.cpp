@@ -20,12 +20,12 @@ TEST(StreamErrors, OneStreamThrowsEveryRankEndsWithTheSameError) {
         const auto bad = static_cast<std::int64_t>(rng() % streams);
         const std::uint64_t at = rng() % lengths[static_cast<std::size_t>(bad)];
         const auto source = make_source(lengths, bad, at);
-        StreamOptions o;
-        o.sharding = trial % 2 ? StreamSharding::source : StreamSharding::hash;
-        o.hash_reading = HashReading::sources;
-        o.batch_size = 1 + rng() % 5;
+        LoaderOptions o;
+        o.stream.sharding = trial % 2 ? StreamSharding::source : StreamSharding::hash;
+        o.stream.hash_reading = HashReading::sources;
+        o.plan.batch_size = o.plan.budget.max_batch_samples = 1 + rng() % 5;
         o.timeout = std::chrono::seconds(20);  // a hang ends with the watchdog's report
-        StreamLoader loader(comm, source, o);
+        Stream loader(comm, source, o);
         std::string first, second;
         HostBatch b;
         try {
@@ -55,20 +55,22 @@ TEST(StreamErrors, OptionThatDiffersOnOneRankIsNamed) {
     const int w = world_size();
     Communicator comm(MPI_COMM_WORLD);
     const auto source = make_source({10, 20});
-    StreamOptions o;
-    o.batch_bytes = comm.rank() == w - 1 ? 4096 : 2048;
+    LoaderOptions o;
+    o.plan.budget.batch_bytes = comm.rank() == w - 1 ? 4096 : 2048;
     std::string msg;
     try {
-        StreamLoader loader(comm, source, o);
+        Stream loader(comm, source, o);
     } catch (const ConfigError& e) {
         msg = e.what();
     }
     if (w == 1) {
         EXPECT_EQ(msg, "");
     } else {
-        EXPECT_NE(msg.find("StreamOptions::batch_bytes is '2048' on rank 0 but '4096' on rank " +
-                           std::to_string(w - 1)),
-                  std::string::npos)
+        EXPECT_NE(
+            msg.find(
+                "LoaderOptions::plan.budget.batch_bytes is '2048' on rank 0 but '4096' on rank " +
+                std::to_string(w - 1)),
+            std::string::npos)
             << msg;
         EXPECT_EQ(msg.find("batch_size"), std::string::npos) << "names equal options: " << msg;
     }
@@ -84,14 +86,15 @@ TEST(StreamBudgets, ByteBudgetHeavyTailed) {
         std::vector<std::uint64_t> lengths(static_cast<std::size_t>(w) + 2);
         for (auto& l : lengths) l = rng() % 4 == 0 ? 0 : rng() % 300;
         const auto source = make_source(lengths);
-        StreamOptions o;
-        o.sharding = static_cast<StreamSharding>(trial % 3);
-        o.remainder = trial % 2 ? StreamRemainder::mask : StreamRemainder::rebalance;
-        o.batch_size = 1000;
-        o.batch_bytes = 500 + rng() % 3000;  // large samples (1000-10000 bytes) are oversize
-        o.chunk_size = 1 + rng() % 16;
-        if (trial >= 4) o.length_buckets = {16, 64, 1000};
-        StreamLoader loader(comm, source, o);
+        LoaderOptions o;
+        o.stream.sharding = static_cast<StreamSharding>(trial % 3);
+        o.stream.remainder = trial % 2 ? StreamRemainder::mask : StreamRemainder::rebalance;
+        o.plan.batch_size = o.plan.budget.max_batch_samples = 1000;
+        o.plan.budget.batch_bytes =
+            500 + rng() % 3000;  // large samples (1000-10000 bytes) are oversize
+        o.stream.chunk_size = 1 + rng() % 16;
+        if (trial >= 4) o.stream.length_buckets = {16, 64, 1000};
+        Stream loader(comm, source, o);
         const Seen seen = consume(loader);
         expect_exactly_once(seen, expected_ids(lengths), "bytes trial " + std::to_string(trial));
         EXPECT_GT(min_max(loader.stats().oversize_batches).second +
@@ -110,18 +113,18 @@ TEST(StreamBudgets, TokenBudgetWithBuckets) {
         for (auto& l : lengths) l = rng() % 400;
         lengths[0] = 0;
         const auto source = make_source(lengths);
-        StreamOptions o;
-        o.sharding = static_cast<StreamSharding>(trial % 3);
-        o.remainder = trial % 2 ? StreamRemainder::mask : StreamRemainder::rebalance;
-        o.batch_size = 64;
-        o.batch_tokens = 256 + rng() % 1024;
-        o.token_field = 1;
-        if (trial >= 3) o.length_buckets = {8, 32, 100};
-        StreamLoader loader(comm, source, o);
+        LoaderOptions o;
+        o.stream.sharding = static_cast<StreamSharding>(trial % 3);
+        o.stream.remainder = trial % 2 ? StreamRemainder::mask : StreamRemainder::rebalance;
+        o.plan.batch_size = o.plan.budget.max_batch_samples = 64;
+        o.plan.budget.batch_tokens = 256 + rng() % 1024;
+        o.plan.budget.token_field = 1;
+        if (trial >= 3) o.stream.length_buckets = {8, 32, 100};
+        Stream loader(comm, source, o);
         const Seen seen = consume(loader);
         expect_exactly_once(seen, expected_ids(lengths), "tokens trial " + std::to_string(trial));
         const auto& st = loader.stats();
-        EXPECT_LE(st.padding_tokens, st.batches * o.batch_tokens);
+        EXPECT_LE(st.stream.padding_tokens, st.batches * o.plan.budget.batch_tokens);
     }
 }
 
@@ -132,17 +135,17 @@ TEST(StreamBudgets, BucketsReducePaddingWaste) {
     const auto source = make_source(lengths);
     std::uint64_t padding[2] = {0, 0};
     for (int with = 0; with < 2; ++with) {
-        StreamOptions o;
-        o.sharding = StreamSharding::chunk;
-        o.chunk_size = 500;
-        o.batch_size = 64;
-        o.batch_tokens = 2000;
-        o.token_field = 1;
-        if (with) o.length_buckets = {10, 20, 40, 60, 80, 100};
-        StreamLoader loader(comm, source, o);
+        LoaderOptions o;
+        o.stream.sharding = StreamSharding::chunk;
+        o.stream.chunk_size = 500;
+        o.plan.batch_size = o.plan.budget.max_batch_samples = 64;
+        o.plan.budget.batch_tokens = 2000;
+        o.plan.budget.token_field = 1;
+        if (with) o.stream.length_buckets = {10, 20, 40, 60, 80, 100};
+        Stream loader(comm, source, o);
         const Seen seen = consume(loader);
         expect_exactly_once(seen, expected_ids(lengths), with ? "buckets" : "no buckets");
-        padding[with] = loader.stats().padding_tokens;
+        padding[with] = loader.stats().stream.padding_tokens;
     }
     EXPECT_LT(padding[1], padding[0]);
 }

@@ -39,13 +39,13 @@ TEST(StreamOrder, RebalanceKeepsEachStreamsOrderUnderSourceSharding) {
         const auto source = make_source(lengths);
         for (std::uint64_t b : {1, 4, 16}) {
             for (std::uint64_t budget : {std::uint64_t{0}, std::uint64_t{600}}) {
-                StreamOptions o;
-                o.sharding = StreamSharding::source;
-                o.remainder = StreamRemainder::rebalance;
-                o.batch_size = b;
-                o.batch_bytes = budget;
+                LoaderOptions o;
+                o.stream.sharding = StreamSharding::source;
+                o.stream.remainder = StreamRemainder::rebalance;
+                o.plan.batch_size = o.plan.budget.max_batch_samples = b;
+                o.plan.budget.batch_bytes = budget;
                 o.timeout = std::chrono::seconds(60);
-                StreamLoader loader(comm, source, o);
+                Stream loader(comm, source, o);
                 const Seen seen = consume(loader);
                 const std::string what = "B=" + std::to_string(b) +
                                          " budget=" + std::to_string(budget) +
@@ -54,7 +54,7 @@ TEST(StreamOrder, RebalanceKeepsEachStreamsOrderUnderSourceSharding) {
                 std::string bad;
                 const bool ascends = each_stream_ascends(seen.ids, bad);
                 EXPECT_TRUE(ascends) << what << " rank " << comm.rank() << ": " << bad;
-                moved_total += comm.allreduce_sum(loader.stats().items_sent);
+                moved_total += comm.allreduce_sum(loader.stats().stream.items_sent);
             }
         }
     }

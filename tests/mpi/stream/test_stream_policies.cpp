@@ -42,14 +42,14 @@ TEST(StreamPolicies, EveryItemExactlyOnceWithEqualSteps) {
             for (const auto& policy : kPolicies) {
                 for (auto rem : {StreamRemainder::rebalance, StreamRemainder::mask}) {
                     for (std::uint64_t b : {1, 3, 8}) {
-                        StreamOptions o;
-                        o.sharding = policy.sharding;
-                        o.hash_reading = policy.reading;
-                        o.remainder = rem;
-                        o.batch_size = b;
-                        o.chunk_size = 4;
+                        LoaderOptions o;
+                        o.stream.sharding = policy.sharding;
+                        o.stream.hash_reading = policy.reading;
+                        o.stream.remainder = rem;
+                        o.plan.batch_size = o.plan.budget.max_batch_samples = b;
+                        o.stream.chunk_size = 4;
                         o.timeout = std::chrono::seconds(60);
-                        StreamLoader loader(comm, source, o);
+                        Stream loader(comm, source, o);
                         const Seen seen = consume(loader);
                         const std::string what =
                             std::string(policy.name) + " " +
@@ -82,11 +82,11 @@ TEST(StreamPolicies, BugS4UnequalShardsGiveEqualSteps) {
     lengths[0] = 3 * 4;
     const auto source = make_source(lengths);
     for (auto rem : {StreamRemainder::rebalance, StreamRemainder::mask}) {
-        StreamOptions o;
-        o.sharding = StreamSharding::source;
-        o.remainder = rem;
-        o.batch_size = 4;
-        StreamLoader loader(comm, source, o);
+        LoaderOptions o;
+        o.stream.sharding = StreamSharding::source;
+        o.stream.remainder = rem;
+        o.plan.batch_size = o.plan.budget.max_batch_samples = 4;
+        Stream loader(comm, source, o);
         const Seen seen = consume(loader);
         expect_exactly_once(seen, expected_ids(lengths), "S4");
         if (rem == StreamRemainder::mask) EXPECT_EQ(seen.batches, 3u);  // the longest stream
@@ -100,12 +100,12 @@ TEST(StreamPolicies, BugS5FiveRecordsTwoRanksBatchTwo) {
     Communicator comm(MPI_COMM_WORLD);
     const std::vector<std::uint64_t> lengths{5};
     const auto source = make_source(lengths);
-    StreamOptions o;
-    o.sharding = StreamSharding::chunk;
-    o.chunk_size = 2;
-    o.batch_size = 2;
-    o.remainder = StreamRemainder::mask;
-    StreamLoader loader(comm, source, o);
+    LoaderOptions o;
+    o.stream.sharding = StreamSharding::chunk;
+    o.stream.chunk_size = 2;
+    o.plan.batch_size = o.plan.budget.max_batch_samples = 2;
+    o.stream.remainder = StreamRemainder::mask;
+    Stream loader(comm, source, o);
     const Seen seen = consume(loader);
     expect_exactly_once(seen, expected_ids(lengths), "S5");
     const std::uint64_t expected_steps[] = {3, 2, 1, 1};  // ceil(ceil(5/2 chunks)/W) per rank
@@ -119,10 +119,10 @@ TEST(StreamPolicies, BugS10FewerSourcesThanRanks) {
     Communicator comm(MPI_COMM_WORLD);
     const std::vector<std::uint64_t> lengths{100};
     const auto source = make_source(lengths);
-    StreamOptions o;
-    o.sharding = StreamSharding::source;
-    o.batch_size = 5;
-    StreamLoader loader(comm, source, o);
+    LoaderOptions o;
+    o.stream.sharding = StreamSharding::source;
+    o.plan.batch_size = o.plan.budget.max_batch_samples = 5;
+    Stream loader(comm, source, o);
     const Seen seen = consume(loader);
     expect_exactly_once(seen, expected_ids(lengths), "S10");
     const std::uint64_t per_step = 5 * static_cast<std::uint64_t>(w);

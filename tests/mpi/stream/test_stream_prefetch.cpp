@@ -1,4 +1,4 @@
-// Streams read ahead by I/O threads (StreamOptions::io_threads, prefetch; issue 38): the batches
+// Streams read ahead by I/O threads (LoaderOptions::io_threads, prefetch; issue 38): the batches
 // are those of reading on the caller's thread, step for step and slot for slot, whatever the
 // sharding, remainder, budget, window and thread count; a read error surfaces at the same step
 // with the same text on every rank; a new pass restarts the threads. What it buys (the reading
@@ -12,11 +12,12 @@ namespace {
 using namespace stream_test;
 
 /// The ids of every slot of every batch, steps in order (padding −1 included).
-std::vector<std::int64_t> slots_of(StreamLoader& loader, std::uint64_t epoch, Seen& seen) {
+std::vector<std::int64_t> slots_of(Loader& loader, std::uint64_t epoch, Seen& seen) {
     std::vector<std::int64_t> out;
-    for (const HostBatch& b : loader.epoch(epoch)) {
+    auto range = loader.epoch(epoch);
+    for (const HostBatch& b : range) {
         ++seen.batches;
-        check_batch(b, loader, seen);
+        check_batch(b, loader.options(), range.last_oversize(), seen);
         out.push_back(-2);  // step separator
         out.insert(out.end(), b.index(), b.index() + b.size());
     }
@@ -31,33 +32,36 @@ TEST(StreamPrefetch, ThreadsYieldTheBatchesOfTheCallersThread) {
         std::vector<std::uint64_t> lengths(static_cast<std::size_t>(w) + 2);
         for (auto& l : lengths) l = rng() % 150;
         const auto source = make_source(lengths);
-        StreamOptions o;
-        o.sharding = static_cast<StreamSharding>(trial % 3);
-        o.remainder = trial % 2 ? StreamRemainder::mask : StreamRemainder::rebalance;
-        o.batch_size = 1 + rng() % 9;
-        o.chunk_size = 1 + rng() % 7;
-        o.window_steps = 1 + rng() % 4;
+        LoaderOptions o;
+        o.io_threads = 0;  // the caller's thread: the reference
+        o.stream.sharding = static_cast<StreamSharding>(trial % 3);
+        o.stream.remainder = trial % 2 ? StreamRemainder::mask : StreamRemainder::rebalance;
+        o.plan.batch_size = o.plan.budget.max_batch_samples = 1 + rng() % 9;
+        o.stream.chunk_size = 1 + rng() % 7;
+        o.stream.window_steps = 1 + rng() % 4;
         if (trial % 4 == 3) {
-            o.batch_bytes = 3000;
-            o.batch_size = 50;
+            o.plan.budget.batch_bytes = 3000;
+            o.plan.batch_size = o.plan.budget.max_batch_samples = 50;
         }
-        const std::string what = "trial " + std::to_string(trial) + ": " + o.describe();
+        const std::string what = "trial " + std::to_string(trial) + ": " + o.stream.describe() +
+                                 " batch " + std::to_string(max_batch(o)) + " bytes " +
+                                 std::to_string(o.plan.budget.batch_bytes);
         Seen inline_seen;
         std::vector<std::int64_t> want;
         {
-            StreamLoader loader(comm, source, o);
+            Loader loader(comm, source, o);
             want = slots_of(loader, 0, inline_seen);
-            EXPECT_EQ(loader.stats().io_threads, 0u);
+            EXPECT_EQ(loader.stats().stream.io_threads, 0u);
         }
         expect_exactly_once(inline_seen, expected_ids(lengths), what + " (caller's thread)");
         for (std::size_t threads : {1, 3}) {
-            StreamOptions t = o;
+            LoaderOptions t = o;
             t.io_threads = threads;
             t.prefetch = 1 + rng() % 4;
-            StreamLoader loader(comm, source, t);
+            Loader loader(comm, source, t);
             Seen seen;
             EXPECT_EQ(slots_of(loader, 0, seen), want) << what << ", " << threads << " threads";
-            EXPECT_GE(loader.stats().io_threads, 1u);
+            EXPECT_GE(loader.stats().stream.io_threads, 1u);
             // A second pass restarts the threads and yields the first pass's batches again.
             Seen again;
             EXPECT_EQ(slots_of(loader, 1, again), want) << what << ", second pass";
@@ -76,14 +80,14 @@ TEST(StreamPrefetch, ReadErrorAtTheSameStepOnEveryRank) {
         const auto bad = static_cast<std::int64_t>(rng() % lengths.size());
         const std::uint64_t at = rng() % lengths[static_cast<std::size_t>(bad)];
         const auto source = make_source(lengths, bad, at);
-        StreamOptions o;
-        o.sharding = static_cast<StreamSharding>(trial % 3);
-        o.batch_size = 1 + rng() % 5;
+        LoaderOptions o;
+        o.stream.sharding = static_cast<StreamSharding>(trial % 3);
+        o.plan.batch_size = o.plan.budget.max_batch_samples = 1 + rng() % 5;
         o.timeout = std::chrono::seconds(20);
         auto run = [&](std::size_t threads) {
-            StreamOptions t = o;
+            LoaderOptions t = o;
             t.io_threads = threads;
-            StreamLoader loader(comm, source, t);
+            Stream loader(comm, source, t);
             HostBatch b;
             std::uint64_t steps = 0;
             std::string error;

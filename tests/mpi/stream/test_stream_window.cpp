@@ -1,4 +1,4 @@
-// Stream loader windows (StreamOptions::window_steps): ranks that each hold full batches for
+// Stream loader windows (LoaderOptions::window_steps): ranks that each hold full batches for
 // the next steps agree once for all of them; the batches, exactly once, the step count and the
 // step at which a read error is thrown are the same as with an agreement at every step.
 #include "stream_test_util.hpp"
@@ -11,12 +11,12 @@ std::string name(StreamSharding s) {
     return s == StreamSharding::chunk ? "chunk" : s == StreamSharding::source ? "source" : "hash";
 }
 
-StreamOptions options(StreamSharding sharding, std::uint64_t window) {
-    StreamOptions o;
-    o.sharding = sharding;
-    o.batch_size = 8;
-    o.chunk_size = 16;
-    o.window_steps = window;
+LoaderOptions options(StreamSharding sharding, std::uint64_t window) {
+    LoaderOptions o;
+    o.stream.sharding = sharding;
+    o.plan.batch_size = o.plan.budget.max_batch_samples = 8;
+    o.stream.chunk_size = 16;
+    o.stream.window_steps = window;
     o.timeout = std::chrono::seconds(60);
     return o;
 }
@@ -35,12 +35,12 @@ TEST(StreamWindow, OneAgreementPerWindowSameItemsAndSteps) {
         std::uint64_t agreements[2] = {0, 0};
         int k = 0;
         for (std::uint64_t window : {1, 16}) {
-            StreamLoader loader(comm, source, options(sharding, window));
+            Stream loader(comm, source, options(sharding, window));
             const Seen seen = consume(loader);
             const std::string what = name(sharding) + " window " + std::to_string(window);
             expect_exactly_once(seen, expected_ids(lengths), what);
             steps_each[k] = seen.batches;
-            agreements[k] = min_max(loader.stats().agreements).second;
+            agreements[k] = min_max(loader.stats().stream.agreements).second;
             ++k;
         }
         EXPECT_EQ(steps_each[0], steps_each[1]) << "the window changed the number of steps";
@@ -58,12 +58,12 @@ TEST(StreamWindow, ByteLimitKeepsTheQueueToOneBatch) {
     Communicator comm(MPI_COMM_WORLD);
     const std::vector<std::uint64_t> lengths{800};
     const auto source = make_source(lengths);
-    StreamOptions o = options(StreamSharding::chunk, 16);
-    o.window_bytes = 1;  // a full batch is still read; nothing beyond it
-    StreamLoader loader(comm, source, o);
+    LoaderOptions o = options(StreamSharding::chunk, 16);
+    o.stream.window_bytes = 1;  // a full batch is still read; nothing beyond it
+    Stream loader(comm, source, o);
     const Seen seen = consume(loader);
     expect_exactly_once(seen, expected_ids(lengths), "window_bytes 1");
-    EXPECT_GE(loader.stats().agreements, seen.batches);
+    EXPECT_GE(loader.stats().stream.agreements, seen.batches);
 }
 
 // A read error found while reading ahead is thrown at the step that needs the row, on every
@@ -79,7 +79,7 @@ TEST(StreamWindow, ReadErrorAtTheSameStepAsWithoutWindow) {
             std::string error[2];
             int k = 0;
             for (std::uint64_t window : {1, 16}) {
-                StreamLoader loader(comm, source, options(sharding, window));
+                Stream loader(comm, source, options(sharding, window));
                 HostBatch b;
                 try {
                     while (loader.next(b)) ++steps[k];

@@ -5,10 +5,10 @@
 #include <chrono>
 #include <string>
 
+#include "loader/stream/stream_config.hpp"
 #include "mpistage/comm.hpp"
 #include "mpistage/error.hpp"
 #include "mpistage/loader.hpp"
-#include "mpistage/stream.hpp"
 
 namespace {
 
@@ -44,9 +44,8 @@ TEST(TimeoutRange, LoaderAndStreamOptionsRefuseIt) {
     mpistage::LoaderOptions loader;
     loader.timeout = seconds(10000000000LL);
     EXPECT_THROW(loader.validate(), mpistage::ConfigError);
-    mpistage::StreamOptions stream;
-    stream.timeout = seconds(10000000000LL);
-    EXPECT_THROW(stream.validate(), mpistage::ConfigError);
+    // The settings of a loader over streams come from the same LoaderOptions, checked alike.
+    EXPECT_THROW(mpistage::detail::stream_config(loader), mpistage::ConfigError);
 }
 
 }  // namespace

@@ -86,7 +86,7 @@ TEST(StreamPlan, PositionFiltersOfAllRanksPartitionTheStream) {
 TEST(StreamPlan, FitterKeepsBatchesWithinBudgetOrFlagsOneOversizeSample) {
     std::mt19937_64 rng(9);
     for (int trial = 0; trial < 200; ++trial) {
-        StreamOptions o;
+        StreamConfig o;
         o.batch_size = 1 + rng() % 50;
         if (trial % 2) {
             o.batch_bytes = 100 + rng() % 1000;
@@ -121,7 +121,7 @@ TEST(StreamPlan, FitterKeepsBatchesWithinBudgetOrFlagsOneOversizeSample) {
 }
 
 TEST(StreamPlan, BucketsTakeSamplesOfOneLengthClass) {
-    StreamOptions o;
+    StreamConfig o;
     o.batch_size = 4;
     o.length_buckets = {10, 100};
     const std::vector<SampleCost> q{{5, 0}, {50, 0}, {6, 0}, {60, 0}, {70, 0}, {80, 0}, {7, 0}};
@@ -136,7 +136,7 @@ TEST(StreamPlan, BucketsTakeSamplesOfOneLengthClass) {
 // The steps a rank can yield from its queue alone (a window): known answers, and the budget
 // path against the count-only path where both apply.
 TEST(StreamPlan, FullBatchesCountsWhatChooseBatchWouldTakeInTurn) {
-    StreamOptions o;
+    StreamConfig o;
     o.batch_size = 3;
     const std::vector<SampleCost> ten(10, SampleCost{4, 0});
     EXPECT_EQ(full_batches(ten, o, 16), 3u);  // 3 + 3 + 3, the last sample not a batch
@@ -152,7 +152,7 @@ TEST(StreamPlan, FullBatchesCountsWhatChooseBatchWouldTakeInTurn) {
     o.batch_bytes = 1000;
     EXPECT_EQ(full_batches(ten, o, 16), 3u);
     // Buckets: the short bucket never fills (3 samples); the middle one fills once.
-    StreamOptions b;
+    StreamConfig b;
     b.batch_size = 4;
     b.length_buckets = {10, 100};
     const std::vector<SampleCost> q{{5, 0}, {50, 0}, {6, 0}, {60, 0}, {70, 0}, {80, 0}, {7, 0}};
@@ -194,7 +194,7 @@ TEST(StreamPlan, TransferPlanCoversDeficitsFromSurplusesOnly) {
 }
 
 TEST(StreamPlan, DeficitsOfFullRanksAreZero) {
-    StreamOptions o;
+    StreamConfig o;
     o.batch_size = 8;
     std::vector<RankStep> ranks(3);
     ranks[0] = {false, 20, false, 8, true, 0, 0, 0};
@@ -218,7 +218,7 @@ TEST(StreamPlan, DeficitsOfFullRanksAreZero) {
 TEST(StreamPlan, ItemsSurviveTheWireFormat) {
     const std::vector<FieldInfo> fields{{"id", DType::int64, {}, 8, false},
                                         {"text", DType::uint8, {}, 0, true}};
-    StreamOptions o;
+    StreamConfig o;
     StreamSample s;
     s.fields = {std::vector<std::byte>(8, std::byte{7}), std::vector<std::byte>(13, std::byte{1})};
     s.key = 99;
@@ -243,25 +243,31 @@ TEST(StreamPlan, ItemsSurviveTheWireFormat) {
 }
 
 TEST(StreamPlan, StateJsonRoundTripAndRejectsOtherDocuments) {
-    StreamState st;
-    st.fingerprint = "abc";
-    st.steps = 12;
-    st.delivered = 345;
+    LoaderState st;
+    st.input = LoaderInput::stream;
+    st.dataset_fingerprint = "abc";
+    st.epoch = 2;
+    st.steps_consumed = 12;
+    st.samples_consumed = 345;
     st.streams = {{100, {{3, 5}, {90, 100}}}, {0, {}}};
-    const StreamState back = StreamState::from_json(st.to_json());
+    const LoaderState back = LoaderState::from_json(st.to_json(), "test");
     EXPECT_EQ(back.to_json(), st.to_json());
+    EXPECT_EQ(back.input, LoaderInput::stream);
+    EXPECT_EQ(back.epoch, 2u);
     EXPECT_EQ(back.streams[0].pending[1].second, 100u);
-    EXPECT_THROW(StreamState::from_json("{\"format\": \"other\"}"), FormatError);
-    EXPECT_THROW(StreamState::from_json("not json"), FormatError);
+    EXPECT_TRUE(back == st);
+    EXPECT_THROW(LoaderState::from_json("{\"format\": \"other\"}", "test"), ConfigError);
+    EXPECT_THROW(LoaderState::from_json("not json", "test"), ConfigError);
 }
 
 // A hand-edited number is refused with its key, never wrapped: -1 read as 2^64-1 made
 // --verify walk up to that position.
 TEST(StreamPlan, StateJsonRefusesNegativeFractionalAndHugeNumbers) {
-    StreamState st;
-    st.fingerprint = "abc";
-    st.steps = 2;
-    st.delivered = 7;
+    LoaderState st;
+    st.input = LoaderInput::stream;
+    st.dataset_fingerprint = "abc";
+    st.steps_consumed = 2;
+    st.samples_consumed = 7;
     st.streams = {{7, {{1, 3}}}};
     const std::string good = st.to_json();
     const auto edited = [&](const std::string& from, const std::string& to) {
@@ -274,8 +280,11 @@ TEST(StreamPlan, StateJsonRefusesNegativeFractionalAndHugeNumbers) {
         {"\"next\":7", "\"next\":-1"},
         {"\"next\":7", "\"next\":18446744073709551616"},
         {"\"next\":7", "\"next\":7.5"},
-        {"\"steps\":2", "\"steps\":-2"},
-        {"\"delivered\":7", "\"delivered\":\"7\""},
+        {"\"steps_consumed\":2", "\"steps_consumed\":-2"},
+        {"\"samples_consumed\":7", "\"samples_consumed\":\"7\""},
+        {"[1,3]", "[3,1]"},
+        {"[1,3]", "[1,9]"},
+        {"\"input\":\"stream\"", "\"input\":\"tape\""},
         {"[1,3]", "[-1,3]"},
         {"[1,3]", "[1]"},
         {"\"pending\":[[1,3]]", "\"pending\":5"},
@@ -284,11 +293,11 @@ TEST(StreamPlan, StateJsonRefusesNegativeFractionalAndHugeNumbers) {
     for (const auto& [from, to] : edits) {
         const std::string text = edited(from, to);
         try {
-            StreamState::from_json(text);
+            LoaderState::from_json(text, "'s.json'");
             ADD_FAILURE() << "accepted: " << text;
         } catch (const ConfigError& e) {
             const std::string what = e.what();
-            EXPECT_NE(what.find("stream state"), std::string::npos) << what;
+            EXPECT_NE(what.find("state 's.json'"), std::string::npos) << what;
             EXPECT_NE(what.find("'"), std::string::npos) << what;  // names the key
         }
     }

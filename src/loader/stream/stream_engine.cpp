@@ -1,9 +1,11 @@
-// StreamLoader: construction and the collective step (agree, read more, rebalance, batch).
+// The stream half of the Loader: construction, passes, and the collective step (agree, read
+// more, rebalance, batch).
+#include "loader/stream/stream_engine.hpp"
+
 #include <algorithm>
 #include <sstream>
 
 #include "comm/agree.hpp"
-#include "loader/stream/stream_impl.hpp"
 #include "mpistage/hash.hpp"
 
 namespace mpistage {
@@ -20,9 +22,19 @@ std::string fields_text(const std::vector<FieldInfo>& fields) {
     return t;
 }
 
-/// The fields of `StreamOptions::describe` ("batch_bytes=0 ...") as named values, so that an
+/// Where the setting `key` of `StreamConfig::describe` comes from in LoaderOptions.
+std::string option_path(const std::string& key) {
+    if (key == "batch_size") return "plan.batch_size";
+    if (key == "batch_bytes" || key == "batch_tokens" || key == "token_field") {
+        return "plan.budget." + key;
+    }
+    if (key == "timeout") return key;
+    return "stream." + key;
+}
+
+/// The fields of `StreamConfig::describe` ("batch_bytes=0 ...") as named values, so that an
 /// option that differs between ranks is named on its own with both values.
-std::vector<NamedValue> option_values(const StreamOptions& o) {
+std::vector<NamedValue> option_values(const detail::StreamConfig& o) {
     std::vector<NamedValue> out;
     std::istringstream words(o.describe());
     for (std::string w; words >> w;) {
@@ -30,15 +42,15 @@ std::vector<NamedValue> option_values(const StreamOptions& o) {
         // Read-ahead changes no batch (stream_prefetch.hpp): ranks may differ in it.
         const std::string key = w.substr(0, eq);
         if (key == "prefetch" || key == "io_threads") continue;
-        out.push_back(
-            {"StreamOptions::" + w.substr(0, eq), eq == std::string::npos ? "" : w.substr(eq + 1)});
+        out.push_back({"LoaderOptions::" + option_path(key),
+                       eq == std::string::npos ? "" : w.substr(eq + 1)});
     }
     return out;
 }
 
 }  // namespace
 
-std::string StreamLoader::Impl::state_fingerprint() const {
+std::string detail::StreamEngine::state_fingerprint() const {
     // Batching and the timeout do not decide who reads or owns what, so a state may be resumed
     // with other batch sizes or budgets.
     const std::string own = std::to_string(static_cast<int>(options.sharding)) + "/" +
@@ -48,9 +60,9 @@ std::string StreamLoader::Impl::state_fingerprint() const {
                                   std::to_string(source.num_streams()) + "|" + own));
 }
 
-void StreamLoader::Impl::check_agreement(const StreamState* resume) {
+void detail::StreamEngine::check_agreement(const LoaderState* resume) {
     run_agreed(comm, [&] {
-        options.validate();
+        options = detail::stream_config(loader_options);
         const auto& f = source.fields();
         if (f.empty()) throw ConfigError("stream: the source declares no fields");
         if (options.batch_tokens > 0 &&
@@ -77,11 +89,15 @@ void StreamLoader::Impl::check_agreement(const StreamState* resume) {
                               "it cannot be resumed");
         }
         if (resume) {
-            if (resume->fingerprint != state_fingerprint()) {
+            if (resume->input != LoaderInput::stream) {
+                throw ConfigError(
+                    "stream: the saved state is of a loader over files, not of a stream");
+            }
+            if (resume->dataset_fingerprint != state_fingerprint()) {
                 throw ConfigError(
                     "stream: the saved state belongs to another source or sharding (state "
                     "fingerprint " +
-                    resume->fingerprint + ", this loader " + state_fingerprint() + ")");
+                    resume->dataset_fingerprint + ", this loader " + state_fingerprint() + ")");
             }
             if (resume->streams.size() != source.num_streams()) {
                 throw ConfigError("stream: the saved state has " +
@@ -99,38 +115,71 @@ void StreamLoader::Impl::check_agreement(const StreamState* resume) {
                  "every rank must build the same source and options");
 }
 
-StreamLoader::StreamLoader(CommRef comm, const StreamSource& source, StreamOptions options,
-                           const StreamState* resume)
-    : impl_(std::make_unique<Impl>(comm, source, std::move(options))) {
-    Impl& m = *impl_;
-    m.comm.set_timeout(m.options.timeout.count() >= 0 ? m.options.timeout
-                                                      : std::chrono::seconds(0));
-    m.check_agreement(resume);
+detail::StreamEngine::StreamEngine(const CommRef& c, const StreamSource& s, LoaderOptions o,
+                                   const LoaderState* resume)
+    : comm(c.duplicate()), source(s), loader_options(std::move(o)) {
+    comm.set_timeout(loader_options.timeout.count() >= 0 ? loader_options.timeout
+                                                         : std::chrono::seconds(0));
+    resumed.input = LoaderInput::stream;
+    stats.tier = "stream";
+    check_agreement(resume);
     if (resume) {
-        m.resumed = *resume;
-        m.steps = resume->steps;
-        m.delivered_before = resume->delivered;
+        resumed = *resume;
+        resume_pending = true;
+        epoch = resume->epoch;
+        steps = resume->steps_consumed;
+        delivered_before = resume->samples_consumed;
     }
-    m.reset_yielded();
-    run_agreed(m.comm, [&] { m.open_cursors(); });
-    m.start_prefetch();
+    reset_yielded();
+    run_agreed(comm, [&] { open_cursors(); });
+    start_prefetch();
 }
 
-StreamLoader::~StreamLoader() = default;
+void detail::StreamEngine::begin_pass(std::uint64_t e) {
+    if (failure) throw_error(failure->kind, failure->message);
+    // The pass the loader was made for (fresh: pass e from the start; resumed: the rest of
+    // the state's pass when e is its epoch) is open already; any other call starts over.
+    const bool continues = !pass_begun && (!resume_pending || e == resumed.epoch);
+    if (!continues) restart_pass();
+    resume_pending = false;
+    pass_begun = true;
+    epoch = e;
+    stopped = false;
+    range_first_step = steps;
+}
 
-bool StreamLoader::next(HostBatch& out) {
-    Impl& m = *impl_;
-    if (m.failure) throw_error(m.failure->kind, m.failure->message);
-    if (m.finished) return false;
+void detail::StreamEngine::restart_pass() {
+    // Every stream from its first sample; the counters of a pass start again.
+    prefetch.reset();  // its threads read the cursors: stopped first
+    cursors.clear();
+    next_cursor = 0;
+    queue.clear();
+    window_left = 0;
+    read_failure.reset();
+    resumed = LoaderState{};
+    resumed.input = LoaderInput::stream;
+    announced.clear();
+    steps = 0;
+    delivered_before = 0;
+    reset_yielded();
+    finished = false;
+    last_oversize = false;
+    run_agreed(comm, [&] { open_cursors(); });
+    start_prefetch();
+}
+
+bool detail::StreamEngine::next(HostBatch& out, bool stop) {
+    if (failure) throw_error(failure->kind, failure->message);
+    if (finished || stopped) return false;
     try {
-        return m.step(out);
+        return step(out, stop);
     } catch (...) {
-        m.failure = LocalStatus::from_current_exception();
+        failure = LocalStatus::from_current_exception();
         throw;
     }
 }
 
-bool StreamLoader::Impl::step(HostBatch& out) {
+bool detail::StreamEngine::step(HostBatch& out, bool stop) {
     if (window_left > 0) {
         // Agreed by the window: every rank holds a full batch for this step.
         --window_left;
@@ -141,7 +190,7 @@ bool StreamLoader::Impl::step(HostBatch& out) {
     comm.set_context(
         {"stream loader: agree on step", -1, static_cast<std::int64_t>(steps), "", -1});
     const std::size_t w = static_cast<std::size_t>(comm.size());
-    // Windows of steps (see StreamOptions::window_steps); with hash, a window's rows are read
+    // Windows of steps (see StreamConfig::window_steps); with hash, a window's rows are read
     // ahead and routed to their owners in one exchange, then the ranks agree once.
     const bool windowed = options.window_steps > 1;
     std::uint64_t extra = 0;
@@ -158,17 +207,24 @@ bool StreamLoader::Impl::step(HostBatch& out) {
             queue_costs(windowed ? options.window_steps : 1);
         const detail::BatchChoice mine = detail::choose_batch(costs, options);
         detail::RankStep me{status.failed, queue.size(),     exhausted(), mine.take.size(),
-                            mine.full,     mine.budget_left, 0,           stats.items_read};
+                            mine.full,     mine.budget_left, 0,           stats.stream.items_read};
+        me.stop = stop && extra == 0;
         for (const auto& it : queue)
             me.cost_sum += options.batch_tokens ? it.tokens : it.size_bytes;
         if (windowed && extra == 0 && !status.failed && mine.full) {
             me.ready = detail::full_batches(costs, options, options.window_steps);
         }
         ranks = detail::RankStep::unpack(comm.allgather(me.pack()), comm.size());
-        ++stats.agreements;
+        ++stats.stream.agreements;
         const bool any_failed =
             std::any_of(ranks.begin(), ranks.end(), [](const auto& r) { return r.failed; });
         if (any_failed) agree_or_throw(comm, status);  // throws on every rank
+        if (std::any_of(ranks.begin(), ranks.end(), [](const auto& r) { return r.stop; })) {
+            // An agreed stop: this step is not yielded on any rank (the state stands here).
+            stopped = true;
+            stats.wait_peers_time += comm.collective_wait() - wait_before;
+            return false;
+        }
         std::uint64_t queued = 0, surplus = 0, open = 0, read = 0;
         for (const auto& r : ranks) {
             read += r.read;
@@ -204,7 +260,7 @@ bool StreamLoader::Impl::step(HostBatch& out) {
         // read; otherwise `fill` counts items queued beyond the own batch (the surplus).
         const std::uint64_t share = (uncovered + open - 1) / open;
         extra = share + (route || !me.full ? 0 : me.queued - me.take);
-        ++stats.extra_rounds;
+        ++stats.stream.extra_rounds;
     }
     if (options.remainder == StreamRemainder::rebalance) rebalance(ranks);
     // What every rank yields at the agreed steps (the window's, or this one), so that every
@@ -216,7 +272,7 @@ bool StreamLoader::Impl::step(HostBatch& out) {
     return true;
 }
 
-void StreamLoader::Impl::rebalance(const std::vector<detail::RankStep>& ranks) {
+void detail::StreamEngine::rebalance(const std::vector<detail::RankStep>& ranks) {
     const auto d = detail::deficits(ranks, options);
     std::vector<std::uint64_t> s(ranks.size(), 0);
     bool any_need = false, any_have = false;
@@ -251,54 +307,12 @@ void StreamLoader::Impl::rebalance(const std::vector<detail::RankStep>& ranks) {
         }
         detail::encode_item(queue[i], outgoing[to]);
         ++sent_to;
-        ++stats.items_sent;
+        ++stats.stream.items_sent;
     }
     queue = std::move(stay);
     const std::size_t kept = queue.size();
     for (const auto& msg : comm.alltoallv(outgoing)) detail::decode_items(msg, queue);
     for (std::size_t i = kept; i < queue.size(); ++i) queue[i].rebalanced = true;
-}
-
-StreamLoader::EpochBatches StreamLoader::epoch(std::uint64_t epoch) {
-    if (epoch_started_ && epoch != epoch_) {
-        // A new pass: every stream from its first sample; the counters of a pass start again.
-        Impl& m = *impl_;
-        if (m.failure) throw_error(m.failure->kind, m.failure->message);
-        m.prefetch.reset();  // its threads read the cursors: stopped first
-        m.cursors.clear();
-        m.next_cursor = 0;
-        m.queue.clear();
-        m.window_left = 0;
-        m.read_failure.reset();
-        m.resumed = StreamState{};
-        m.announced.clear();
-        m.reset_yielded();
-        m.steps = 0;
-        m.delivered_before = 0;
-        m.finished = false;
-        m.last_oversize = false;
-        run_agreed(m.comm, [&] { m.open_cursors(); });
-        m.start_prefetch();
-    }
-    epoch_ = epoch;
-    epoch_started_ = true;
-    return EpochBatches(*this);
-}
-
-bool StreamLoader::last_oversize() const noexcept {
-    return impl_->last_oversize;
-}
-std::uint64_t StreamLoader::steps() const noexcept {
-    return impl_->steps;
-}
-const StreamStats& StreamLoader::stats() const noexcept {
-    return impl_->stats;
-}
-const StreamOptions& StreamLoader::options() const noexcept {
-    return impl_->options;
-}
-const Communicator& StreamLoader::comm() const noexcept {
-    return impl_->comm;
 }
 
 }  // namespace mpistage

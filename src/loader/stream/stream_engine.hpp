@@ -1,5 +1,8 @@
 #pragma once
-// The private state of StreamLoader, shared by the stream_*.cpp files of this folder.
+// The stream half of the one Loader: a stream planner that decides each window's steps from what
+// the ranks' readers produced (chunk, hash, source sharding; dry ranks; end-of-stream agreement),
+// with the readers and their read-ahead. `Loader` and `EpochRange` (loader.cpp, epoch_range.cpp)
+// drive it; its state is shared by the stream_*.cpp files of this folder.
 
 #include <cstdint>
 #include <deque>
@@ -10,10 +13,11 @@
 #include <vector>
 
 #include "comm/agree.hpp"
+#include "loader/stream/stream_config.hpp"
 #include "loader/stream/stream_item.hpp"
 #include "loader/stream/stream_plan.hpp"
 #include "loader/stream/stream_prefetch.hpp"
-#include "mpistage/stream.hpp"
+#include "mpistage/loader.hpp"
 
 namespace mpistage::detail {
 
@@ -27,24 +31,36 @@ struct StreamCursor {
     bool ended = false;
 };
 
-}  // namespace mpistage::detail
-
-namespace mpistage {
-
-struct StreamLoader::Impl {
+class StreamEngine {
+public:
     Communicator comm;
     const StreamSource& source;
-    StreamOptions options;
-    /// The state this loader resumed from (empty streams when it started fresh).
-    StreamState resumed;
+    /// The loader's options as given (`Loader::options`), and the settings taken from them.
+    LoaderOptions loader_options;
+    StreamConfig options;
+    /// The state this loader resumed from (a stream state with no streams when it started
+    /// fresh), and whether the pass it stands in is still to be continued by `epoch()`.
+    LoaderState resumed;
+    bool resume_pending = false;
+    /// The pass in flight (the last `begin_pass` epoch) and whether one began.
+    std::uint64_t epoch = 0;
+    bool pass_begun = false;
+    /// Steps of the pass before the current range began (so a range counts its own).
+    std::uint64_t range_first_step = 0;
+    /// A stop was agreed: the current pass ended at `steps` on every rank.
+    bool stopped = false;
+    /// `Loader::close()` was called on this rank.
+    bool closed = false;
+    /// The range of the pass in flight (an `EpochRange::Impl`), null when none.
+    void* active_range = nullptr;
     std::vector<detail::StreamCursor> cursors;
-    /// The I/O threads reading `cursors` ahead (`StreamOptions::io_threads` ≥ 1), else null.
+    /// The I/O threads reading `cursors` ahead (`StreamConfig::io_threads` ≥ 1), else null.
     /// Declared after the cursors: destroyed (its threads joined) before them.
     std::unique_ptr<detail::StreamPrefetch> prefetch;
     std::size_t next_cursor = 0;  ///< round-robin over cursors
     std::deque<detail::StreamItem> queue;
     StreamSample scratch;
-    StreamStats stats;
+    LoaderStats stats;
     std::uint64_t steps = 0;
     std::uint64_t delivered_before = 0;  ///< valid samples of all ranks before this loader
     bool finished = false;
@@ -63,21 +79,38 @@ struct StreamLoader::Impl {
     /// they touch. Set from the resumed state (its consumed positions) and extended at every
     /// step by the step's announced ids.
     std::vector<std::map<std::uint64_t, std::uint64_t>> yielded;
-    /// Valid samples every rank yielded (the resumed state's included); `StreamState::delivered`.
+    /// Valid samples every rank yielded in the pass (the resumed state's included): the
+    /// state's `samples_consumed`.
     std::uint64_t delivered_all = 0;
     /// The ids every rank yields at each agreed step not yet taken, oldest first: runs of item
     /// ids (first, count) of all ranks (`announce`).
     std::deque<std::vector<std::uint64_t>> announced;
 
-    /// The loader's own communicator: its one MPI_Comm_dup (see `CommRef::duplicate`).
-    Impl(const CommRef& c, const StreamSource& s, StreamOptions o)
-        : comm(c.duplicate()), source(s), options(std::move(o)) {}
+    /// Collective: the loader's own communicator (its one MPI_Comm_dup, see
+    /// `CommRef::duplicate`), the options, fields and stream count checked across ranks, and
+    /// this rank's streams opened (from `resume`, a stream state, when given).
+    /// @throws ConfigError, the source's errors, MpiError; identical on every rank.
+    StreamEngine(const CommRef& c, const StreamSource& s, LoaderOptions o,
+                 const LoaderState* resume);
+    /// Collective: starts pass `e` (the resumed pass when its epoch is asked first, else every
+    /// stream from its first item). @throws the agreed error of an earlier step, and what the
+    /// source's `open` throws, identical on every rank.
+    void begin_pass(std::uint64_t e);
+    /// Collective: the next batch of the pass, or false on every rank once no rank holds items
+    /// or a stop was agreed (`stop`: this rank asks for one). @throws the same Error on every
+    /// rank when any rank's stream threw (again on later calls).
+    bool next(HostBatch& out, bool stop);
+    /// Local: where the loader stands, identical on every rank (after a pass consumed to its
+    /// end: the start of the next epoch).
+    LoaderState state() const;
+    /// Local: forgets `range` when it is the active one (it ended or is being destroyed).
+    void detach(void* range) noexcept;
 
     /// Collective: options, fields, stream count and the resumed state agree across ranks.
-    void check_agreement(const StreamState* resume);
+    void check_agreement(const LoaderState* resume);
     /// Local: opens the streams this rank reads. @throws what the source throws.
     void open_cursors();
-    /// Local: starts the I/O threads over the open cursors (`StreamOptions::io_threads` ≥ 1;
+    /// Local: starts the I/O threads over the open cursors (`StreamConfig::io_threads` ≥ 1;
     /// none start where the system refuses threads: then this thread reads).
     void start_prefetch();
     /// Local: true when every cursor ended.
@@ -89,8 +122,11 @@ struct StreamLoader::Impl {
     /// into `outgoing` per owner rank). `ahead`: reads on until the queue holds
     /// `window_steps` batches' worth of items or `window_bytes` (not under hash).
     void fill(std::uint64_t extra, std::vector<std::string>& outgoing, bool ahead);
-    /// Collective: one step; false when every rank is dry.
-    bool step(HostBatch& out);
+    /// Collective: one step; false when every rank is dry or a stop was agreed.
+    bool step(HostBatch& out, bool stop);
+    /// Local: drops the pass's readers and queue and reopens every stream from its first item
+    /// (collective through `run_agreed`).
+    void restart_pass();
     /// Collective: moves items from ranks with surplus to those with a deficit.
     void rebalance(const std::vector<detail::RankStep>& ranks);
     /// Local: removes the chosen samples from the queue and builds the batch.
@@ -113,4 +149,4 @@ struct StreamLoader::Impl {
     std::string state_fingerprint() const;
 };
 
-}  // namespace mpistage
+}  // namespace mpistage::detail

@@ -1,0 +1,44 @@
+#pragma once
+// The settings a stream loader runs by, gathered from its LoaderOptions (`stream_config`): the
+// stream plan options with the batching, read-ahead and watchdog options that apply to streams.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mpistage/loader.hpp"
+
+namespace mpistage::detail {
+
+struct StreamConfig {
+    StreamSharding sharding = StreamSharding::chunk;
+    std::uint64_t chunk_size = 64;
+    HashReading hash_reading = HashReading::chunks;
+    StreamRemainder remainder = StreamRemainder::rebalance;
+    /// Largest number of samples in a batch; with no budget every batch has this many slots.
+    std::uint64_t batch_size = 32;
+    /// `BatchBudget::batch_bytes` / `batch_tokens` / `token_field` (0: off).
+    std::uint64_t batch_bytes = 0;
+    std::uint64_t batch_tokens = 0;
+    std::size_t token_field = 0;
+    std::vector<std::uint64_t> length_buckets;
+    std::chrono::seconds timeout{300};
+    std::uint64_t window_steps = 4;
+    std::uint64_t window_bytes = std::uint64_t{64} << 20;
+    std::uint64_t prefetch = 2;
+    std::size_t io_threads = 0;
+
+    /// Local: "field=value" pairs separated by spaces.
+    std::string describe() const;
+};
+
+/// Local: the settings of a loader over streams from its options. @throws ConfigError naming
+/// the option for a file-only option set away from its default (a shuffle, global sharding,
+/// balance_steps, bucket_window, a memory tier, two-phase reads, verify_files, a `full`
+/// fingerprint, a CUDA device), a zero batch, chunk or window size, unsorted buckets, or
+/// prefetch / io_threads / timeout out of range.
+StreamConfig stream_config(const LoaderOptions& options);
+
+}  // namespace mpistage::detail
