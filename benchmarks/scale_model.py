@@ -7,7 +7,7 @@ The quantities are formulas read off the code (each function below cites the lin
 the plan times and plan heap bytes are measured by running the real planner
 (`bench_scale_plan`, a pure function, so one process plans any rank of any W). The formulas'
 collective counts are checked against real runs at W = 2, 3, 4 (`check`, which runs
-`scale_count`: the Loader and StreamLoader with every MPI call counted through the profiling
+`scale_count`: the Loader over files and over a stream with every MPI call counted through the profiling
 interface).
 
 Usage:
@@ -27,7 +27,7 @@ import sys
 DEFAULTS = {"N": 10**9, "s": 785, "F": 2, "B": 64, "P": 4, "R": 4, "window_steps": 4}
 WORLDS = [64, 128, 256, 512, 1024, 2048, 4096]
 DIGEST_BLOCK = 1024   # src/loader/consumed.cpp kDigestBlock
-RANK_STEP_WORDS = 9   # src/loader/stream/stream_plan.hpp kRankStepWords
+RANK_STEP_WORDS = 10  # src/loader/stream/stream_plan.hpp kRankStepWords
 TAG_WORDS = 4         # agree_tagged_or_throw: one allreduce of 4 uint64 (src/comm/agree.hpp)
 BUDGET_N = 10**6      # budget plans are O(N) per rank: measured here, scaled to N
 
@@ -117,8 +117,8 @@ def loader_collectives(steps, p, two_phase=False, inline=True, promised=False):
 
 
 def stream_collectives(steps, window, hash_sharding):
-    """Collectives of one pass of a StreamLoader (StreamLoader::Impl::step,
-    src/loader/stream/stream_engine.cpp): one allgather of 9 words per agreement; `chunk`
+    """Collectives of one pass of a stream Loader (StreamEngine::step,
+    src/loader/stream/stream_engine.cpp): one allgather of 10 words per agreement; `chunk`
     agrees once per window of `window_steps` full batches, plus the pass's end and the rounds
     near the end where ranks run short (rebalance: Communicator::alltoallv), and each
     agreement that yields steps announces their ids (an allgather and an allgatherv); `hash` reads a
@@ -210,10 +210,10 @@ def model(mode, w, d, plans):
         mem += 16 * n / r + 2 * 16 * n / w
         note = f"open: {16 * n / 1e9:.0f} GB broadcast to every rank (several nodes)"
     elif tier.startswith("stream"):
-        # Read-ahead queue of window_steps batches; per agreement an allgather of 9 words from
+        # Read-ahead queue of window_steps batches; per agreement an allgather of 10 words from
         # every rank (RankStep, src/loader/stream/stream_plan.hpp): W x 72 bytes received. Then
         # the announcement of what every rank yields at the agreed steps (so that state() is
-        # local; StreamLoader::Impl::announce, src/loader/stream/stream_state.cpp): an
+        # local; StreamEngine::announce, src/loader/stream/stream_state.cpp): an
         # allgatherv (counts, then data) of the item ids as runs (first, count) of 16 bytes,
         # every rank receiving every rank's ids of the window, kept until the steps are taken.
         # chunk: a rank's batch is runs of its chunks (B / chunk_size + 1 runs, chunk_size 64

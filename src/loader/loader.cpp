@@ -12,6 +12,7 @@
 #include "loader/contents.hpp"
 #include "loader/device_delivery.hpp"
 #include "loader/loader_impl.hpp"
+#include "loader/stream/stream_config.hpp"
 #include "loader/stream/stream_engine.hpp"
 #include "mpistage/hash.hpp"
 #include "plan/consumed_digest.hpp"
@@ -229,6 +230,7 @@ Loader::Loader(CommRef comm, const Source& source, LoaderOptions options)
     d.comm.set_context({"loader: construction", -1, -1, "", -1});
     run_agreed(d.comm, [&] {
         d.options.validate();
+        detail::refuse_stream_options(d.options);
         // Armed before the first collective (this agreement), so a rank that never arrives
         // is reported within the caller's timeout; agreed across ranks just below.
         d.comm.set_timeout(d.options.timeout);

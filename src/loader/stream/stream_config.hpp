@@ -41,4 +41,8 @@ struct StreamConfig {
 /// prefetch / io_threads / timeout out of range.
 StreamConfig stream_config(const LoaderOptions& options);
 
+/// Local: for a loader over files. @throws ConfigError naming the first `LoaderOptions::stream`
+/// field set away from its default (it shares a stream's items; files have no use for it).
+void refuse_stream_options(const LoaderOptions& options);
+
 }  // namespace mpistage::detail

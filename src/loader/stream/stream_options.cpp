@@ -74,6 +74,18 @@ std::string StreamConfig::describe() const {
     return os.str();
 }
 
+void refuse_stream_options(const LoaderOptions& o) {
+    std::istringstream given(o.stream.describe());
+    std::istringstream defaults(StreamPlanOptions{}.describe());
+    for (std::string g, d; given >> g && defaults >> d;) {
+        if (g == d) continue;
+        const auto eq = g.find('=');
+        throw ConfigError("loader: option stream." + g.substr(0, eq) + " = " + g.substr(eq + 1) +
+                          " shares a stream's items among the ranks; a loader over files has no "
+                          "use for it (leave it at its default, or read a StreamSource)");
+    }
+}
+
 StreamConfig stream_config(const LoaderOptions& o) {
     o.validate();
     // What a stream has no use for is refused by name, never accepted and ignored.
