@@ -59,10 +59,13 @@ TwoPhase parse_two_phase(const std::string& s);
 ///
 /// A loader over streams uses `plan.batch_size` (the largest batch with a budget: then
 /// `plan.budget.max_batch_samples`), `plan.budget` (`batch_bytes`, `batch_tokens`,
-/// `token_field`), `stream`, `prefetch`, `io_threads`, `timeout` and `device` (`auto` or `cpu`:
-/// stream batches are delivered in host memory); any other option set away from its default
-/// (a shuffle, global sharding, `balance_steps`, `bucket_window`, a memory tier, two-phase
-/// reads, `verify_files`, a `full` fingerprint, a CUDA device) is a ConfigError naming it.
+/// `token_field`), `stream`, `prefetch`, `io_threads`, `timeout` and the device options
+/// (`device`, `log_device_fallback`, `cuda_stream`: each batch is copied to the device by the
+/// loader's stager, from pageable memory through its pinned bounce blocks; `pin_memory` and
+/// `non_blocking` have no ring to act on); any other option set away from its default (a
+/// shuffle, global sharding, a seed, `balance_steps`, `bucket_window`, a memory tier, two-phase
+/// reads, `verify_files`, a `full` fingerprint) is a ConfigError naming it. A loader over files
+/// refuses `stream` set away from its defaults likewise.
 struct LoaderOptions {
     /// Batch size or batch budget, seed, sharding, shuffle and remainder policy
     /// (docs/architecture.md, plan). With a budget (`plan.budget`) batches vary in size: the

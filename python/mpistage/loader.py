@@ -328,8 +328,9 @@ class Loader(_lifetime.Tracked):
     token_field), prefetch and io_threads (items read ahead by that many I/O threads while
     the trainer computes; 0, the default here, reads inside ``next()``: an iterable then runs
     on the thread that made it, as a ``sqlite3`` connection needs; with threads each iterable
-    is advanced on an I/O thread, holding the GIL while it runs), timeout. File-only options
-    (shuffle, seed, stage, two_phase, verify, ...) are a ConfigError naming them. An epoch is
+    is advanced on an I/O thread, holding the GIL while it runs), timeout, device (batches
+    copied to the device by the loader, as for files). File-only options (shuffle, seed,
+    stage, two_phase, verify, ...) are a ConfigError naming them. An epoch is
     one pass over every stream; its length is known at its end (``len()`` is a TypeError);
     ids are ``(stream << 40) | position``; an error raised by a rank's iterable is raised on
     every rank as the same ``mpistage.Error``, chained (``__cause__``) from the original on

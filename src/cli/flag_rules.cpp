@@ -51,8 +51,7 @@ struct Rule {
 
 constexpr const char* kStreamOnly = "it is for --sqlite input";
 constexpr const char* kFileOnly =
-    "it is for FILE input (streams have no memory tier, device delivery or file "
-    "verification)";
+    "it is for FILE input (streams have no memory tier or file verification)";
 
 // Every option of the stage command, in --help order. A flag added to args.cpp without a row
 // here fails every run that gives it, and the unit test that compares the two lists.
@@ -100,7 +99,7 @@ constexpr Rule kRules[] = {
     {"--balance-steps", fixed_files, "it balances fixed-size global batches of FILE input"},
     {"--compute-ms", any_input, ""},
     {"--compute-us", any_input, ""},
-    {"--device", files, kFileOnly},
+    {"--device", any_input, ""},
     {"--stage", files, kFileOnly},
     {"--stage-budget", files, kFileOnly},
     {"--stage-ranks-per-node", files, kFileOnly},

@@ -263,8 +263,9 @@ LoaderOptions stream_options(const StageArgs& a, SqliteOptions& sqlite) {
     lo.prefetch = a.prefetch;
     // Read ahead only when asked: cheap rows cost more to hand over than to read in the loop.
     lo.io_threads = a.threads_given ? a.threads : 0;
-    // Streams are delivered in host memory (LoaderOptions: a CUDA device is refused).
-    lo.device = "cpu";
+    // Batches on the device, as for FILE input: the loader's delivery copies each one there.
+    lo.device = a.device;
+    lo.log_device_fallback = !a.quiet;
     for (const std::string& spec : a.columns) sqlite.columns.push_back(sqlite_column(spec));
     if (a.nulls == "error") {
         sqlite.nulls = SqliteNulls::error;
@@ -363,6 +364,9 @@ RankTotals StreamInput::totals() const {
     // Waiting for rows the I/O threads had not read yet (0 when read on this thread).
     t.wait_io_seconds = s.wait_io_time.count();
     t.wait_seconds = t.wait_io_seconds + t.wait_peers_seconds;
+    t.device = s.device.index;
+    t.h2d_bytes = s.staging.bytes_copied;
+    t.h2d_seconds = s.staging.copy_seconds;
     return t;
 }
 
@@ -383,7 +387,8 @@ void StreamInput::describe(const StageArgs& a, StageOutcome& o) const {
                  {"remainder", opt.remainder == StreamRemainder::mask ? "mask" : "rebalance"},
                  {"timeout_seconds", lo.timeout.count()},
                  {"prefetch", lo.prefetch},
-                 {"io_threads", lo.io_threads}};
+                 {"io_threads", lo.io_threads},
+                 {"device", lo.device}};
     o.remainder = a.on_dry;
     o.shuffle = "none";
     o.sharding = a.shard;

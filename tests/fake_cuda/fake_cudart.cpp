@@ -166,6 +166,7 @@ void mpistage_fake_cuda_set_sticky_error(int rc) {
     Engine& e = Engine::get();
     {
         std::lock_guard<std::mutex> lk(e.m);
+        if (rc != 0 && e.sticky == 0) ++e.sticky_generation;  // what is queued now never runs
         e.sticky = rc;
     }
     e.cv.notify_all();

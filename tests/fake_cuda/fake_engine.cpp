@@ -93,7 +93,7 @@ void Engine::work(const std::shared_ptr<Stream>& s) {
         lk.unlock();
         if (op.delay.count() > 0) std::this_thread::sleep_for(op.delay);
         lk.lock();
-        const bool run = sticky == 0;
+        const bool run = sticky == 0 && op.generation == sticky_generation;
         lk.unlock();
         if (run) {  // after a sticky error nothing queued runs (host functions included)
             in_host_function() = op.host_function;
@@ -114,6 +114,7 @@ void Engine::enqueue_wait(const std::shared_ptr<Stream>& s, std::shared_ptr<Stre
         std::unique_lock<std::mutex> lk(m);
         wait_for(lk, *other, target);
     };
+    op.generation = sticky_generation;
     s->queue.push_back(std::move(op));
     ++s->enqueued;
     cv.notify_all();
@@ -132,6 +133,7 @@ std::uint64_t Engine::enqueue(const std::shared_ptr<Stream>& s, Op op) {
         const auto& l = legacy[static_cast<std::size_t>(s->device)];
         if (l) enqueue_wait(s, l, l->enqueued);
     }
+    op.generation = sticky_generation;
     s->queue.push_back(std::move(op));
     ++s->enqueued;
     cv.notify_all();

@@ -31,6 +31,9 @@ struct Op {
     /// A host function (cudaLaunchHostFunc): it must make no CUDA call (the runtime documents
     /// a deadlock), which `Engine::get` counts while it runs.
     bool host_function = false;
+    /// `Engine::sticky_generation` when queued: an item queued before a sticky error never
+    /// runs, even once a test clears the error (the memory it would touch may be freed).
+    std::uint64_t generation = 0;
 };
 
 /// A stream: FIFO of work items executed in order by its own worker thread.
@@ -70,6 +73,8 @@ struct Engine {
     /// kernel: every later call needing the context returns it, queued copies and host
     /// functions never run (their items are dropped), every wait returns at once.
     int sticky = 0;
+    /// Sticky errors set so far (see `Op::generation`).
+    std::uint64_t sticky_generation = 0;
     std::chrono::microseconds copy_delay{3000};
     // Before each host function (the runtime calls them from its own thread, some time after
     // the work queued before them completed: an event recorded just before one completes

@@ -37,7 +37,7 @@ struct StreamConfig {
 /// Local: the settings of a loader over streams from its options. @throws ConfigError naming
 /// the option for a file-only option set away from its default (a shuffle, global sharding,
 /// balance_steps, bucket_window, a memory tier, two-phase reads, verify_files, a `full`
-/// fingerprint, a CUDA device), a zero batch, chunk or window size, unsorted buckets, or
+/// fingerprint), a zero batch, chunk or window size, unsorted buckets, or
 /// prefetch / io_threads / timeout out of range.
 StreamConfig stream_config(const LoaderOptions& options);
 

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "comm/agree.hpp"
+#include "loader/device_delivery.hpp"
 #include "mpistage/hash.hpp"
 
 namespace mpistage {
@@ -123,6 +124,14 @@ detail::StreamEngine::StreamEngine(const CommRef& c, const StreamSource& s, Load
     resumed.input = LoaderInput::stream;
     stats.tier = "stream";
     check_agreement(resume);
+    // The device kind is agreed as for files (all CUDA, or all CPU with one line for the job).
+    comm.set_context({"stream loader: device", -1, -1, "", -1});
+    device = detail::agree_device(comm, loader_options);
+    stats.device = device.device;
+    run_agreed(comm, [&] {
+        if (device.device.cuda)
+            stager = detail::make_loader_stager(device.device, loader_options, 2);
+    });
     if (resume) {
         resumed = *resume;
         resume_pending = true;
@@ -172,11 +181,36 @@ bool detail::StreamEngine::next(HostBatch& out, bool stop) {
     if (failure) throw_error(failure->kind, failure->message);
     if (finished || stopped) return false;
     try {
-        return step(out, stop);
+        if (!step(out, stop)) return false;
+        if (stager) deliver(out);
+        return true;
     } catch (...) {
         failure = LocalStatus::from_current_exception();
         throw;
     }
+}
+
+void detail::StreamEngine::deliver(HostBatch& out) {
+    release_deferred();  // what the copy stream's host functions handed back
+    try {
+        HostBatch shape = submit_batch(*stager, std::move(out), false);
+        out = take_batch(*stager, std::move(shape));
+        stats.staging = stager->stats();
+        return;
+    } catch (const CudaError&) {
+        device_failure = LocalStatus::from_current_exception();
+    }
+    out = HostBatch();
+    // The others yield the window's remaining steps without a collective: so does this rank
+    // (their batches dropped), then the agreement where they arrive carries the failure.
+    while (window_left > 0) {
+        --window_left;
+        record_step();
+        (void)make_batch(detail::choose_batch(queue_costs(), options));
+    }
+    HostBatch unused;
+    (void)step(unused, false);  // throws the agreed error on every rank
+    throw_error(device_failure->kind, device_failure->message);  // not reached
 }
 
 bool detail::StreamEngine::step(HostBatch& out, bool stop) {
@@ -199,7 +233,9 @@ bool detail::StreamEngine::step(HostBatch& out, bool stop) {
     const auto wait_before = comm.collective_wait();
     for (;;) {
         std::vector<std::string> outgoing(w);
-        const LocalStatus status = capture([&] { fill(extra, outgoing, windowed && extra == 0); });
+        const LocalStatus status =
+            device_failure ? *device_failure
+                           : capture([&] { fill(extra, outgoing, windowed && extra == 0); });
         if (options.sharding == StreamSharding::hash) {
             for (const auto& msg : comm.alltoallv(outgoing)) detail::decode_items(msg, queue);
         }

@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "comm/agree.hpp"
+#include "device/device_choice.hpp"
+#include "device/device_stager.hpp"
 #include "loader/stream/stream_config.hpp"
 #include "loader/stream/stream_item.hpp"
 #include "loader/stream/stream_plan.hpp"
@@ -53,6 +55,13 @@ public:
     bool closed = false;
     /// The range of the pass in flight (an `EpochRange::Impl`), null when none.
     void* active_range = nullptr;
+    /// The device agreed at construction (`agree_device`, as for files) and, with CUDA, the
+    /// loader's stager: each batch is copied to the device through it (`deliver`).
+    LoaderDevice device;
+    std::unique_ptr<DeviceStager> stager;
+    /// A batch's copy to the device failed on this rank: reported at the next agreement, so
+    /// that every rank throws it (`deliver`).
+    std::optional<LocalStatus> device_failure;
     std::vector<detail::StreamCursor> cursors;
     /// The I/O threads reading `cursors` ahead (`StreamConfig::io_threads` ≥ 1), else null.
     /// Declared after the cursors: destroyed (its threads joined) before them.
@@ -124,6 +133,12 @@ public:
     void fill(std::uint64_t extra, std::vector<std::string>& outgoing, bool ahead);
     /// Collective: one step; false when every rank is dry or a stop was agreed.
     bool step(HostBatch& out, bool stop);
+    /// With a CUDA device: copies `out` to the device (the loader's delivery: `submit_batch`,
+    /// `take_batch`; the consumer's stream waits on the copy, the host does not). A failure
+    /// is agreed: this rank takes the steps every rank holds without a collective (dropping
+    /// their batches), then reports it at the agreement where the others arrive, and every
+    /// rank throws the same CudaError. @throws that error.
+    void deliver(HostBatch& out);
     /// Local: drops the pass's readers and queue and reopens every stream from its first item
     /// (collective through `run_agreed`).
     void restart_pass();

@@ -139,12 +139,6 @@ StreamConfig stream_config(const LoaderOptions& o) {
     if (o.accept_legacy_state) {
         file_only("accept_legacy_state", "true", "admits old file states");
     }
-    const DeviceSpec device = parse_device(o.device);
-    if (device.mode == DeviceMode::cuda) {
-        file_only("device", o.device,
-                  "asks for CUDA batches; stream batches are delivered in host memory (device "
-                  "delivery of streams is not built yet: use auto or cpu and copy)");
-    }
     if (p.budget.active() && p.batch_size != PlanOptions{}.batch_size &&
         p.batch_size != p.budget.max_batch_samples) {
         throw ConfigError("stream loader: plan.batch_size = " + std::to_string(p.batch_size) +

@@ -90,6 +90,10 @@ bool EpochRange::Impl::next_stream(HostBatch& out) {
     if (next_consume == 0) started = t0;
     const auto end_range = [&] {
         finished = true;
+        if (m.stager) {  // account every copy of the pass (waits for the last ones)
+            m.stager->drain();
+            m.stats.staging = m.stager->stats();
+        }
         if (next_consume > 0) m.stats.epoch_time += Clock::now() - started;
         m.stats.wait_time += Clock::now() - t0;
         detach_stream();
