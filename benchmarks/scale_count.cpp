@@ -170,9 +170,9 @@ std::string write_tfrecord(const std::string& dir, const std::string& idx, std::
 
 mpistage::LoaderOptions options_of(const std::string& mode, std::uint64_t b, std::size_t p) {
     mpistage::LoaderOptions o;
-    o.prefetch = p;
-    o.io_threads = 0;
-    o.device = "cpu";
+    o.pipeline.prefetch = p;
+    o.pipeline.io_threads = 0;
+    o.delivery.device = "cpu";
     o.plan.batch_size = b;
     o.plan.seed = 11;
     o.plan.remainder = mpistage::Remainder::pad;
@@ -182,11 +182,11 @@ mpistage::LoaderOptions options_of(const std::string& mode, std::uint64_t b, std
                      : mode.find("local") != std::string::npos ? mpistage::Shuffle::local
                                                                : mpistage::Shuffle::none;
     if (mode.rfind("memory", 0) == 0 || mode.rfind("tfrecord-memory", 0) == 0) {
-        o.stage = mpistage::Stage::memory;
+        o.tier.stage = mpistage::Stage::memory;
     }
-    if (mode == "memory-global-nodes") o.stage_ranks_per_node = 1;
-    if (mode == "file-global-threads") o.io_threads = 1;
-    if (mode == "two-phase") o.two_phase = mpistage::TwoPhase::on;
+    if (mode == "memory-global-nodes") o.tier.stage_ranks_per_node = 1;
+    if (mode == "file-global-threads") o.pipeline.io_threads = 1;
+    if (mode == "two-phase") o.pipeline.two_phase = mpistage::TwoPhase::on;
     if (mode == "budget-global") o.plan.budget.batch_bytes = b * 64;
     return o;
 }

@@ -168,7 +168,7 @@ int run(int argc, char** argv) {
     o.plan.batch_size = a.batch_size;
     o.plan.budget.batch_bytes = a.budget_bytes;
     o.plan.budget.max_batch_samples = a.batch_size;
-    o.timeout = std::chrono::seconds(60);
+    o.safety.timeout = std::chrono::seconds(60);
     // The generators run on an I/O thread (read ahead while the loop works): they only touch
     // their own camera's state, so that is safe.
     Loader loader(comm, source, o);

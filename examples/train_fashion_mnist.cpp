@@ -262,9 +262,10 @@ mpistage::LoaderOptions loader_options(const Options& o, mpistage::Shuffle shuff
     l.plan.seed = o.seed;
     l.plan.shuffle = shuffle;
     l.plan.remainder = mpistage::Remainder::mask;
-    l.prefetch = 4;
-    l.io_threads = 1;
-    l.device = o.device;  // cuda: batches arrive on the device (to_torch gives CUDA tensors)
+    l.pipeline.prefetch = 4;
+    l.pipeline.io_threads = 1;
+    l.delivery.device =
+        o.device;  // cuda: batches arrive on the device (to_torch gives CUDA tensors)
     return l;
 }
 

@@ -25,7 +25,7 @@ int main(int argc, char** argv) {
         options.plan.batch_size = 64;
         options.plan.shuffle = mpistage::Shuffle::local;
         options.plan.remainder = mpistage::Remainder::mask;
-        options.prefetch = 4;
+        options.pipeline.prefetch = 4;
         mpistage::Loader loader(comm, source, options);
         for (std::uint64_t epoch = 0; epoch < 2; ++epoch) {
             double label_sum = 0;

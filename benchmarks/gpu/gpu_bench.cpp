@@ -170,9 +170,9 @@ RunResult run_loader(const Communicator& comm, std::size_t batch_bytes, std::uin
     PatternSource source(b * steps * static_cast<std::uint64_t>(comm.size()), seed, full);
     LoaderOptions o;
     o.plan.batch_size = b;
-    o.prefetch = 4;
-    o.io_threads = 2;
-    o.log_device_fallback = false;
+    o.pipeline.prefetch = 4;
+    o.pipeline.io_threads = 2;
+    o.delivery.log_device_fallback = false;
     Loader loader(comm, source, o);
     const bool cuda = loader.stats().device.cuda;
     RunResult out;

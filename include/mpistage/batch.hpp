@@ -55,8 +55,8 @@ struct HostField {
 /// block instead (its ring slot went back as soon as its copy completed): its fields are in
 /// device memory (`HostField::device_data`); `index()`, `valid()` and ragged offsets are host
 /// copies, also on the device (`device_index()`, `device_valid()`). The batch's copy is ordered
-/// before every kernel the consumer queues on `LoaderOptions::cuda_stream` after receiving it;
-/// its device block is reused only after the work queued on that stream when the last copy of
+/// before every kernel the consumer queues on `LoaderOptions::delivery.cuda_stream` after receiving
+/// it; its device block is reused only after the work queued on that stream when the last copy of
 /// the batch (and every DLPack tensor of it) was dropped. Thread safety: read-only access from
 /// any thread.
 class HostBatch {

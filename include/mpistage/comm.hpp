@@ -140,8 +140,8 @@ public:
     /// memory tier's and the TFRecord descriptors' node-shared windows, the memory checks
     /// against this node's share (an index-free TFRecord scan, the stage budget, a prefetch
     /// ring or `--verify` bitmap too large for a share among all ranks, token-budget batches),
-    /// and the device fallback to the node rank (`LoaderOptions::device` `auto`/`cuda` with no
-    /// launcher local rank and no current device). It keeps the node communicator, on which
+    /// and the device fallback to the node rank (`LoaderOptions::delivery.device` `auto`/`cuda`
+    /// with no launcher local rank and no current device). It keeps the node communicator, on which
     /// those windows are made; duplicates made afterwards share it, so build objects with node
     /// windows from one thread at a time per such family. Const: the split is a cache of a
     /// property of the group. @throws MpiError.
@@ -285,7 +285,7 @@ public:
         : comm_(&comm) {}
     /// Local, no MPI call: borrows `comm`; `timeout` is the watchdog deadline of the duplicate
     /// the receiving constructor makes of it (its later collectives follow the object's own
-    /// options, e.g. `LoaderOptions::timeout`).
+    /// options, e.g. `LoaderOptions::safety.timeout`).
     CommRef(MPI_Comm comm,  // NOLINT(google-explicit-constructor): see above
             std::chrono::seconds timeout = kDefaultCollectiveTimeout) noexcept
         : raw_(comm), timeout_(timeout) {}

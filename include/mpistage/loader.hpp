@@ -31,12 +31,13 @@ namespace detail {
 class StreamEngine;
 }
 
-/// Largest accepted `LoaderOptions::prefetch`.
+/// Largest accepted `LoaderOptions::pipeline.prefetch`.
 constexpr std::size_t kMaxPrefetch = 4096;
-/// Largest accepted `LoaderOptions::io_threads`.
+/// Largest accepted `LoaderOptions::pipeline.io_threads`.
 constexpr std::size_t kMaxIoThreads = 256;
 
-/// Whether a loader reads global shuffles in two phases (option `LoaderOptions::two_phase`, CLI
+/// Whether a loader reads global shuffles in two phases (option
+/// `LoaderOptions::pipeline.two_phase`, CLI
 /// `--two-phase`; docs/architecture.md, "Two-phase reads").
 enum class TwoPhase : std::uint8_t {
     /// Every rank reads its own batches (the plain path, on the I/O threads).
@@ -54,29 +55,10 @@ std::string to_string(TwoPhase t);
 /// Parses "off", "on" or "auto". @throws ConfigError naming the accepted words.
 TwoPhase parse_two_phase(const std::string& s);
 
-/// Options of a loader. Fields of `plan` must be equal on every rank (checked collectively);
-/// `prefetch` and `io_threads` may differ between ranks.
-///
-/// A loader over streams uses `plan.batch_size` (the largest batch with a budget: then
-/// `plan.budget.max_batch_samples`), `plan.budget` (`batch_bytes`, `batch_tokens`,
-/// `token_field`), `stream`, `prefetch`, `io_threads`, `timeout` and the device options
-/// (`device`, `log_device_fallback`, `cuda_stream`: each batch is copied to the device by the
-/// loader's stager, from pageable memory through its pinned bounce blocks; `pin_memory` and
-/// `non_blocking` have no ring to act on); any other option set away from its default (a
-/// shuffle, global sharding, a seed, `balance_steps`, `bucket_window`, a memory tier, two-phase
-/// reads, `verify_files`, a `full` fingerprint) is a ConfigError naming it. A loader over files
-/// refuses `stream` set away from its defaults likewise.
-struct LoaderOptions {
-    /// Batch size or batch budget, seed, sharding, shuffle and remainder policy
-    /// (docs/architecture.md, plan). With a budget (`plan.budget`) batches vary in size: the
-    /// ring's slots hold the largest batch of an epoch's plan (of any rank; reallocated, with
-    /// the same memory check, when a later epoch has a larger one), and every other part of
-    /// the loader (prefetch, I/O threads, memory tier, device, agreement, state and restore)
-    /// is the same.
-    PlanOptions plan;
-    /// Streams only: how the ranks share the streams' items (sharding, chunks, what dry ranks
-    /// get, the window of steps per agreement).
-    StreamPlanOptions stream;
+/// How batches are read ahead: the ring, the I/O threads, two-phase reads. `prefetch` and
+/// `io_threads` may differ between ranks; `two_phase` must be equal on every rank. Part of
+/// `LoaderOptions` (`LoaderOptions::pipeline`).
+struct PipelineOptions {
     /// Batches read ahead of the consumer: the ring has this many host buffers (at most one per
     /// batch of an epoch), allocated once with their pages mapped. 1 ≤ prefetch ≤ kMaxPrefetch.
     /// Resident batch memory is prefetch × batch bytes; a ring larger than half of the node's
@@ -98,6 +80,22 @@ struct LoaderOptions {
     /// costs more than the copy); across nodes the threads fetch remote samples ahead. A thread
     /// the system refuses is not an error: fewer (or none) read the same batches; said once.
     std::size_t io_threads = 1;
+    /// Two-phase reads (docs/architecture.md, "Two-phase reads"), for global shuffles of data
+    /// that is not staged: rank r reads only the samples of each step that lie in its
+    /// contiguous, byte-balanced slab of the dataset (sorted by id, so the reads are
+    /// coalesced), and one `MPI_Alltoallv` per step delivers every sample to the rank whose
+    /// batch holds it. The reads and the exchange run on the consumer thread inside `next()`
+    /// (`io_threads` is not used), as the exchange is collective. `on` needs `global` sharding,
+    /// `stage == none` and fixed batches (otherwise a ConfigError); `automatic` decides once,
+    /// collectively, at construction from measured costs (see `TwoPhase`; the decision is
+    /// the same on every rank and is in `LoaderStats::two_phase`). Must be equal on every rank.
+    TwoPhase two_phase = TwoPhase::off;
+};
+
+/// Where batches are delivered (the CPU or a CUDA device) and how the copies to a device are
+/// ordered. `device` is agreed across ranks; `cuda_stream` may differ per rank. Part of
+/// `LoaderOptions` (`LoaderOptions::delivery`).
+struct DeliveryOptions {
     /// Where batches are delivered (docs/gpu.md, "Choosing the device"): "auto" (a CUDA device,
     /// else the CPU), "cpu", "cuda" (a device is required) or "cuda:N" (always that device).
     /// Without an index the device is the constructing thread's current device when it has a
@@ -127,6 +125,40 @@ struct LoaderOptions {
     /// the host does not wait), and a device block is reused only after the work queued on it
     /// when the batch was dropped. Not owned; must outlive the loader. May differ per rank.
     void* cuda_stream = nullptr;
+};
+
+/// The memory tier (docs/architecture.md, "Memory tier"): whether and how the data is staged
+/// into node memory at construction. Every field must be equal on every rank. Part of
+/// `LoaderOptions` (`LoaderOptions::tier`).
+struct TierOptions {
+    /// The staging tier (docs/architecture.md, "Memory tier"). With `memory`, construction is
+    /// where the data is read: rank r reads its shard `[begin[r], begin[r+1])`
+    /// (`balanced_shard_begins`) once with large contiguous reads (collective H5Dread /
+    /// MPI_File_read_at_all for HDF5, coalesced runs of at most 1 GiB per call otherwise;
+    /// TFRecord/Example fields are decoded once, ragged fields as values + offsets) into an MPI-3
+    /// shared-memory window of its node (`MPI_Win_allocate_shared`), or maps the files' pages
+    /// and locks them in memory where they can be (`stage_read`). Every epoch (any shuffle)
+    /// then copies samples from memory: plain loads from ranks of the same node, `MPI_Get`
+    /// under a passive-target `MPI_Win_lock_all` epoch from other nodes. Resident memory per
+    /// rank: its staged shard + the ring. Must be equal on every rank.
+    Stage stage = Stage::none;
+    /// Bytes one rank may use for its staged shard plus its ring. 0 = half of the node's
+    /// physical memory divided among the node's ranks. Over budget, `memory` is a ConfigError
+    /// (naming the bytes) and `automatic` serves from the file. Must be equal on every rank.
+    std::uint64_t stage_budget_bytes = 0;
+    /// Testing: treat each group of this many consecutive ranks as one node, so the cross-node
+    /// (`MPI_Get`) path of the memory tier runs on one machine. 0 = the real nodes
+    /// (`MPI_Comm_split_type`). Must be equal on every rank.
+    int stage_ranks_per_node = 0;
+    /// How the staged shard is taken in (`StageRead`): mapped from the files' pages or copied
+    /// into a shared-memory window. `map` or `copy` with `stage == none` is a ConfigError.
+    /// Must be equal on every rank.
+    StageRead stage_read = StageRead::automatic;
+};
+
+/// The watchdog, the checks of the files at construction and what `restore` accepts. Every
+/// field must be equal on every rank. Part of `LoaderOptions` (`LoaderOptions::safety`).
+struct SafetyOptions {
     /// Watchdog deadline of every collective the loader makes on its own communicator: when
     /// the other ranks do not arrive within this time, the job is aborted (`MPI_Abort`) with a
     /// message naming the ranks that did not arrive and what each rank was doing. Must be equal
@@ -155,45 +187,42 @@ struct LoaderOptions {
     /// default): `restore` refuses it with a ConfigError naming this option (Python
     /// `accept_legacy_state`, CLI `--accept-legacy-state`). Must be equal on every rank.
     bool accept_legacy_state = false;
-    /// The staging tier (docs/architecture.md, "Memory tier"). With `memory`, construction is
-    /// where the data is read: rank r reads its shard `[begin[r], begin[r+1])`
-    /// (`balanced_shard_begins`) once with large contiguous reads (collective H5Dread /
-    /// MPI_File_read_at_all for HDF5, coalesced runs of at most 1 GiB per call otherwise;
-    /// TFRecord/Example fields are decoded once, ragged fields as values + offsets) into an MPI-3
-    /// shared-memory window of its node (`MPI_Win_allocate_shared`), or maps the files' pages
-    /// and locks them in memory where they can be (`stage_read`). Every epoch (any shuffle)
-    /// then copies samples from memory: plain loads from ranks of the same node, `MPI_Get`
-    /// under a passive-target `MPI_Win_lock_all` epoch from other nodes. Resident memory per
-    /// rank: its staged shard + the ring. Must be equal on every rank.
-    Stage stage = Stage::none;
-    /// Bytes one rank may use for its staged shard plus its ring. 0 = half of the node's
-    /// physical memory divided among the node's ranks. Over budget, `memory` is a ConfigError
-    /// (naming the bytes) and `automatic` serves from the file. Must be equal on every rank.
-    std::uint64_t stage_budget_bytes = 0;
-    /// Testing: treat each group of this many consecutive ranks as one node, so the cross-node
-    /// (`MPI_Get`) path of the memory tier runs on one machine. 0 = the real nodes
-    /// (`MPI_Comm_split_type`). Must be equal on every rank.
-    int stage_ranks_per_node = 0;
-    /// How the staged shard is taken in (`StageRead`): mapped from the files' pages or copied
-    /// into a shared-memory window. `map` or `copy` with `stage == none` is a ConfigError.
-    /// Must be equal on every rank.
-    StageRead stage_read = StageRead::automatic;
-    /// Two-phase reads (docs/architecture.md, "Two-phase reads"), for global shuffles of data
-    /// that is not staged: rank r reads only the samples of each step that lie in its
-    /// contiguous, byte-balanced slab of the dataset (sorted by id, so the reads are
-    /// coalesced), and one `MPI_Alltoallv` per step delivers every sample to the rank whose
-    /// batch holds it. The reads and the exchange run on the consumer thread inside `next()`
-    /// (`io_threads` is not used), as the exchange is collective. `on` needs `global` sharding,
-    /// `stage == none` and fixed batches (otherwise a ConfigError); `automatic` decides once,
-    /// collectively, at construction from measured costs (see `TwoPhase`; the decision is
-    /// the same on every rank and is in `LoaderStats::two_phase`). Must be equal on every rank.
-    TwoPhase two_phase = TwoPhase::off;
+};
 
-    /// @throws ConfigError for a prefetch depth or thread count out of range, a negative
-    ///         timeout, a device that is not auto/cpu/cuda[:N], invalid plan options, the
-    ///         fingerprint level `ends`, or
-    ///         `two_phase == on` without global sharding, with staging or with a batch budget,
-    ///         `stage_read` other than `automatic` with `stage == none`.
+/// Options of a loader, grouped by role: the plan (`plan`, and `stream` for a StreamSource),
+/// the read-ahead pipeline, the delivery to a device, the memory tier and the safety checks.
+/// Fields of `plan` must be equal on every rank (checked collectively); `pipeline.prefetch`,
+/// `pipeline.io_threads` and `delivery.cuda_stream` may differ between ranks.
+///
+/// A loader over streams uses `plan.batch_size` (the largest batch with a budget: then
+/// `plan.budget.max_batch_samples`), `plan.budget` (`batch_bytes`, `batch_tokens`,
+/// `token_field`), `stream`, `pipeline.prefetch`, `pipeline.io_threads`, `safety.timeout` and
+/// `delivery` (`device`, `log_device_fallback`, `cuda_stream`: each batch is copied to the
+/// device by the loader's stager, from pageable memory through its pinned bounce blocks;
+/// `pin_memory` and `non_blocking` have no ring to act on); any other option set away from its
+/// default (a shuffle, global sharding, a seed, `balance_steps`, `bucket_window`, a memory
+/// tier, two-phase reads, `verify_files`, a `full` fingerprint) is a ConfigError naming it. A
+/// loader over files refuses `stream` set away from its defaults likewise.
+struct LoaderOptions {
+    /// Batch size or batch budget, seed, sharding, shuffle and remainder policy
+    /// (docs/architecture.md, plan). With a budget (`plan.budget`) batches vary in size: the
+    /// ring's slots hold the largest batch of an epoch's plan (of any rank; reallocated, with
+    /// the same memory check, when a later epoch has a larger one), and every other part of
+    /// the loader (prefetch, I/O threads, memory tier, device, agreement, state and restore)
+    /// is the same.
+    PlanOptions plan;
+    /// Streams only: how the ranks share the streams' items (sharding, chunks, what dry ranks
+    /// get, the window of steps per agreement).
+    StreamPlanOptions stream;
+    /// Read-ahead: the ring's depth, the I/O threads, two-phase reads.
+    PipelineOptions pipeline;
+    /// The device batches are delivered to, pinning, the consumer's CUDA stream.
+    DeliveryOptions delivery;
+    /// The memory tier (staging the data into node memory at construction).
+    TierOptions tier;
+    /// The watchdog's deadline, file verification, the fingerprint level, legacy states.
+    SafetyOptions safety;
+
     void validate() const;
 };
 
@@ -212,8 +241,8 @@ struct StreamCounters {
     /// Agreements (one allgather each) this rank took part in, extra rounds included; with
     /// `window_steps` > 1 usually far fewer than the steps.
     std::uint64_t agreements = 0;
-    /// I/O threads that read the current pass ahead (`LoaderOptions::io_threads`, at most one
-    /// per stream this rank reads; 0: read on the consumer thread).
+    /// I/O threads that read the current pass ahead (`LoaderOptions::pipeline.io_threads`, at most
+    /// one per stream this rank reads; 0: read on the consumer thread).
     std::size_t io_threads = 0;
 };
 
@@ -245,8 +274,8 @@ struct LoaderStats {
     std::uint64_t records_moved = 0;
     /// True when the ring was allocated with cudaHostAlloc.
     bool pinned = false;
-    /// The device chosen from `LoaderOptions::device` on this rank (agreed: CUDA on every rank
-    /// or on none).
+    /// The device chosen from `LoaderOptions::delivery.device` on this rank (agreed: CUDA on every
+    /// rank or on none).
     DeviceChoice device;
     /// Host → device copies of the batches (CUDA only): bytes and device time of the copies
     /// that completed so far.
@@ -394,11 +423,11 @@ private:
 /// other ranks go on.
 ///
 /// Construction is collective: it duplicates `comm` (and gives the copy the watchdog deadline
-/// `LoaderOptions::timeout`), validates options, compares the plan options, N and the dataset's
-/// metadata across ranks, compares the contents of the first and last sample of every shard
-/// (each read by its owner and by the rank before it; whole shards with `verify_files`), and
+/// `LoaderOptions::safety.timeout`), validates options, compares the plan options, N and the
+/// dataset's metadata across ranks, compares the contents of the first and last sample of every
+/// shard (each read by its owner and by the rank before it; whole shards with `verify_files`), and
 /// computes the byte-range cut and skew correction (`MPI_Allreduce`/`MPI_Exscan`), stages the
-/// dataset into node memory when `LoaderOptions::stage` asks for it (collective reads, window
+/// dataset into node memory when `LoaderOptions::tier.stage` asks for it (collective reads, window
 /// allocation: see there), so ranks
 /// whose options or files differ all throw the same `ConfigError` instead of hanging or mixing
 /// data. Every collective of the loader is watched: a rank that does not arrive within

@@ -142,8 +142,9 @@ struct SqliteOptions {
 ///
 /// Thread safety: the source's own calls (`open`, `count_rows`, the checks) from one thread at
 /// a time; its readers share its connection, opened serialized (`SQLITE_OPEN_FULLMUTEX`), so a
-/// reader may be stepped on another thread (a loader's I/O thread, `LoaderOptions::io_threads`)
-/// while the caller's thread uses the source, one thread at a time per reader.
+/// reader may be stepped on another thread (a loader's I/O thread,
+/// `LoaderOptions::pipeline.io_threads`) while the caller's thread uses the source, one thread at a
+/// time per reader.
 class SqliteSource final : public StreamSource {
 public:
     /// Collective over `comm`: every rank checks the file (regular file, readable), opens it

@@ -14,8 +14,8 @@ namespace mpistage {
 
 /// How much of the dataset `LoaderState::dataset_fingerprint` covers (docs/resume.md,
 /// "Fingerprint levels"): what each level catches, what it can miss, and what it costs.
-/// Option `LoaderOptions::fingerprint`, CLI `--fingerprint`. Every level covers the metadata:
-/// N, the fields (name, dtype, shape, ragged) and the skipped-record count.
+/// Option `LoaderOptions::safety.fingerprint`, CLI `--fingerprint`. Every level covers the
+/// metadata: N, the fields (name, dtype, shape, ragged) and the skipped-record count.
 enum class FingerprintLevel : std::uint8_t {
     /// Samples 0, N/2 and N−1 only: the fingerprint of states of format versions 1 and 2,
     /// still checked when such a state is restored. Not accepted as an option.

@@ -1,20 +1,20 @@
 #pragma once
 /// @file
-/// Where a loader's epochs are served from: the staging tier (`LoaderOptions::stage`) and how
-/// it takes in a shard (`LoaderOptions::stage_read`); docs/architecture.md, "Memory tier".
+/// Where a loader's epochs are served from: the staging tier (`LoaderOptions::tier.stage`) and how
+/// it takes in a shard (`LoaderOptions::tier.stage_read`); docs/architecture.md, "Memory tier".
 
 #include <cstdint>
 #include <string>
 
 namespace mpistage {
 
-/// Where a loader serves its epochs from (option `LoaderOptions::stage`, CLI `--stage`).
+/// Where a loader serves its epochs from (option `LoaderOptions::tier.stage`, CLI `--stage`).
 enum class Stage : std::uint8_t {
     /// Every epoch reads the source (file reads; batches sorted by offset and coalesced).
     none,
     /// The dataset is staged in node memory at construction; every epoch is served from it.
     memory,
-    /// `memory` when the staged shard plus the ring fit `LoaderOptions::stage_budget_bytes` on
+    /// `memory` when the staged shard plus the ring fit `LoaderOptions::tier.stage_budget_bytes` on
     /// every rank, `none` otherwise (the report says which and why).
     automatic,
 };
@@ -24,7 +24,7 @@ std::string to_string(Stage s);
 Stage parse_stage(const std::string& s);
 
 /// How the memory tier takes in the fixed fields of a rank's shard (option
-/// `LoaderOptions::stage_read`, CLI `--stage-read`; docs/architecture.md, "Memory tier").
+/// `LoaderOptions::tier.stage_read`, CLI `--stage-read`; docs/architecture.md, "Memory tier").
 enum class StageRead : std::uint8_t {
     /// `map` where every field can be mapped (rows back to back in a file in native order,
     /// no ragged field, one node) and the pages can be locked in memory, `copy` otherwise.

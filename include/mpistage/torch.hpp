@@ -19,7 +19,7 @@ namespace mpistage {
 /// "<field>.offsets". The tensors share the batch's memory (its ring slot, or for a CUDA batch
 /// its device block) without a copy and keep it alive: they stay valid after the next batch
 /// arrives; the memory returns to the loader when the last of them is freed. The loader's
-/// device delivery (`LoaderOptions::device`) is the one way to a device.
+/// device delivery (`LoaderOptions::delivery.device`) is the one way to a device.
 struct TorchBatch {
     /// Field names, in the source's order (plus "<field>.offsets" for ragged fields).
     std::vector<std::string> names;

@@ -144,9 +144,10 @@ std::string python_names(const std::string& message) {
     // C++ option fields as the Python arguments that set them; CLI flags named beside a field
     // are dropped (a Python user has no flags).
     static const std::regex options(
-        R"(\b(?:Loader|Plan|Epoch|Open|Sqlite)Options::(?:plan\.(?:budget\.)?|stream\.)?([a-z_]+))");
+        R"(\b(?:Loader|Plan|Epoch|Open|Sqlite)Options::(?:plan\.(?:budget\.)?|stream\.|pipeline\.|delivery\.|tier\.|safety\.)?([a-z_]+))");
     static const std::regex budget(R"(\bBatchBudget::([a-z_]+))");
-    static const std::regex plan_field(R"(\b(?:plan\.(?:budget\.)?|stream\.)([a-z_]+))");
+    static const std::regex plan_field(
+        R"(\b(?:plan\.(?:budget\.)?|stream\.|pipeline\.|delivery\.|tier\.|safety\.)([a-z_]+))");
     static const std::regex flag(R"( \(--[a-z0-9-]+\))");
     std::string out = std::regex_replace(message, options, "$1=");
     out = std::regex_replace(out, budget, "$1=");

@@ -101,28 +101,28 @@ const Setters<LoaderOptions>& loader_setters() {
         {"max_batch_samples", [](O& o, V v) { o.plan.budget.max_batch_samples = count(v); }},
         {"bucket_window", [](O& o, V v) { o.plan.budget.bucket_window = count(v); }},
         {"token_field", [](O& o, V v) { o.plan.budget.token_field = count(v); }},
-        {"prefetch", [](O& o, V v) { o.prefetch = count(v); }},
-        {"io_threads", [](O& o, V v) { o.io_threads = count(v); }},
-        {"device", [](O& o, V v) { o.device = text(v); }},
-        {"log_device_fallback", [](O& o, V v) { o.log_device_fallback = flag(v); }},
-        {"pin_memory", [](O& o, V v) { o.pin_memory = flag(v); }},
-        {"non_blocking", [](O& o, V v) { o.non_blocking = flag(v); }},
-        {"timeout", [](O& o, V v) { o.timeout = seconds(v); }},
-        {"verify_files", [](O& o, V v) { o.verify_files = flag(v); }},
-        {"accept_legacy_state", [](O& o, V v) { o.accept_legacy_state = flag(v); }},
-        {"fingerprint", [](O& o, V v) { o.fingerprint = parse_fingerprint_level(text(v)); }},
-        {"stage", [](O& o, V v) { o.stage = parse_stage(text(v)); }},
-        {"stage_budget_bytes", [](O& o, V v) { o.stage_budget_bytes = count(v); }},
+        {"prefetch", [](O& o, V v) { o.pipeline.prefetch = count(v); }},
+        {"io_threads", [](O& o, V v) { o.pipeline.io_threads = count(v); }},
+        {"device", [](O& o, V v) { o.delivery.device = text(v); }},
+        {"log_device_fallback", [](O& o, V v) { o.delivery.log_device_fallback = flag(v); }},
+        {"pin_memory", [](O& o, V v) { o.delivery.pin_memory = flag(v); }},
+        {"non_blocking", [](O& o, V v) { o.delivery.non_blocking = flag(v); }},
+        {"timeout", [](O& o, V v) { o.safety.timeout = seconds(v); }},
+        {"verify_files", [](O& o, V v) { o.safety.verify_files = flag(v); }},
+        {"accept_legacy_state", [](O& o, V v) { o.safety.accept_legacy_state = flag(v); }},
+        {"fingerprint", [](O& o, V v) { o.safety.fingerprint = parse_fingerprint_level(text(v)); }},
+        {"stage", [](O& o, V v) { o.tier.stage = parse_stage(text(v)); }},
+        {"stage_budget_bytes", [](O& o, V v) { o.tier.stage_budget_bytes = count(v); }},
         {"stage_ranks_per_node",
-         [](O& o, V v) { o.stage_ranks_per_node = static_cast<int>(count(v)); }},
-        {"stage_read", [](O& o, V v) { o.stage_read = parse_stage_read(text(v)); }},
+         [](O& o, V v) { o.tier.stage_ranks_per_node = static_cast<int>(count(v)); }},
+        {"stage_read", [](O& o, V v) { o.tier.stage_read = parse_stage_read(text(v)); }},
         {"two_phase",
          [](O& o, V v) {
              // A ConfigError, as documented since two_phase existed (a bool included).
              if (!py::isinstance<py::str>(v)) {
                  throw ConfigError("takes 'off', 'on' or 'auto' (a str), got " + described(v));
              }
-             o.two_phase = parse_two_phase(v.cast<std::string>());
+             o.pipeline.two_phase = parse_two_phase(v.cast<std::string>());
          }},
         // StreamPlanOptions (a loader over a StreamSource; the Python Loader passes its
         // sharding= and remainder= as stream_sharding= and stream_remainder=).

@@ -5,9 +5,9 @@
 
 #include <CLI/CLI.hpp>
 #include <chrono>
-#include <optional>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,16 +35,16 @@ struct StageArgs {
     /// cheap rows the hand-over to the loop costs more than reading them there
     /// (benchmarks/README.md, "Stream read-ahead"); FILE input's default is 1.
     bool threads_given = false;
-    /// auto, cpu, cuda or cuda:N (LoaderOptions::device); may differ between ranks.
+    /// auto, cpu, cuda or cuda:N (LoaderOptions::delivery.device); may differ between ranks.
     std::string device = "auto";
     bool verify = false;
     /// Watchdog deadline of the loader's collectives in seconds (0 disables).
     std::int64_t timeout_seconds = 300;
-    /// Hash every byte of the dataset across ranks (LoaderOptions::verify_files).
+    /// Hash every byte of the dataset across ranks (LoaderOptions::safety.verify_files).
     bool verify_files = false;
-    /// --fingerprint: sampled or full (LoaderOptions::fingerprint).
+    /// --fingerprint: sampled or full (LoaderOptions::safety.fingerprint).
     std::string fingerprint = "sampled";
-    /// --accept-legacy-state (LoaderOptions::accept_legacy_state).
+    /// --accept-legacy-state (LoaderOptions::safety.accept_legacy_state).
     bool accept_legacy_state = false;
     std::string json;
     bool quiet = false;
@@ -70,15 +70,15 @@ struct StageArgs {
     std::uint64_t compute_ms = 0;
     /// Emulated compute per step in microseconds, added to compute_ms (sub-millisecond steps).
     std::uint64_t compute_us = 0;
-    /// --stage none|memory|auto (LoaderOptions::stage).
+    /// --stage none|memory|auto (LoaderOptions::tier.stage).
     std::string stage = "none";
-    /// --stage-budget bytes per rank (0 = default; LoaderOptions::stage_budget_bytes).
+    /// --stage-budget bytes per rank (0 = default; LoaderOptions::tier.stage_budget_bytes).
     std::uint64_t stage_budget = 0;
-    /// --stage-ranks-per-node (testing; LoaderOptions::stage_ranks_per_node).
+    /// --stage-ranks-per-node (testing; LoaderOptions::tier.stage_ranks_per_node).
     std::uint64_t stage_ranks_per_node = 0;
-    /// --stage-read auto|map|copy (LoaderOptions::stage_read).
+    /// --stage-read auto|map|copy (LoaderOptions::tier.stage_read).
     std::string stage_read = "auto";
-    /// --two-phase off|on|auto (LoaderOptions::two_phase).
+    /// --two-phase off|on|auto (LoaderOptions::pipeline.two_phase).
     std::string two_phase = "off";
 
     /// Budget batches (files or --sqlite): --batch-bytes / --batch-tokens (0 = off), the most
@@ -195,7 +195,7 @@ private:
     CLI::App* stage_cmd_ = nullptr;
     CLI::App* convert_idx_cmd_ = nullptr;
     CLI::App* index_cmd_ = nullptr;
-    LocalStatus parsed_;                  // parse_local's outcome, agreed by agree_parsed
+    LocalStatus parsed_;                   // parse_local's outcome, agreed by agree_parsed
     std::optional<CLI::Success> printed_;  // --help/--version: printed by rank 0 at agreement
 };
 

@@ -21,20 +21,20 @@ LoaderOptions loader_options(const StageArgs& a) {
     o.plan.sharding = parse_sharding(a.effective_sharding());
     o.plan.remainder = parse_remainder(a.remainder);
     o.plan.balance_steps = a.balance_steps;
-    o.prefetch = a.prefetch;
-    o.io_threads = a.threads;
-    o.timeout = std::chrono::seconds(a.timeout_seconds);
-    o.verify_files = a.verify_files;
-    o.fingerprint = parse_fingerprint_level(a.fingerprint);
-    o.accept_legacy_state = a.accept_legacy_state;
-    o.device = a.device;
-    o.log_device_fallback = !a.quiet;
-    o.stage = parse_stage(a.stage);
-    o.stage_budget_bytes = a.stage_budget;
-    o.stage_ranks_per_node =
+    o.pipeline.prefetch = a.prefetch;
+    o.pipeline.io_threads = a.threads;
+    o.safety.timeout = std::chrono::seconds(a.timeout_seconds);
+    o.safety.verify_files = a.verify_files;
+    o.safety.fingerprint = parse_fingerprint_level(a.fingerprint);
+    o.safety.accept_legacy_state = a.accept_legacy_state;
+    o.delivery.device = a.device;
+    o.delivery.log_device_fallback = !a.quiet;
+    o.tier.stage = parse_stage(a.stage);
+    o.tier.stage_budget_bytes = a.stage_budget;
+    o.tier.stage_ranks_per_node =
         static_cast<int>(std::min<std::uint64_t>(a.stage_ranks_per_node, 1 << 30));
-    o.stage_read = parse_stage_read(a.stage_read);
-    o.two_phase = parse_two_phase(a.two_phase);
+    o.tier.stage_read = parse_stage_read(a.stage_read);
+    o.pipeline.two_phase = parse_two_phase(a.two_phase);
     o.plan.budget.batch_bytes = a.batch_bytes;
     o.plan.budget.batch_tokens = a.batch_tokens;
     o.plan.budget.max_batch_samples = a.max_batch_samples;
@@ -157,18 +157,18 @@ void FileInput::describe(const StageArgs& a, StageOutcome& o) const {
     o.options = plan_json(opt.plan);
     o.options.update({{"batch_size", opt.plan.batch_size},
                       {"remainder", to_string(opt.plan.remainder)},
-                      {"prefetch", opt.prefetch},
-                      {"io_threads", opt.io_threads},
-                      {"timeout_seconds", opt.timeout.count()},
-                      {"verify_files", opt.verify_files},
-                      {"fingerprint", to_string(opt.fingerprint)},
-                      {"accept_legacy_state", opt.accept_legacy_state},
-                      {"device", opt.device},
-                      {"stage", to_string(opt.stage)},
-                      {"stage_budget_bytes", opt.stage_budget_bytes},
-                      {"stage_ranks_per_node", opt.stage_ranks_per_node},
-                      {"stage_read", to_string(opt.stage_read)},
-                      {"two_phase", to_string(opt.two_phase)}});
+                      {"prefetch", opt.pipeline.prefetch},
+                      {"io_threads", opt.pipeline.io_threads},
+                      {"timeout_seconds", opt.safety.timeout.count()},
+                      {"verify_files", opt.safety.verify_files},
+                      {"fingerprint", to_string(opt.safety.fingerprint)},
+                      {"accept_legacy_state", opt.safety.accept_legacy_state},
+                      {"device", opt.delivery.device},
+                      {"stage", to_string(opt.tier.stage)},
+                      {"stage_budget_bytes", opt.tier.stage_budget_bytes},
+                      {"stage_ranks_per_node", opt.tier.stage_ranks_per_node},
+                      {"stage_read", to_string(opt.tier.stage_read)},
+                      {"two_phase", to_string(opt.pipeline.two_phase)}});
     if (opt.plan.budget.active()) {
         o.options.update({{"token_field", opt.plan.budget.token_field}});
         o.budget = budget_json(a);
@@ -260,12 +260,12 @@ LoaderOptions stream_options(const StageArgs& a, SqliteOptions& sqlite) {
         throw ConfigError("stage: --threads must be at most " + std::to_string(kMaxIoThreads) +
                           ", not " + std::to_string(a.threads));
     }
-    lo.prefetch = a.prefetch;
+    lo.pipeline.prefetch = a.prefetch;
     // Read ahead only when asked: cheap rows cost more to hand over than to read in the loop.
-    lo.io_threads = a.threads_given ? a.threads : 0;
+    lo.pipeline.io_threads = a.threads_given ? a.threads : 0;
     // Batches on the device, as for FILE input: the loader's delivery copies each one there.
-    lo.device = a.device;
-    lo.log_device_fallback = !a.quiet;
+    lo.delivery.device = a.device;
+    lo.delivery.log_device_fallback = !a.quiet;
     for (const std::string& spec : a.columns) sqlite.columns.push_back(sqlite_column(spec));
     if (a.nulls == "error") {
         sqlite.nulls = SqliteNulls::error;
@@ -290,7 +290,7 @@ LoaderOptions stream_options(const StageArgs& a, SqliteOptions& sqlite) {
                           (a.budget() ? "--max-batch-samples" : "--batch-size") +
                           " must be at least 1, not 0");
     }
-    lo.timeout = std::chrono::seconds(a.timeout_seconds);
+    lo.safety.timeout = std::chrono::seconds(a.timeout_seconds);
     return lo;
 }
 
@@ -385,10 +385,10 @@ void StreamInput::describe(const StageArgs& a, StageOutcome& o) const {
                               : opt.sharding == StreamSharding::source ? "range"
                                                                        : "chunk"},
                  {"remainder", opt.remainder == StreamRemainder::mask ? "mask" : "rebalance"},
-                 {"timeout_seconds", lo.timeout.count()},
-                 {"prefetch", lo.prefetch},
-                 {"io_threads", lo.io_threads},
-                 {"device", lo.device}};
+                 {"timeout_seconds", lo.safety.timeout.count()},
+                 {"prefetch", lo.pipeline.prefetch},
+                 {"io_threads", lo.pipeline.io_threads},
+                 {"device", lo.delivery.device}};
     o.remainder = a.on_dry;
     o.shuffle = "none";
     o.sharding = a.shard;

@@ -89,7 +89,8 @@ LoaderDevice agree_device(const Communicator& comm, const LoaderOptions& options
     const int known_node_rank = comm.has_node_split() ? comm.node_rank() : -1;
     bool wants_node_rank = false;
     const LocalStatus chosen = capture([&] {
-        dev = choose_loader_device(options.device, options.pin_memory, known_node_rank, false);
+        dev = choose_loader_device(options.delivery.device, options.delivery.pin_memory,
+                                   known_node_rank, false);
         wants_node_rank = !comm.has_node_split() && dev.device.cuda &&
                           dev.device.origin == DeviceOrigin::local_rank &&
                           launcher_local_rank() < 0;
@@ -98,12 +99,12 @@ LoaderDevice agree_device(const Communicator& comm, const LoaderOptions& options
         comm.split_node();
         run_agreed(comm, [&] {
             if (wants_node_rank) {
-                dev = choose_loader_device(options.device, options.pin_memory, comm.node_rank(),
-                                           false);
+                dev = choose_loader_device(options.delivery.device, options.delivery.pin_memory,
+                                           comm.node_rank(), false);
             }
         });
     }
-    const bool is_auto = parse_device(options.device).mode == DeviceMode::automatic;
+    const bool is_auto = parse_device(options.delivery.device).mode == DeviceMode::automatic;
     const std::vector<std::uint64_t> all = comm.allgather(std::vector<std::uint64_t>{
         dev.device.cuda ? 1u : 0u, is_auto ? 1u : 0u, dev.device.fell_back ? 1u : 0u,
         static_cast<std::uint64_t>(dev.device.index + 1),
@@ -123,7 +124,7 @@ LoaderDevice agree_device(const Communicator& comm, const LoaderOptions& options
             ": every rank must resolve to the same kind; use device = \"auto\" "
             "everywhere (all CPU then) or give every rank a GPU");
     }
-    if (cpu_ranks.empty() && comm.rank() == 0 && options.log_device_fallback) {
+    if (cpu_ranks.empty() && comm.rank() == 0 && options.delivery.log_device_fallback) {
         const std::string note = shared_device_note(all, comm.size());
         static std::once_flag once;  // once per process
         if (!note.empty()) {
@@ -147,7 +148,7 @@ LoaderDevice agree_device(const Communicator& comm, const LoaderOptions& options
             dev.device.reason +=
                 " on rank(s) " + rank_list(fell_back) + " of " + std::to_string(comm.size());
         }
-        if (comm.rank() == 0 && options.log_device_fallback) {
+        if (comm.rank() == 0 && options.delivery.log_device_fallback) {
             static std::once_flag once;  // once per process: one line for the job
             std::call_once(once, [&] {
                 std::fprintf(stderr, "%s\n", cpu_fallback_message(dev.device).c_str());
@@ -162,10 +163,10 @@ std::unique_ptr<DeviceStager> make_loader_stager(const DeviceChoice& device,
                                                  const LoaderOptions& options, std::size_t window) {
     StagerOptions o;
     o.device = device;
-    o.non_blocking = options.non_blocking;
+    o.non_blocking = options.delivery.non_blocking;
     o.depth = window;
     o.pool_buffers = window + 2;  // the window, the batch in use, the one being dropped
-    o.consumer_stream = options.cuda_stream;
+    o.consumer_stream = options.delivery.cuda_stream;
     return std::make_unique<DeviceStager>(std::move(o));
 }
 

@@ -27,7 +27,7 @@ namespace mpistage::detail {
 LoaderDevice agree_device(const Communicator& comm, const LoaderOptions& options);
 
 /// Not collective: the stager of a loader on CUDA device `device` (consumer stream from
-/// `options.cuda_stream`, up to `window` batches pending). @throws CudaError.
+/// `options.delivery.cuda_stream`, up to `window` batches pending). @throws CudaError.
 std::unique_ptr<DeviceStager> make_loader_stager(const DeviceChoice& device,
                                                  const LoaderOptions& options, std::size_t window);
 

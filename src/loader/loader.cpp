@@ -23,39 +23,40 @@ namespace mpistage {
 
 void LoaderOptions::validate() const {
     plan.validate();
-    if (prefetch == 0) throw ConfigError("loader: prefetch must be at least 1");
-    if (prefetch > kMaxPrefetch) {
-        throw ConfigError("loader: prefetch " + std::to_string(prefetch) + " exceeds " +
-                          std::to_string(kMaxPrefetch) + " batches");
+    if (pipeline.prefetch == 0) throw ConfigError("loader: pipeline.prefetch must be at least 1");
+    if (pipeline.prefetch > kMaxPrefetch) {
+        throw ConfigError("loader: pipeline.prefetch " + std::to_string(pipeline.prefetch) +
+                          " exceeds " + std::to_string(kMaxPrefetch) + " batches");
     }
-    if (io_threads > kMaxIoThreads) {
-        throw ConfigError("loader: io_threads " + std::to_string(io_threads) + " exceeds " +
-                          std::to_string(kMaxIoThreads));
+    if (pipeline.io_threads > kMaxIoThreads) {
+        throw ConfigError("loader: pipeline.io_threads " + std::to_string(pipeline.io_threads) +
+                          " exceeds " + std::to_string(kMaxIoThreads));
     }
-    (void)parse_device(device);
-    if (fingerprint == FingerprintLevel::ends || fingerprint == FingerprintLevel::sampled_v4) {
-        throw ConfigError("loader: fingerprint level '" + to_string(fingerprint) +
+    (void)parse_device(delivery.device);
+    if (safety.fingerprint == FingerprintLevel::ends ||
+        safety.fingerprint == FingerprintLevel::sampled_v4) {
+        throw ConfigError("loader: fingerprint level '" + to_string(safety.fingerprint) +
                           "' is only read from old saved states (format versions " +
-                          (fingerprint == FingerprintLevel::ends ? "1 and 2" : "3 and 4") +
+                          (safety.fingerprint == FingerprintLevel::ends ? "1 and 2" : "3 and 4") +
                           "); use sampled or full");
     }
-    check_timeout(timeout, "loader");
-    if (two_phase == TwoPhase::on && plan.budget.active()) {
+    check_timeout(safety.timeout, "loader");
+    if (pipeline.two_phase == TwoPhase::on && plan.budget.active()) {
         throw ConfigError(
             "loader: two-phase reads exchange fixed batches; they do not combine "
             "with a batch budget (batch_bytes/batch_tokens)");
     }
-    if (stage == Stage::none && stage_read != StageRead::automatic) {
-        throw ConfigError("loader: stage_read " + to_string(stage_read) +
-                          " says how the memory tier takes in a shard; it needs stage memory "
-                          "or auto, got stage none");
+    if (tier.stage == Stage::none && tier.stage_read != StageRead::automatic) {
+        throw ConfigError("loader: tier.stage_read " + to_string(tier.stage_read) +
+                          " says how the memory tier takes in a shard; it needs tier.stage memory "
+                          "or auto, got tier.stage none");
     }
-    const bool global_unstaged = plan.sharding == Sharding::global && stage == Stage::none;
-    if (two_phase == TwoPhase::on && !global_unstaged) {
+    const bool global_unstaged = plan.sharding == Sharding::global && tier.stage == Stage::none;
+    if (pipeline.two_phase == TwoPhase::on && !global_unstaged) {
         throw ConfigError(
-            "loader: two-phase reads need global sharding and stage none; got "
+            "loader: two-phase reads need global sharding and tier.stage none; got "
             "sharding " +
-            to_string(plan.sharding) + " and stage " + to_string(stage));
+            to_string(plan.sharding) + " and tier.stage " + to_string(tier.stage));
     }
 }
 
@@ -77,11 +78,11 @@ void Loader::Impl::require_same_options() const {
                   {"plan.budget.token_field", std::to_string(p.budget.token_field)},
                   {"num_samples", std::to_string(num_samples)},
                   {"dataset fingerprint", "hash " + std::to_string(dataset)},
-                  {"timeout", std::to_string(options.timeout.count()) + " s"},
-                  {"verify_files", options.verify_files ? "true" : "false"},
-                  {"accept_legacy_state", options.accept_legacy_state ? "true" : "false"},
-                  {"fingerprint", to_string(options.fingerprint)},
-                  {"two_phase", to_string(options.two_phase)},
+                  {"timeout", std::to_string(options.safety.timeout.count()) + " s"},
+                  {"verify_files", options.safety.verify_files ? "true" : "false"},
+                  {"accept_legacy_state", options.safety.accept_legacy_state ? "true" : "false"},
+                  {"fingerprint", to_string(options.safety.fingerprint)},
+                  {"two_phase", to_string(options.pipeline.two_phase)},
                   {"plan fingerprint", plan_fingerprint(num_samples, comm.size(), p)}},
                  "loader: options differ across ranks",
                  "every rank must pass the same plan options and the same files");
@@ -192,19 +193,19 @@ void Loader::Impl::watch_copies() {
     // timeout (Ring::wait_while_lent), so the failure is agreed as a read error.
     detail::DeviceStager* s = stager.get();
     ring->copy_check = [s] { s->check(); };
-    ring->copy_timeout = options.timeout;
+    ring->copy_timeout = options.safety.timeout;
 }
 
 namespace {
 
 /// The memory tier's options from the loader's: the one place LoaderOptions reaches the tier
 /// (src/tier sits below the loader and does not include loader.hpp).
-detail::TierOptions tier_options(const LoaderOptions& o) {
-    detail::TierOptions t;
-    t.stage = o.stage;
-    t.stage_budget_bytes = o.stage_budget_bytes;
-    t.stage_ranks_per_node = o.stage_ranks_per_node;
-    t.stage_read = o.stage_read;
+detail::TierSetup tier_options(const LoaderOptions& o) {
+    detail::TierSetup t;
+    t.stage = o.tier.stage;
+    t.stage_budget_bytes = o.tier.stage_budget_bytes;
+    t.stage_ranks_per_node = o.tier.stage_ranks_per_node;
+    t.stage_read = o.tier.stage_read;
     t.map_node = o.plan.sharding == Sharding::global;
     return t;
 }
@@ -233,7 +234,7 @@ Loader::Loader(CommRef comm, const Source& source, LoaderOptions options)
         detail::refuse_stream_options(d.options);
         // Armed before the first collective (this agreement), so a rank that never arrives
         // is reported within the caller's timeout; agreed across ranks just below.
-        d.comm.set_timeout(d.options.timeout);
+        d.comm.set_timeout(d.options.safety.timeout);
         d.num_samples = source.num_samples();
         if (d.num_samples == 0) {
             throw ConfigError("loader: the source has no samples: nothing to shard");
@@ -242,9 +243,9 @@ Loader::Loader(CommRef comm, const Source& source, LoaderOptions options)
     // One comparison of N, the plan options and the dataset before anything is derived from
     // them; the timeout is agreed there, so the watchdog deadline is the same everywhere.
     d.require_same_options();
-    d.comm.set_timeout(d.options.timeout);
+    d.comm.set_timeout(d.options.safety.timeout);
     d.comm.set_context({"loader: content fingerprint", -1, -1, "", -1});
-    detail::check_same_contents(d.comm, source, d.num_samples, d.options.verify_files);
+    detail::check_same_contents(d.comm, source, d.num_samples, d.options.safety.verify_files);
     d.comm.set_context({"loader: construction", -1, -1, "", -1});
     std::uint64_t capacity = d.options.plan.batch_size;
     run_agreed(d.comm, [&] {
@@ -269,21 +270,22 @@ Loader::Loader(CommRef comm, const Source& source, LoaderOptions options)
     // ring (a ring above its share among all ranks); only then is the node split made, on
     // every rank, here. Budget batches may reallocate the ring at any epoch, where it is checked
     // again: they make the split here too (the budget options are the same on every rank).
-    const std::uint64_t ring_slots =
-        std::max<std::uint64_t>(1, std::min<std::uint64_t>(d.options.prefetch, d.totals.steps));
+    const std::uint64_t ring_slots = std::max<std::uint64_t>(
+        1, std::min<std::uint64_t>(d.options.pipeline.prefetch, d.totals.steps));
     const std::vector<std::uint64_t> agreed = d.comm.allreduce_min(
-        std::vector<std::uint64_t>{static_cast<std::uint64_t>(d.options.prefetch),
+        std::vector<std::uint64_t>{static_cast<std::uint64_t>(d.options.pipeline.prefetch),
                                    d.ring_needs_node_size(capacity, ring_slots) ? 0u : 1u});
     d.min_prefetch = agreed[0];
     if (agreed[1] == 0 || d.options.plan.budget.active()) d.comm.split_node();
     run_agreed(d.comm, [&] {
         d.allocate_ring(capacity, ring_slots);
         if (d.device.device.cuda) {
-            d.stager = detail::make_loader_stager(d.device.device, d.options, d.options.prefetch);
+            d.stager =
+                detail::make_loader_stager(d.device.device, d.options, d.options.pipeline.prefetch);
             d.watch_copies();
         }
     });
-    d.comm.set_context({"loader: stage " + to_string(d.options.stage), -1, -1, "", -1});
+    d.comm.set_context({"loader: stage " + to_string(d.options.tier.stage), -1, -1, "", -1});
     detail::TierStats tier_stats;
     d.tier = detail::build_memory_tier(d.comm, source, tier_options(d.options),
                                        detail::ring_bytes(*d.ring), tier_stats);
@@ -292,7 +294,8 @@ Loader::Loader(CommRef comm, const Source& source, LoaderOptions options)
     // rows) come from the staged pages instead of caching the file first in readahead folios
     // (benchmarks/README.md, "Huge pages of the page cache").
     d.comm.set_context(
-        {"loader: dataset fingerprint (" + to_string(d.options.fingerprint) + ")", -1, -1, "", -1});
+        {"loader: dataset fingerprint (" + to_string(d.options.safety.fingerprint) + ")", -1, -1,
+         "", -1});
     d.record_identity();
     d.comm.set_context({"loader: construction", -1, -1, "", -1});
     int level = MPI_THREAD_SINGLE;
@@ -307,7 +310,7 @@ Loader::Loader(CommRef comm, const Source& source, LoaderOptions options)
     constexpr std::uint64_t kInlineBatchBytes = std::uint64_t{1} << 20;
     const std::uint64_t batch_bytes = detail::ring_bytes(*d.ring) / d.ring->slots.size();
     const bool plain_loads = d.tier && d.tier->num_nodes() == 1 && batch_bytes <= kInlineBatchBytes;
-    d.use_threads = d.options.io_threads > 0 && !plain_loads &&
+    d.use_threads = d.options.pipeline.io_threads > 0 && !plain_loads &&
                     (!d.reader().reads_use_mpi() || level == MPI_THREAD_MULTIPLE);
     d.resolve_two_phase();  // `automatic`: measured and agreed here, once
 }
@@ -440,9 +443,10 @@ EpochRange Loader::epoch(std::uint64_t e, EpochOptions eo) {
         // Budget batches: the plan's largest batch (the same on every rank) may exceed the
         // ring's slots; the ring is then reallocated (batches still held keep the old one).
         if (impl->plan.batch_size > d.ring->batch_capacity) {
-            d.allocate_ring(impl->plan.batch_size,
-                            std::max<std::uint64_t>(
-                                1, std::min<std::uint64_t>(d.options.prefetch, impl->plan.steps)));
+            d.allocate_ring(
+                impl->plan.batch_size,
+                std::max<std::uint64_t>(
+                    1, std::min<std::uint64_t>(d.options.pipeline.prefetch, impl->plan.steps)));
         }
     });
     impl->limit = eo.max_steps > 0 ? std::min(eo.max_steps, impl->plan.steps) : impl->plan.steps;
@@ -475,7 +479,7 @@ EpochRange Loader::epoch(std::uint64_t e, EpochOptions eo) {
     // one that cannot start is not agreed on (`Prefetcher::start`).
     EpochRange::Impl* raw = range.impl_.get();
     const std::uint64_t count =
-        d.use_threads ? std::min<std::uint64_t>(d.options.io_threads, raw->plan.steps) : 0;
+        d.use_threads ? std::min<std::uint64_t>(d.options.pipeline.io_threads, raw->plan.steps) : 0;
     (void)raw->prefetch->start(count);
     return range;
 }

@@ -75,10 +75,10 @@ struct Loader::Impl {
     /// The window agreement of the epoch in flight, with its requests still pending (a range
     /// left early leaves them here; the next loader collective completes them first).
     detail::WindowState windows;
-    /// `options.prefetch`, its minimum over the ranks (agreed at construction): the shape of
-    /// the window agreement must be the same everywhere (`detail::window_shape`).
+    /// `options.pipeline.prefetch`, its minimum over the ranks (agreed at construction): the shape
+    /// of the window agreement must be the same everywhere (`detail::window_shape`).
     std::uint64_t min_prefetch = 1;
-    /// The memory tier when `options.stage` staged the data (destroyed, collectively, first).
+    /// The memory tier when `options.tier.stage` staged the data (destroyed, collectively, first).
     std::unique_ptr<detail::MemoryTier> tier;
     /// The device agreed at construction (detail::agree_device) and whether the ring is pinned.
     detail::LoaderDevice device;
@@ -113,7 +113,7 @@ struct Loader::Impl {
     /// count (the node split). False when its size cannot be computed (allocate_ring then
     /// throws, agreed).
     bool ring_needs_node_size(std::uint64_t batch_capacity, std::uint64_t slots) const noexcept;
-    /// Collective when `options.two_phase` is `automatic` (the measurement of
+    /// Collective when `options.pipeline.two_phase` is `automatic` (the measurement of
     /// `detail::measure_two_phase_costs`, errors agreed): sets `stats.two_phase` (whether the
     /// epochs read in two phases; `on` always) and, for `automatic`, its note and predictions.
     /// Called once, at the end of construction (`use_threads` known).
@@ -141,7 +141,7 @@ struct Loader::Impl {
     /// rank): extends `progress.digest_before` to cover plan step `until` (≤ plan.steps), one
     /// allreduce of the per-step sums of a block of at least kDigestBlock steps.
     void cover_digest(const EpochPlan& plan, std::uint64_t until);
-    /// Collective: `skipped_records` and `dataset_fingerprint` at `options.fingerprint`
+    /// Collective: `skipped_records` and `dataset_fingerprint` at `options.safety.fingerprint`
     /// (`detail::dataset_fingerprint`).
     void record_identity();
     /// Where epoch `e` starts (a pending resume of epoch e, else the beginning).

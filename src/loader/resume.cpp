@@ -69,7 +69,7 @@ void Loader::Impl::apply_resume(const LoaderState& state) {
     // The dataset is compared at the level the state was saved with (collective: every rank
     // holds the same state, so every rank computes the same level).
     const std::string fingerprint =
-        state.fingerprint_level == options.fingerprint
+        state.fingerprint_level == options.safety.fingerprint
             ? dataset_fingerprint
             : detail::dataset_fingerprint(comm, source, num_samples, skipped_records,
                                           state.fingerprint_level);
@@ -78,7 +78,7 @@ void Loader::Impl::apply_resume(const LoaderState& state) {
         if (epoch_active || progress.started) {
             throw ConfigError("loader: restore must come before the first epoch");
         }
-        if (state.consumed_digest.empty() && !options.accept_legacy_state) {
+        if (state.consumed_digest.empty() && !options.safety.accept_legacy_state) {
             throw ConfigError(
                 "loader: cannot resume: the saved state has no 'consumed_digest' (format "
                 "version 1 to 3, or the key was removed), so which samples it consumed cannot "
@@ -141,7 +141,7 @@ LoaderState Loader::state() const {
     s.dataset_fingerprint = d.dataset_fingerprint;
     s.num_samples = d.num_samples;
     s.skipped_records = d.skipped_records;
-    s.fingerprint_level = d.options.fingerprint;
+    s.fingerprint_level = d.options.safety.fingerprint;
     s.plan = d.options.plan;
     s.world_size = d.comm.size();
     if (!d.progress.started) {
@@ -179,7 +179,7 @@ LoaderState Loader::state() const {
 void Loader::Impl::record_identity() {
     skipped_records = skipped_records_of(source);
     dataset_fingerprint = detail::dataset_fingerprint(comm, source, num_samples, skipped_records,
-                                                      options.fingerprint);
+                                                      options.safety.fingerprint);
 }
 
 }  // namespace mpistage

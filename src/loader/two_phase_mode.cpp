@@ -1,5 +1,5 @@
-// LoaderOptions::two_phase: the names of the modes and what `automatic` resolves to (the cost
-// model is src/two_phase/two_phase_choice.{hpp,cpp}).
+// LoaderOptions::pipeline.two_phase: the names of the modes and what `automatic` resolves to (the
+// cost model is src/two_phase/two_phase_choice.{hpp,cpp}).
 #include <algorithm>
 
 #include "loader/loader_impl.hpp"
@@ -27,12 +27,12 @@ TwoPhase parse_two_phase(const std::string& s) {
 }
 
 void Loader::Impl::resolve_two_phase() {
-    stats.two_phase = options.two_phase == TwoPhase::on;
-    if (options.two_phase != TwoPhase::automatic) return;
+    stats.two_phase = options.pipeline.two_phase == TwoPhase::on;
+    if (options.pipeline.two_phase != TwoPhase::automatic) return;
     const PlanOptions& p = options.plan;
     std::string why;
     if (p.sharding != Sharding::global) why = "sharding " + to_string(p.sharding);
-    if (options.stage != Stage::none) why = "stage " + to_string(options.stage);
+    if (options.tier.stage != Stage::none) why = "stage " + to_string(options.tier.stage);
     if (p.budget.active()) why = "a batch budget";
     if (totals.steps == 0) why = "an epoch of no steps";
     // Agreed (one allreduce), so no rank measures alone even if options differ somewhere.
@@ -47,7 +47,7 @@ void Loader::Impl::resolve_two_phase() {
     comm.set_context({"loader: two-phase auto (cost model)", -1, -1, "", -1});
     // The plain path's reads in flight: one per I/O thread with a free ring slot.
     const std::uint64_t readers =
-        use_threads ? std::min<std::uint64_t>(options.io_threads, ring->slots.size()) : 1;
+        use_threads ? std::min<std::uint64_t>(options.pipeline.io_threads, ring->slots.size()) : 1;
     const detail::TwoPhaseCosts costs =
         detail::measure_two_phase_costs(comm, source, p, num_samples, totals.steps, readers);
     const detail::TwoPhasePrediction pred = detail::predict_two_phase(costs);

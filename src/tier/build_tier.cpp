@@ -44,7 +44,7 @@ std::uint64_t fixed_bytes_per_sample(const Source& source) {
 }  // namespace
 
 std::unique_ptr<MemoryTier> build_memory_tier(const Communicator& comm, const Source& source,
-                                              const TierOptions& options, std::uint64_t ring_bytes,
+                                              const TierSetup& options, std::uint64_t ring_bytes,
                                               TierStats& stats) {
     require_same(comm,
                  {{"stage", to_string(options.stage)},

@@ -1,7 +1,7 @@
 #pragma once
-// The memory tier (LoaderOptions::stage): the dataset staged once in node memory, read back as
+// The memory tier (LoaderOptions::tier.stage): the dataset staged once in node memory, read back as
 // a Source by the prefetch pipeline (internal; docs/architecture.md, "Memory tier"). The tier
-// takes its own options and reports into its own stats (TierOptions, TierStats), which the
+// takes its own options and reports into its own stats (TierSetup, TierStats), which the
 // loader fills from LoaderOptions and copies into LoaderStats, so the tier sits below the
 // loader and includes none of its headers.
 
@@ -37,7 +37,7 @@ struct ShardLayout {
 /// The options the memory tier is built from: the `stage*` fields of LoaderOptions (documented
 /// there) and whether the plan shards globally. Every field must be equal on every rank
 /// (checked by `build_memory_tier`).
-struct TierOptions {
+struct TierSetup {
     Stage stage = Stage::none;
     std::uint64_t stage_budget_bytes = 0;
     int stage_ranks_per_node = 0;
@@ -168,7 +168,7 @@ void fail_tier_reads_of(std::uint64_t id) noexcept;
 /// `stats`. `ring_bytes` is this rank's ring. @throws ConfigError (`memory` over budget,
 /// naming the bytes), the source's errors, MpiError; identically on every rank.
 std::unique_ptr<MemoryTier> build_memory_tier(const Communicator& comm, const Source& source,
-                                              const TierOptions& options, std::uint64_t ring_bytes,
+                                              const TierSetup& options, std::uint64_t ring_bytes,
                                               TierStats& stats);
 
 }  // namespace mpistage::detail

@@ -1,6 +1,6 @@
 #pragma once
-// Two-phase reads (LoaderOptions::two_phase; docs/architecture.md, "Two-phase reads"): with
-// global sharding and no staging, each rank reads only the samples of a step that lie in its
+// Two-phase reads (LoaderOptions::pipeline.two_phase; docs/architecture.md, "Two-phase reads"):
+// with global sharding and no staging, each rank reads only the samples of a step that lie in its
 // contiguous, byte-balanced slab of the dataset (sorted by id, so the source coalesces them
 // into long sequential reads), and one personalised exchange per step delivers every sample to
 // the rank whose batch holds it.

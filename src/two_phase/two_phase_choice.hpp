@@ -1,5 +1,5 @@
 #pragma once
-// The cost model of `TwoPhase::automatic` (LoaderOptions::two_phase; docs/architecture.md,
+// The cost model of `TwoPhase::automatic` (LoaderOptions::pipeline.two_phase; docs/architecture.md,
 // "Two-phase reads", "Choosing two-phase reads"): measured inputs, agreed over the ranks, and
 // the pure prediction that decides between the plain path and two-phase reads.
 

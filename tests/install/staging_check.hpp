@@ -37,7 +37,8 @@ inline void write_idx_pair(const std::string& dir) {
     put_be32(images, kRows);
     put_be32(images, kCols);
     for (std::uint64_t i = 0; i < kSamples; ++i) {
-        for (std::uint64_t j = 0; j < kRows * kCols; ++j) images.put(static_cast<char>(pixel(i, j)));
+        for (std::uint64_t j = 0; j < kRows * kCols; ++j)
+            images.put(static_cast<char>(pixel(i, j)));
     }
     std::ofstream labels(dir + "/labels.idx", std::ios::binary);
     labels.write("\0\0\x08\x01", 4);
@@ -95,7 +96,7 @@ inline mpistage::LoaderOptions loader_options() {
     options.plan.batch_size = 8;
     options.plan.shuffle = mpistage::Shuffle::local;
     options.plan.remainder = mpistage::Remainder::mask;
-    options.pin_memory = false;
+    options.delivery.pin_memory = false;
     return options;
 }
 

@@ -86,7 +86,7 @@ PUBLIC = {
 }
 
 # Known upward includes: (including file, included header as written) -> reason. None is left
-# (issue 38: the tier takes TierOptions/TierStats, the stream source interface is in
+# (issue 38: the tier takes TierSetup/TierStats, the stream source interface is in
 # stream_source.hpp). A new one is a debt owned by the named work; remove the entry when it is
 # paid (the test also fails on a stale entry).
 ALLOWED_INCLUDES = {}

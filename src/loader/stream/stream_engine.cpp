@@ -119,8 +119,8 @@ void detail::StreamEngine::check_agreement(const LoaderState* resume) {
 detail::StreamEngine::StreamEngine(const CommRef& c, const StreamSource& s, LoaderOptions o,
                                    const LoaderState* resume)
     : comm(c.duplicate()), source(s), loader_options(std::move(o)) {
-    comm.set_timeout(loader_options.timeout.count() >= 0 ? loader_options.timeout
-                                                         : std::chrono::seconds(0));
+    comm.set_timeout(loader_options.safety.timeout.count() >= 0 ? loader_options.safety.timeout
+                                                                : std::chrono::seconds(0));
     resumed.input = LoaderInput::stream;
     stats.tier = "stream";
     check_agreement(resume);

@@ -114,29 +114,29 @@ StreamConfig stream_config(const LoaderOptions& o) {
         file_only("plan.budget.bucket_window", std::to_string(p.budget.bucket_window),
                   "buckets a planned file epoch (streams bucket by stream.length_buckets)");
     }
-    if (o.stage != Stage::none) {
-        file_only("stage", to_string(o.stage), "stages files into node memory");
+    if (o.tier.stage != Stage::none) {
+        file_only("stage", to_string(o.tier.stage), "stages files into node memory");
     }
-    if (o.stage_budget_bytes != 0) {
-        file_only("stage_budget_bytes", std::to_string(o.stage_budget_bytes),
+    if (o.tier.stage_budget_bytes != 0) {
+        file_only("stage_budget_bytes", std::to_string(o.tier.stage_budget_bytes),
                   "bounds the memory tier of files");
     }
-    if (o.stage_ranks_per_node != 0) {
-        file_only("stage_ranks_per_node", std::to_string(o.stage_ranks_per_node),
+    if (o.tier.stage_ranks_per_node != 0) {
+        file_only("stage_ranks_per_node", std::to_string(o.tier.stage_ranks_per_node),
                   "shapes the memory tier of files");
     }
-    if (o.stage_read != StageRead::automatic) {
-        file_only("stage_read", to_string(o.stage_read), "says how files are staged");
+    if (o.tier.stage_read != StageRead::automatic) {
+        file_only("stage_read", to_string(o.tier.stage_read), "says how files are staged");
     }
-    if (o.two_phase != TwoPhase::off) {
-        file_only("two_phase", to_string(o.two_phase), "reads file slabs by sample id");
+    if (o.pipeline.two_phase != TwoPhase::off) {
+        file_only("two_phase", to_string(o.pipeline.two_phase), "reads file slabs by sample id");
     }
-    if (o.verify_files) file_only("verify_files", "true", "compares the files across ranks");
-    if (o.fingerprint != FingerprintLevel::sampled) {
-        file_only("fingerprint", to_string(o.fingerprint),
+    if (o.safety.verify_files) file_only("verify_files", "true", "compares the files across ranks");
+    if (o.safety.fingerprint != FingerprintLevel::sampled) {
+        file_only("fingerprint", to_string(o.safety.fingerprint),
                   "hashes file samples (a stream's fingerprint is its source's)");
     }
-    if (o.accept_legacy_state) {
+    if (o.safety.accept_legacy_state) {
         file_only("accept_legacy_state", "true", "admits old file states");
     }
     if (p.budget.active() && p.batch_size != PlanOptions{}.batch_size &&
@@ -157,9 +157,9 @@ StreamConfig stream_config(const LoaderOptions& o) {
     c.batch_bytes = p.budget.batch_bytes;
     c.batch_tokens = p.budget.batch_tokens;
     c.token_field = p.budget.token_field;
-    c.timeout = o.timeout;
-    c.prefetch = o.prefetch;
-    c.io_threads = o.io_threads;
+    c.timeout = o.safety.timeout;
+    c.prefetch = o.pipeline.prefetch;
+    c.io_threads = o.pipeline.io_threads;
     if (c.batch_size == 0) {
         throw ConfigError(p.budget.active()
                               ? "stream loader: plan.budget.max_batch_samples must be at least 1"

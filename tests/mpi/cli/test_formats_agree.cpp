@@ -155,7 +155,7 @@ TEST(FormatsAgree, LoadersGiveIdenticalSamplesForTheSameIds) {
     o.plan.shuffle = Shuffle::local;
     o.plan.remainder = Remainder::mask;
     o.plan.seed = 11;
-    o.io_threads = 2;
+    o.pipeline.io_threads = 2;
     Loader lh(comm, h5, o);
     Loader lt(comm, tfr, o);
     auto eh = lh.epoch(1);

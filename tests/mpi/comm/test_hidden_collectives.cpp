@@ -118,8 +118,8 @@ RawField ids_field(const h5t::TempDir& dir) {
 /// the remainder masked (every sample counted once below).
 LoaderOptions readme_options() {
     LoaderOptions o;
-    o.device = "cpu";
-    o.pin_memory = false;
+    o.delivery.device = "cpu";
+    o.delivery.pin_memory = false;
     o.plan.remainder = Remainder::mask;
     return o;
 }
@@ -200,7 +200,7 @@ TEST(HiddenCollectives, MemoryTierSplitsOnce) {
     {
         RawSource source(MPI_COMM_WORLD, {field});
         LoaderOptions o = readme_options();
-        o.stage = Stage::memory;
+        o.tier.stage = Stage::memory;
         Loader loader(MPI_COMM_WORLD, source, o);
         tier = loader.stats().tier;
         EXPECT_EQ(samples_of_epoch(loader), kRecords);
@@ -252,7 +252,7 @@ TEST(HiddenCollectives, ACommunicatorIsOneDupAndItsSplitIsInherited) {
         EXPECT_EQ(comm.node_size(), node_size);
         RawSource source(comm, {field});
         LoaderOptions o = readme_options();
-        o.stage = Stage::memory;
+        o.tier.stage = Stage::memory;
         const Counts before_loader = counts();
         Loader loader(comm, source, o);
         const Counts by_loader = since(before_loader);

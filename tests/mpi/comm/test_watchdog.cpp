@@ -132,16 +132,16 @@ TEST(Watchdog, LoaderTimeoutReachesItsCommunicator) {
     Hdf5Source src(comm, files.generated_contiguous);
     LoaderOptions o;
     o.plan.batch_size = 8;
-    o.pin_memory = false;
-    o.timeout = std::chrono::seconds(17);
+    o.delivery.pin_memory = false;
+    o.safety.timeout = std::chrono::seconds(17);
     {
         Loader loader(comm, src, o);
         EXPECT_EQ(loader.comm().timeout(), std::chrono::seconds(17));
     }
-    o.timeout = std::chrono::seconds(-1);
+    o.safety.timeout = std::chrono::seconds(-1);
     H5T_EXPECT_SAME_ERROR(ConfigError, Loader(comm, src, o), "timeout", "negative");
     if (h5t::size() > 1) {
-        o.timeout = std::chrono::seconds(h5t::rank() == 1 ? 5 : 6);
+        o.safety.timeout = std::chrono::seconds(h5t::rank() == 1 ? 5 : 6);
         H5T_EXPECT_SAME_ERROR(ConfigError, Loader(comm, src, o), "timeout", "5 s", "6 s");
     }
     src.close();
@@ -160,8 +160,8 @@ TEST(Watchdog, WaitForPeersIsSeparateFromWaitForIo) {
     SlowSource src(inner, std::chrono::milliseconds(slow ? 40 : 0));
     LoaderOptions o;
     o.plan.batch_size = 16;
-    o.pin_memory = false;
-    o.io_threads = 0;  // reads on the consumer thread: their time is I/O wait
+    o.delivery.pin_memory = false;
+    o.pipeline.io_threads = 0;  // reads on the consumer thread: their time is I/O wait
     Loader loader(comm, src, o);
     std::uint64_t batches = 0;
     {

@@ -39,7 +39,7 @@ TEST_F(DeviceAgreement, AutoStagesOnTheCpuEverywhereWithOneLine) {
     GeneratedSource source(64);
     LoaderOptions o;
     o.plan.batch_size = 4;
-    o.device = "auto";
+    o.delivery.device = "auto";
     ::testing::internal::CaptureStderr();
     std::string err;
     {
@@ -69,7 +69,7 @@ TEST_F(DeviceAgreement, CudaAskedIsTheSameErrorOnEveryRank) {
     GeneratedSource source(64);
     LoaderOptions o;
     o.plan.batch_size = 4;
-    o.device = "cuda";
+    o.delivery.device = "cuda";
     std::string message;
     try {
         Loader loader(comm, source, o);

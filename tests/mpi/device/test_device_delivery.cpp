@@ -20,13 +20,13 @@ constexpr std::uint64_t kSamples = 203;
 
 LoaderOptions cuda_options(std::size_t prefetch, void* stream) {
     LoaderOptions o;
-    o.device = "cuda";
+    o.delivery.device = "cuda";
     o.plan.batch_size = 5;
     o.plan.seed = 18;
     o.plan.shuffle = Shuffle::local;
-    o.prefetch = prefetch;
-    o.io_threads = 1;
-    o.cuda_stream = stream;
+    o.pipeline.prefetch = prefetch;
+    o.pipeline.io_threads = 1;
+    o.delivery.cuda_stream = stream;
     return o;
 }
 
@@ -94,7 +94,7 @@ TEST(DeviceDelivery, NoContextOnADeviceTheCallerDidNotChoose) {
     std::atomic<int> mismatches{0};
     {
         LoaderOptions o = cuda_options(2, nullptr);
-        o.device = "cuda:1";
+        o.delivery.device = "cuda:1";
         Loader loader(comm, source, o);
         for (const HostBatch& b : loader.epoch(0)) ASSERT_EQ(b.device(), 1);
     }

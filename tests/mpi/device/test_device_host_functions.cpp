@@ -59,14 +59,14 @@ TEST(DeviceHostFunctions, NoCudaCallInsideAHostFunctionWhenTheRingIsReallocated)
     mpistage_fake_cuda_set_copy_delay_us(20000);
     MixedSource source(600);
     LoaderOptions o;
-    o.device = "cuda";
+    o.delivery.device = "cuda";
     o.plan.shuffle = Shuffle::global;
     o.plan.sharding = Sharding::global;
     o.plan.budget.batch_bytes = 1200;
     o.plan.budget.max_batch_samples = 512;
-    o.prefetch = 3;
-    o.io_threads = 1;
-    o.cuda_stream = stream;
+    o.pipeline.prefetch = 3;
+    o.pipeline.io_threads = 1;
+    o.delivery.cuda_stream = stream;
     const unsigned long long before = mpistage_fake_cuda_calls_in_host_functions();
     {
         Loader loader(comm, source, o);

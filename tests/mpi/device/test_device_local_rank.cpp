@@ -45,13 +45,13 @@ MPI_Comm alone() {
 
 LoaderOptions options(const std::string& device, void* stream) {
     LoaderOptions o;
-    o.device = device;
+    o.delivery.device = device;
     o.plan.batch_size = 4;
     o.plan.seed = 3;
-    o.prefetch = 2;
-    o.io_threads = 1;
-    o.cuda_stream = stream;
-    o.timeout = std::chrono::seconds(60);  // a rank that fails alone ends the job, soon
+    o.pipeline.prefetch = 2;
+    o.pipeline.io_threads = 1;
+    o.delivery.cuda_stream = stream;
+    o.safety.timeout = std::chrono::seconds(60);  // a rank that fails alone ends the job, soon
     return o;
 }
 

@@ -21,7 +21,7 @@ std::string construct_and_capture(const std::string& device, int* chosen) {
     Communicator comm(MPI_COMM_WORLD);
     GeneratedSource source(30);
     LoaderOptions o;
-    o.device = device;
+    o.delivery.device = device;
     o.plan.batch_size = 3;
     if (comm.rank() == 0) testing::internal::CaptureStderr();
     {

@@ -27,16 +27,16 @@ void run_case(std::size_t prefetch) {
     ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
     GeneratedSource source(400);
     LoaderOptions o;
-    o.device = "cuda";
+    o.delivery.device = "cuda";
     o.plan.batch_size = 5;
     o.plan.shuffle = Shuffle::local;
     // 1: the one slot is lent to the copy of the batch just taken, so the next step waits for
     // it (the wait that never ended); 3: a slot read ahead is free, and the next copy's
     // enqueue fails instead.
-    o.prefetch = prefetch;
-    o.io_threads = 1;
-    o.cuda_stream = stream;
-    o.timeout = std::chrono::seconds(20);  // the watchdog, well above the 100 ms checks
+    o.pipeline.prefetch = prefetch;
+    o.pipeline.io_threads = 1;
+    o.delivery.cuda_stream = stream;
+    o.safety.timeout = std::chrono::seconds(20);  // the watchdog, well above the 100 ms checks
     std::string error;
     const auto t0 = std::chrono::steady_clock::now();
     std::uint64_t steps = 0;

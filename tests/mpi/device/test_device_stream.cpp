@@ -60,14 +60,14 @@ std::vector<std::uint64_t> all_item_ids() {
 
 LoaderOptions cuda_options(StreamSharding sharding, void* stream) {
     LoaderOptions o;
-    o.device = "cuda";
-    o.cuda_stream = stream;
+    o.delivery.device = "cuda";
+    o.delivery.cuda_stream = stream;
     o.plan.batch_size = 5;
     o.stream.sharding = sharding;
     o.stream.chunk_size = 4;
     o.stream.window_steps = 3;
-    o.io_threads = 1;
-    o.timeout = std::chrono::seconds(20);
+    o.pipeline.io_threads = 1;
+    o.safety.timeout = std::chrono::seconds(20);
     return o;
 }
 

@@ -5,9 +5,9 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <iostream>
 #include <map>
 #include <set>
-#include <iostream>
 #include <sstream>
 
 #include "../hdf5_test_util.hpp"
@@ -32,9 +32,10 @@ struct Config {
 
     std::string str() const {
         std::ostringstream s;
-        s << "B=" << batch << " remainder=" << to_string(remainder) << " sharding="
-          << to_string(sharding) << " shuffle=" << to_string(shuffle) << " prefetch=" << prefetch
-          << " io_threads=" << io_threads << " stage=" << to_string(stage);
+        s << "B=" << batch << " remainder=" << to_string(remainder)
+          << " sharding=" << to_string(sharding) << " shuffle=" << to_string(shuffle)
+          << " prefetch=" << prefetch << " io_threads=" << io_threads
+          << " stage=" << to_string(stage);
         if (ranks_per_node > 0) s << " ranks_per_node=" << ranks_per_node;
         return s.str();
     }
@@ -45,11 +46,11 @@ struct Config {
         o.plan.sharding = sharding;
         o.plan.shuffle = shuffle;
         o.plan.seed = 1234;
-        o.prefetch = prefetch;
-        o.io_threads = io_threads;
-        o.pin_memory = false;
-        o.stage = stage;
-        o.stage_ranks_per_node = ranks_per_node;
+        o.pipeline.prefetch = prefetch;
+        o.pipeline.io_threads = io_threads;
+        o.delivery.pin_memory = false;
+        o.tier.stage = stage;
+        o.tier.stage_ranks_per_node = ranks_per_node;
         return o;
     }
 };
@@ -61,11 +62,13 @@ struct Row {
 };
 
 /// h5dump's rows for chosen ids (images [N,28,28] uint8, labels [N]), on every rank.
-inline std::map<std::int64_t, Row> h5dump_rows(const std::string& file, const std::vector<std::uint64_t>& ids) {
+inline std::map<std::int64_t, Row> h5dump_rows(const std::string& file,
+                                               const std::vector<std::uint64_t>& ids) {
     std::map<std::int64_t, Row> rows;
     for (const auto id : ids) {
         Row r;
-        r.image = h5t::parse_as<std::uint8_t>(h5t::h5dump_values(file, "images", {id, 0, 0}, {1, 28, 28}));
+        r.image = h5t::parse_as<std::uint8_t>(
+            h5t::h5dump_values(file, "images", {id, 0, 0}, {1, 28, 28}));
         const auto l = h5t::parse_as<std::int64_t>(h5t::h5dump_values(file, "labels", {id}, {1}));
         EXPECT_EQ(r.image.size(), h5t::kPixels) << "h5dump row " << id << " of " << file;
         EXPECT_EQ(l.size(), 1u) << "h5dump label " << id << " of " << file;
@@ -132,7 +135,9 @@ struct BatchChecker {
                 fail("pad slot with id " + std::to_string(id));
                 continue;
             }
-            if (!row_ok(id, image, label)) fail("slot " + std::to_string(s) + " id " + std::to_string(id) + " data differs from its row");
+            if (!row_ok(id, image, label))
+                fail("slot " + std::to_string(s) + " id " + std::to_string(id) +
+                     " data differs from its row");
             if (dumped) {
                 const auto it = dumped->find(id);
                 if (it != dumped->end()) {
@@ -144,7 +149,8 @@ struct BatchChecker {
                 }
             }
         }
-        if (nvalid != b.num_valid()) fail("num_valid " + std::to_string(b.num_valid()) + " vs " + std::to_string(nvalid));
+        if (nvalid != b.num_valid())
+            fail("num_valid " + std::to_string(b.num_valid()) + " vs " + std::to_string(nvalid));
     }
 };
 
@@ -158,7 +164,8 @@ struct EpochOutcome {
     std::string error;
 };
 
-inline EpochOutcome consume_epoch(Loader& loader, std::uint64_t epoch, BatchChecker& chk, bool keep_prev) {
+inline EpochOutcome consume_epoch(Loader& loader, std::uint64_t epoch, BatchChecker& chk,
+                                  bool keep_prev) {
     EpochOutcome out;
     try {
         auto range = loader.epoch(epoch);
@@ -166,11 +173,14 @@ inline EpochOutcome consume_epoch(Loader& loader, std::uint64_t epoch, BatchChec
         HostBatch prev;
         HostBatch cur;
         while (range.next(cur)) {
-            if (cur.step() != out.batches) chk.fail("step " + std::to_string(cur.step()) + " at position " + std::to_string(out.batches));
+            if (cur.step() != out.batches)
+                chk.fail("step " + std::to_string(cur.step()) + " at position " +
+                         std::to_string(out.batches));
             if (cur.epoch() != epoch) chk.fail("epoch " + std::to_string(cur.epoch()));
             chk.check(cur, &out.valid_ids, true);
             if (keep_prev && prev.size() > 0) {
-                if (prev.lease() == cur.lease()) chk.fail("previous and current batch share a slot");
+                if (prev.lease() == cur.lease())
+                    chk.fail("previous and current batch share a slot");
                 chk.check(prev, nullptr, false);  // still intact after the next batch arrived
             }
             if (keep_prev) prev = cur;
@@ -185,9 +195,10 @@ inline EpochOutcome consume_epoch(Loader& loader, std::uint64_t epoch, BatchChec
 
 /// Collective checks of one epoch: equal steps, exactly once (or the kept prefix with drop).
 inline void check_epoch_collectively(const Loader& loader, const EpochOutcome& o, const Config& c,
-                              std::uint64_t n, const std::string& what) {
+                                     std::uint64_t n, const std::string& what) {
     EXPECT_FALSE(o.threw) << what << ": " << o.error;
-    EXPECT_EQ(h5t::min(o.batches), h5t::max(o.batches)) << what << ": ranks yielded different batch counts";
+    EXPECT_EQ(h5t::min(o.batches), h5t::max(o.batches))
+        << what << ": ranks yielded different batch counts";
     EXPECT_EQ(o.batches, o.steps) << what;
     EXPECT_EQ(o.batches, loader.totals().steps) << what;
     const auto all = h5t::allgatherv(o.valid_ids);
@@ -196,7 +207,8 @@ inline void check_epoch_collectively(const Loader& loader, const EpochOutcome& o
     EXPECT_EQ(all.size(), loader.totals().valid_samples) << what;
     if (c.remainder == Remainder::drop) {
         EXPECT_EQ(loader.totals().valid_samples + loader.totals().dropped_samples, n) << what;
-        EXPECT_EQ(loader.totals().valid_samples, loader.totals().steps * c.batch * h5t::size()) << what;
+        EXPECT_EQ(loader.totals().valid_samples, loader.totals().steps * c.batch * h5t::size())
+            << what;
     } else {
         EXPECT_EQ(all.size(), n) << what;
         if (!distinct.empty()) {
@@ -213,6 +225,5 @@ inline bool generated_row_ok(std::int64_t id, const std::uint8_t* image, std::in
     }
     return label == h5t::gen_label(i);
 }
-
 
 }  // namespace loader_test

@@ -100,7 +100,7 @@ TEST(LoaderBudget, TfRecordHeavyTailedBudgetExactlyOnceEqualSteps) {
         o.plan.seed = 5;
         o.plan.budget.batch_bytes = 16384;
         o.plan.budget.bucket_window = sharding == Sharding::global ? 4 : 0;
-        o.pin_memory = false;
+        o.delivery.pin_memory = false;
         Loader loader(comm, src, o);
         for (std::uint64_t epoch : {0u, 1u}) {
             EpochPlan plan;
@@ -135,7 +135,7 @@ TEST(LoaderBudget, TfRecordTokenBudget) {
     TfRecordSource src(comm, {path});
     LoaderOptions o;
     o.plan.budget.batch_tokens = 20000;  // uint8 payload: one token per byte
-    o.pin_memory = false;
+    o.delivery.pin_memory = false;
     Loader loader(comm, src, o);
     EpochRange range = loader.epoch(0);
     std::vector<int> count(kRecords, 0);
@@ -172,7 +172,7 @@ TEST(LoaderBudget, Hdf5FixedFieldsBatchesOfWhatFits) {
     LoaderOptions o;
     o.plan.shuffle = Shuffle::local;
     o.plan.budget.batch_bytes = 5000;  // 784 image bytes + 8 label bytes per sample: 6 fit
-    o.pin_memory = false;
+    o.delivery.pin_memory = false;
     Loader loader(comm, src, o);
     EpochRange range = loader.epoch(3);
     std::vector<int> count(h5t::kGeneratedRows, 0);
@@ -253,9 +253,9 @@ TEST(LoaderBudget, ReadErrorOnOneRankIsTheSameErrorEverywhere) {
     for (const std::size_t threads : {std::size_t{0}, std::size_t{2}}) {
         LoaderOptions o;
         o.plan.budget.batch_bytes = 64;
-        o.io_threads = threads;
-        o.prefetch = 3;
-        o.pin_memory = false;
+        o.pipeline.io_threads = threads;
+        o.pipeline.prefetch = 3;
+        o.delivery.pin_memory = false;
         src.arm(false);
         Loader loader(comm, src, o);
         src.arm(true);
@@ -276,7 +276,7 @@ TEST(LoaderBudget, DifferentBudgetsOnRanksAreAConfigError) {
     FailingSource src(1000);
     LoaderOptions o;
     o.plan.budget.batch_bytes = 64 + static_cast<std::uint64_t>(comm.rank());
-    o.pin_memory = false;
+    o.delivery.pin_memory = false;
     if (comm.size() > 1) {
         tfrecord_test::expect_agreed_error(comm, [&] { Loader loader(comm, src, o); },
                                            ErrorKind::config,
@@ -297,7 +297,7 @@ TEST(LoaderBudget, DifferentBudgetsOnRanksAreAConfigError) {
     LoaderOptions two_phase;
     two_phase.plan.budget.batch_bytes = 64;
     two_phase.plan.sharding = Sharding::global;
-    two_phase.two_phase = TwoPhase::on;
+    two_phase.pipeline.two_phase = TwoPhase::on;
     tfrecord_test::expect_agreed_error(comm, [&] { Loader loader(comm, src, two_phase); },
                                        ErrorKind::config, {"two-phase", "budget"});
     comm.free();

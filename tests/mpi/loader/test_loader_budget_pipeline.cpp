@@ -29,7 +29,7 @@ using BudgetSetup = loader_test::Config;
 
 /// A loader configuration of budget batches of `kBudget` bytes (bucketing with global).
 BudgetSetup setup(Sharding sharding, Stage stage, std::size_t prefetch, std::size_t io_threads,
-            int ranks_per_node) {
+                  int ranks_per_node) {
     BudgetSetup c;
     c.sharding = sharding;
     c.shuffle = sharding == Sharding::global ? Shuffle::global : Shuffle::local;
@@ -164,7 +164,7 @@ TEST(LoaderBudgetPipeline, SameWorldSizeResumesSlotForSlot) {
     const std::string path = budget_test::write_variable_tfrecord(comm);
     TfRecordSource src(comm, {path});
     for (const BudgetSetup& s : {setup(Sharding::byte_range, Stage::none, 3, 2, 0),
-                           setup(Sharding::global, Stage::memory, 3, 2, 0)}) {
+                                 setup(Sharding::global, Stage::memory, 3, 2, 0)}) {
         SCOPED_TRACE(s.str());
         Loader full(comm, src, budget_options(s));
         const auto expected = digests(full, 1);
@@ -193,9 +193,9 @@ TEST(LoaderBudgetPipeline, SameWorldSizeResumesSlotForSlot) {
     comm.free();
 }
 
-// W ranks consume half the steps of an epoch of budget batches and save; W−1 ranks (a sub-communicator of
-// MPI_COMM_WORLD: 4 -> 3 at four ranks) restore under global sharding and finish the epoch:
-// every sample exactly once across both, equal steps; the next epoch is whole.
+// W ranks consume half the steps of an epoch of budget batches and save; W−1 ranks (a
+// sub-communicator of MPI_COMM_WORLD: 4 -> 3 at four ranks) restore under global sharding and
+// finish the epoch: every sample exactly once across both, equal steps; the next epoch is whole.
 TEST(LoaderBudgetPipeline, SmallerWorldSizeResumesExactlyOnceUnderGlobalSharding) {
     Communicator world(MPI_COMM_WORLD);
     if (world.size() < 2) GTEST_SKIP() << "needs 2 or more ranks";
@@ -232,7 +232,7 @@ TEST(LoaderBudgetPipeline, SmallerWorldSizeResumesExactlyOnceUnderGlobalSharding
         Communicator sub(sub_raw);
         TfRecordSource src(sub, {path});
         LoaderOptions at_three = o;
-        at_three.stage = Stage::memory;  // the continuation may serve from another tier
+        at_three.tier.stage = Stage::memory;  // the continuation may serve from another tier
         Loader resumed = Loader::restore(sub, src, at_three, saved);
         Check c;
         std::uint64_t steps = 0;

@@ -55,8 +55,8 @@ h5t::Outcome construct_in(const std::string& rank_dir, bool verify_files) {
         Hdf5Source src(self, "same.h5");
         LoaderOptions o;
         o.plan.batch_size = 4;
-        o.pin_memory = false;
-        o.verify_files = verify_files;
+        o.delivery.pin_memory = false;
+        o.safety.verify_files = verify_files;
         out = h5t::catch_error<ConfigError>([&] { Loader loader(comm, src, o); });
         src.close();
         self.free();

@@ -25,10 +25,10 @@ LoaderOptions opts(std::size_t prefetch, std::size_t threads, bool two_phase = f
     o.plan.shuffle = Shuffle::global;
     o.plan.sharding = Sharding::global;
     o.plan.seed = 99;
-    o.prefetch = prefetch;
-    o.io_threads = threads;
-    o.pin_memory = false;
-    o.two_phase = two_phase ? TwoPhase::on : TwoPhase::off;
+    o.pipeline.prefetch = prefetch;
+    o.pipeline.io_threads = threads;
+    o.delivery.pin_memory = false;
+    o.pipeline.two_phase = two_phase ? TwoPhase::on : TwoPhase::off;
     return o;
 }
 
@@ -86,8 +86,8 @@ TEST(LoaderEarlyExit, MaxStepsEndsTheEpochAtTheSameStepAndTheNextIsWhole) {
     Communicator comm(MPI_COMM_WORLD);
     Hdf5Source src(comm, files.generated_contiguous);
     for (const LoaderOptions& o : variants()) {
-        const std::string what =
-            "prefetch " + std::to_string(o.prefetch) + " two_phase " + to_string(o.two_phase);
+        const std::string what = "prefetch " + std::to_string(o.pipeline.prefetch) + " two_phase " +
+                                 to_string(o.pipeline.two_phase);
         Loader loader(comm, src, o);
         EpochOptions eo;
         eo.max_steps = 3;
@@ -122,9 +122,9 @@ TEST(LoaderEarlyExit, StopRequestedOnOneRankEndsEveryRankAtTheSameStep) {
     const int asking = h5t::size() - 1;
     for (const LoaderOptions& o : variants()) {
         for (const bool process_wide : {false, true}) {
-            const std::string what = "prefetch " + std::to_string(o.prefetch) + " two_phase " +
-                                     to_string(o.two_phase) + " process-wide " +
-                                     std::to_string(process_wide);
+            const std::string what = "prefetch " + std::to_string(o.pipeline.prefetch) +
+                                     " two_phase " + to_string(o.pipeline.two_phase) +
+                                     " process-wide " + std::to_string(process_wide);
             Loader loader(comm, src, o);
             std::uint64_t batches = 0;
             auto range = loader.epoch(0);
@@ -145,7 +145,7 @@ TEST(LoaderEarlyExit, StopRequestedOnOneRankEndsEveryRankAtTheSameStep) {
             EXPECT_GE(batches, 2u) << what;
             // At the next window: the asking rank's current window holds at most `prefetch`
             // batches (a count, not a time).
-            EXPECT_LE(batches, 2u + o.prefetch) << what;
+            EXPECT_LE(batches, 2u + o.pipeline.prefetch) << what;
             EXPECT_LT(batches, range.steps()) << what;
             EXPECT_TRUE(h5t::same_on_all_ranks(batches))
                 << what << ": rank " << h5t::rank() << " yielded " << batches;
@@ -167,8 +167,8 @@ TEST(LoaderEarlyExit, BreakAtDifferentStepsThenNextEpochIsTheSameConfigError) {
     Communicator comm(MPI_COMM_WORLD);
     Hdf5Source src(comm, files.generated_contiguous);
     for (const LoaderOptions& o : variants()) {
-        const std::string what =
-            "prefetch " + std::to_string(o.prefetch) + " two_phase " + to_string(o.two_phase);
+        const std::string what = "prefetch " + std::to_string(o.pipeline.prefetch) + " two_phase " +
+                                 to_string(o.pipeline.two_phase);
         Loader loader(comm, src, o);
         const auto mine = static_cast<std::uint64_t>(h5t::rank() + 1);
         const auto out = h5t::catch_error<ConfigError>([&] {
@@ -197,8 +197,8 @@ TEST(LoaderEarlyExit, BreakAtDifferentStepsThenCloseIsTheSameConfigError) {
     Communicator comm(MPI_COMM_WORLD);
     Hdf5Source src(comm, files.generated_contiguous);
     for (const LoaderOptions& o : variants()) {
-        SCOPED_TRACE("prefetch " + std::to_string(o.prefetch) + " two_phase " +
-                     to_string(o.two_phase));
+        SCOPED_TRACE("prefetch " + std::to_string(o.pipeline.prefetch) + " two_phase " +
+                     to_string(o.pipeline.two_phase));
         Loader loader(comm, src, o);
         const auto mine = static_cast<std::uint64_t>(h5t::rank() + 1);
         const auto out = h5t::catch_error<ConfigError>([&] {
@@ -227,8 +227,8 @@ TEST(LoaderEarlyExit, BreakThenDestroyTheLoaderWhileOthersIterate) {
     Communicator comm(MPI_COMM_WORLD);
     Hdf5Source src(comm, files.generated_contiguous);
     for (const LoaderOptions& o : variants()) {
-        SCOPED_TRACE("prefetch " + std::to_string(o.prefetch) + " two_phase " +
-                     to_string(o.two_phase));
+        SCOPED_TRACE("prefetch " + std::to_string(o.pipeline.prefetch) + " two_phase " +
+                     to_string(o.pipeline.two_phase));
         h5t::Outcome out;
         std::uint64_t batches = 0;
         {

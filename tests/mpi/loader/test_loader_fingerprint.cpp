@@ -3,8 +3,8 @@
 // rows permuted with samples 0, N/2 and N−1 kept by `sampled` (and `full`), a TFRecord record
 // rewritten with another length by `sampled` when it reads it, by `full` and `sampled_v4`
 // anywhere — and what a level does not claim is shown missed. The fingerprint does not depend
-// on the world size (a resume at another W). A state saved over one version of a file is refused over the
-// other, the same on every rank.
+// on the world size (a resume at another W). A state saved over one version of a file is refused
+// over the other, the same on every rank.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -54,8 +54,7 @@ std::string write_variant(const Communicator& comm, const std::string& dir, Edit
             std::vector<std::uint64_t> from(kRows);
             for (std::uint64_t i = 0; i < kRows; ++i) from[i] = i;
             std::rotate(from.begin() + 1, from.begin() + 2, from.begin() + kRows / 2);
-            std::rotate(from.begin() + kRows / 2 + 1, from.begin() + kRows / 2 + 2,
-                        from.end() - 1);
+            std::rotate(from.begin() + kRows / 2 + 1, from.begin() + kRows / 2 + 2, from.end() - 1);
             const auto old_images = images;
             const auto old_labels = labels;
             for (std::uint64_t i = 0; i < kRows; ++i) {
@@ -81,8 +80,7 @@ std::string write_variant(const Communicator& comm, const std::string& dir, Edit
 std::string fingerprint_of(const Communicator& comm, const std::string& path,
                            FingerprintLevel level) {
     Hdf5Source src(comm, path);
-    const std::string fp =
-        detail::dataset_fingerprint(comm, src, src.num_samples(), 0, level);
+    const std::string fp = detail::dataset_fingerprint(comm, src, src.num_samples(), 0, level);
     src.close();
     return fp;
 }
@@ -145,8 +143,8 @@ TEST(Fingerprint, TfRecordRecordRewrittenWithAnotherLength) {
             std::vector<std::uint8_t> bytes;
             for (std::uint64_t i = 0; i < kRows; ++i) {
                 std::vector<std::uint8_t> payload(1 + (i * 13) % 40, static_cast<std::uint8_t>(i));
-                if (i == r && edit == 1) payload.push_back(0);     // another length
-                if (i == r && edit == 2) payload[0] ^= 0x80;       // same length, one bit
+                if (i == r && edit == 1) payload.push_back(0);         // another length
+                if (i == r && edit == 2) payload[0] ^= 0x80;           // same length, one bit
                 if (i == read_row && edit == 3) payload.push_back(0);  // a read row, longer
                 tfrecord::append_record(bytes, payload.data(), payload.size());
             }
@@ -171,23 +169,20 @@ TEST(Fingerprint, TfRecordRecordRewrittenWithAnotherLength) {
     EXPECT_NE(fp(base, FingerprintLevel::sampled_v4), fp(longer, FingerprintLevel::sampled_v4));
     EXPECT_NE(fp(base, FingerprintLevel::full), fp(longer, FingerprintLevel::full));
     EXPECT_NE(fp(base, FingerprintLevel::full), fp(bit, FingerprintLevel::full));
-    EXPECT_EQ(fp(base, FingerprintLevel::full),
-              [&] {
-                  MPI_Comm one = MPI_COMM_NULL;
-                  MPI_Comm_split(MPI_COMM_WORLD, comm.rank() == 0 ? 0 : MPI_UNDEFINED, 0, &one);
-                  std::string v;
-                  if (comm.rank() == 0) {
-                      Communicator c(one);
-                      TfRecordSource src(c, {base});
-                      v = detail::dataset_fingerprint(c, src, src.num_samples(), 0,
-                                                      FingerprintLevel::full);
-                      src.close();
-                      c.free();
-                      MPI_Comm_free(&one);
-                  }
-                  return comm.broadcast(v, 0);
-              }())
-        << "full does not depend on the world size";
+    EXPECT_EQ(fp(base, FingerprintLevel::full), [&] {
+        MPI_Comm one = MPI_COMM_NULL;
+        MPI_Comm_split(MPI_COMM_WORLD, comm.rank() == 0 ? 0 : MPI_UNDEFINED, 0, &one);
+        std::string v;
+        if (comm.rank() == 0) {
+            Communicator c(one);
+            TfRecordSource src(c, {base});
+            v = detail::dataset_fingerprint(c, src, src.num_samples(), 0, FingerprintLevel::full);
+            src.close();
+            c.free();
+            MPI_Comm_free(&one);
+        }
+        return comm.broadcast(v, 0);
+    }()) << "full does not depend on the world size";
     comm.free();
 }
 
@@ -200,10 +195,10 @@ TEST(Fingerprint, RestoreComparesAtTheLevelOfTheState) {
     o.plan.batch_size = 16;
     o.plan.sharding = Sharding::global;
     o.plan.shuffle = Shuffle::global;
-    o.pin_memory = false;
-    o.io_threads = 0;
+    o.delivery.pin_memory = false;
+    o.pipeline.io_threads = 0;
     LoaderOptions full = o;
-    full.fingerprint = FingerprintLevel::full;
+    full.safety.fingerprint = FingerprintLevel::full;
     LoaderState saved_full;
     LoaderState saved_sampled;
     {
@@ -216,8 +211,8 @@ TEST(Fingerprint, RestoreComparesAtTheLevelOfTheState) {
         src.close();
     }
     Hdf5Source src(comm, flipped);
-    H5T_EXPECT_SAME_ERROR(ConfigError, Loader::restore(comm, src, o, saved_full),
-                          "another dataset", "(full)");
+    H5T_EXPECT_SAME_ERROR(ConfigError, Loader::restore(comm, src, o, saved_full), "another dataset",
+                          "(full)");
     src.close();
     comm.free();
 }

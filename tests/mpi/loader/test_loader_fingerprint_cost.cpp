@@ -115,8 +115,8 @@ TEST(FingerprintCost, LoaderOverATrillionRowsConstructsWithABoundedRead) {
     for (const std::uint64_t n : {kMillion, kTrillion}) {
         VirtualSource src(n);
         LoaderOptions o;
-        o.pin_memory = false;
-        o.log_device_fallback = false;
+        o.delivery.pin_memory = false;
+        o.delivery.log_device_fallback = false;
         std::uint64_t rows = 0;
         std::uint64_t sizes = 0;
         {

@@ -34,10 +34,10 @@ LoaderOptions opts(std::size_t prefetch, std::size_t threads, Stage stage) {
     o.plan.shuffle = Shuffle::global;
     o.plan.sharding = Sharding::global;
     o.plan.seed = 7;
-    o.prefetch = prefetch;
-    o.io_threads = threads;
-    o.pin_memory = false;
-    o.stage = stage;
+    o.pipeline.prefetch = prefetch;
+    o.pipeline.io_threads = threads;
+    o.delivery.pin_memory = false;
+    o.tier.stage = stage;
     return o;
 }
 

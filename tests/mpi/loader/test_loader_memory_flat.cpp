@@ -12,17 +12,17 @@
 #include <vector>
 
 #include "h5t_mpi.hpp"
-#include "peak_rss.hpp"
 #include "mpistage/comm.hpp"
 #include "mpistage/hdf5_source.hpp"
 #include "mpistage/loader.hpp"
+#include "peak_rss.hpp"
 
 using namespace mpistage;
 
 namespace {
 
-constexpr hsize_t kRows = 100000000;             // 10^8 rows of one uint8
-constexpr std::uint64_t kBound = 48ull << 20;    // ring + allocator + MPI + HDF5 chunk cache
+constexpr hsize_t kRows = 100000000;           // 10^8 rows of one uint8
+constexpr std::uint64_t kBound = 48ull << 20;  // ring + allocator + MPI + HDF5 chunk cache
 
 using mpistage::testing::reset_peak;
 using mpistage::testing::status_bytes;
@@ -36,8 +36,7 @@ bool write_virtual(const std::string& path) {
     const hid_t space = H5Screate_simple(1, dims, nullptr);
     const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
     H5Pset_chunk(dcpl, 1, chunk);
-    const hid_t ds =
-        H5Dcreate2(file, "x", H5T_STD_U8LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    const hid_t ds = H5Dcreate2(file, "x", H5T_STD_U8LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
     const bool ok = ds >= 0;
     if (ds >= 0) H5Dclose(ds);
     H5Pclose(dcpl);
@@ -64,9 +63,9 @@ TEST(LoaderMemoryFlat, FixedSizeRowsNeedNoPerRowBookkeeping) {
         o.plan.sharding = sharding;
         o.plan.shuffle = shuffle;
         o.plan.remainder = Remainder::mask;
-        o.prefetch = 2;
-        o.io_threads = 1;
-        o.pin_memory = false;
+        o.pipeline.prefetch = 2;
+        o.pipeline.io_threads = 1;
+        o.delivery.pin_memory = false;
         reset_peak();
         const std::uint64_t before = status_bytes("VmRSS");
         {

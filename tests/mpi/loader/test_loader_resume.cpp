@@ -53,9 +53,9 @@ LoaderOptions options(Sharding sharding, Remainder rem, std::uint64_t batch, boo
     o.plan.remainder = rem;
     o.plan.seed = 99;
     o.plan.balance_steps = balance;
-    o.prefetch = 3;  // batches prefetched but not consumed must not count
-    o.io_threads = 1;
-    o.pin_memory = false;
+    o.pipeline.prefetch = 3;  // batches prefetched but not consumed must not count
+    o.pipeline.io_threads = 1;
+    o.delivery.pin_memory = false;
     return o;
 }
 
@@ -86,7 +86,8 @@ void check_same_world_resume(const Communicator& comm, const Source& src, bool r
                 saved = first.state();
             }
             if (k == expected.size()) {
-                EXPECT_EQ(saved.epoch, 2u) << at << ": a state at the epoch's end points at the next";
+                EXPECT_EQ(saved.epoch, 2u)
+                    << at << ": a state at the epoch's end points at the next";
                 EXPECT_EQ(saved.steps_consumed, 0u) << at;
                 continue;
             }

@@ -25,9 +25,9 @@ LoaderOptions opts(std::uint64_t b, Remainder rem, std::size_t prefetch, std::si
     LoaderOptions o;
     o.plan.batch_size = b;
     o.plan.remainder = rem;
-    o.prefetch = prefetch;
-    o.io_threads = threads;
-    o.pin_memory = false;
+    o.pipeline.prefetch = prefetch;
+    o.pipeline.io_threads = threads;
+    o.delivery.pin_memory = false;
     return o;
 }
 
@@ -66,12 +66,20 @@ TEST(LoaderSafety, ReadErrorOnOneRankBecomesSameIoErrorEverywhere) {
         int delay_us = 0;
     };
     const std::vector<Case> cases = {
-        {w - 1, 2, 1, 0, false}, {w - 1, 2, 3, 1, false}, {w - 1, 2, 2, 2, false},
-        {0, 0, 2, 1, false},     {w - 1, 2, 3, 2, true},  {w / 2, 1, 1, 1, true},
+        {w - 1, 2, 1, 0, false},
+        {w - 1, 2, 3, 1, false},
+        {w - 1, 2, 2, 2, false},
+        {0, 0, 2, 1, false},
+        {w - 1, 2, 3, 2, true},
+        {w / 2, 1, 1, 1, true},
         // Windows of up to 4 ready batches per agreement: the error still surfaces at its step.
-        {w - 1, 3, 4, 1, false}, {0, 3, 4, 0, true},      {w / 2, 2, 4, 2, false},
+        {w - 1, 3, 4, 1, false},
+        {0, 3, 4, 0, true},
+        {w / 2, 2, 4, 2, false},
         // Deep rings: window requests in flight for up to prefetch / 2 steps, peers delayed.
-        {w - 1, 2, 8, 0, false, 300}, {0, 6, 16, 0, false, 200}, {w - 1, 5, 12, 1, true, 300},
+        {w - 1, 2, 8, 0, false, 300},
+        {0, 6, 16, 0, false, 200},
+        {w - 1, 5, 12, 1, true, 300},
     };
     for (const auto& cs : cases) {
         const Source& base = cs.chunked ? static_cast<const Source&>(inner_chunked) : inner;
@@ -104,8 +112,9 @@ TEST(LoaderSafety, ReadErrorOnOneRankBecomesSameIoErrorEverywhere) {
             // Reaching here means no error surfaced on this rank.
         });
         error_step = good;
-        h5t::expect_same_error(out, "IoError",
-                               {"injected read failure", "[rank " + std::to_string(cs.fail_rank) + "]"});
+        h5t::expect_same_error(
+            out, "IoError",
+            {"injected read failure", "[rank " + std::to_string(cs.fail_rank) + "]"});
         EXPECT_EQ(error_step, cs.fail_step) << what << ": batches before the error";
         EXPECT_TRUE(h5t::same_on_all_ranks(error_step)) << what;
         // After the agreed error the loader is usable: a clean epoch, exactly once.
@@ -229,8 +238,8 @@ TEST(LoaderSafety, HoldingAllPrefetchSlotsIsConfigErrorNotHang) {
     Hdf5Source src(comm, files.generated_contiguous);
     for (std::size_t prefetch = 1; prefetch <= 2; ++prefetch) {
         for (std::size_t threads = 0; threads <= 2; ++threads) {
-            const std::string what = "prefetch " + std::to_string(prefetch) + " io_threads " +
-                                     std::to_string(threads);
+            const std::string what =
+                "prefetch " + std::to_string(prefetch) + " io_threads " + std::to_string(threads);
             Loader loader(comm, src, opts(4, Remainder::mask, prefetch, threads));
             ASSERT_GT(loader.totals().steps, prefetch);  // same on every rank
             {
@@ -252,8 +261,11 @@ TEST(LoaderSafety, HoldingAllPrefetchSlotsIsConfigErrorNotHang) {
                     for (std::size_t s = 0; s < b.size(); ++s) {
                         const std::int64_t id = b.index()[s];
                         if (id < 0) continue;
-                        const auto* img = reinterpret_cast<const std::uint8_t*>(b.fields()[0].data) + s * h5t::kPixels;
-                        EXPECT_EQ(img[100], h5t::gen_pixel(static_cast<std::uint64_t>(id), 100)) << what;
+                        const auto* img =
+                            reinterpret_cast<const std::uint8_t*>(b.fields()[0].data) +
+                            s * h5t::kPixels;
+                        EXPECT_EQ(img[100], h5t::gen_pixel(static_cast<std::uint64_t>(id), 100))
+                            << what;
                     }
                 }
             }

@@ -41,10 +41,10 @@ LoaderOptions options(Sharding sharding, std::uint64_t batch, std::uint64_t batc
     o.plan.seed = 21;
     o.plan.budget.batch_bytes = batch_bytes;
     o.plan.budget.bucket_window = batch_bytes > 0 && sharding == Sharding::global ? 4 : 0;
-    o.prefetch = 2;
-    o.io_threads = 0;
-    o.pin_memory = false;
-    o.timeout = std::chrono::seconds(60);
+    o.pipeline.prefetch = 2;
+    o.pipeline.io_threads = 0;
+    o.delivery.pin_memory = false;
+    o.safety.timeout = std::chrono::seconds(60);
     return o;
 }
 
@@ -209,14 +209,14 @@ void run_property(const Communicator& comm, const Source& src, const LoaderOptio
         v3["format_version"] = 3;
         v3.erase("consumed_digest");
         ASSERT_EQ(saved.state.fingerprint_level, FingerprintLevel::sampled);
-        v3["dataset_fingerprint"] = detail::dataset_fingerprint(
-            comm, src, src.num_samples(), saved.state.skipped_records,
-            FingerprintLevel::sampled_v4);
+        v3["dataset_fingerprint"] =
+            detail::dataset_fingerprint(comm, src, src.num_samples(), saved.state.skipped_records,
+                                        FingerprintLevel::sampled_v4);
         const LoaderState legacy = LoaderState::from_json(v3.dump(), "v3");
         H5T_EXPECT_SAME_ERROR(ConfigError, Loader::restore(comm, src, o, legacy),
                               "accept_legacy_state");
         LoaderOptions accepting = o;
-        accepting.accept_legacy_state = true;
+        accepting.safety.accept_legacy_state = true;
         Loader old = Loader::restore(comm, src, accepting, legacy);
         EXPECT_EQ(old.state().consumed_digest, saved.state.consumed_digest);
         EXPECT_EQ(old.state().format_version, LoaderState::kFormatVersion);

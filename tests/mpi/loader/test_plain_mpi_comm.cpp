@@ -82,7 +82,7 @@ LoaderOptions mask_options() {
     LoaderOptions options;
     options.plan.batch_size = 4;
     options.plan.remainder = Remainder::mask;
-    options.pin_memory = false;
+    options.delivery.pin_memory = false;
     return options;
 }
 

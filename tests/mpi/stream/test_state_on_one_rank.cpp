@@ -41,7 +41,7 @@ TEST(StateOnOneRank, StreamLoaderSavedByRankZeroAloneResumesExactlyOnce) {
             o.stream.chunk_size = 3;
             o.stream.window_steps = window;
             // A collective state() would meet the other ranks' next step: the watchdog ends it.
-            o.timeout = std::chrono::seconds(30);
+            o.safety.timeout = std::chrono::seconds(30);
             const std::string what = "sharding " + std::to_string(static_cast<int>(sharding)) +
                                      ", window_steps " + std::to_string(window);
             std::vector<std::int64_t> before;
@@ -85,10 +85,10 @@ TEST(StateOnOneRank, FileLoaderSavedByRankZeroAloneResumesExactlyOnce) {
     o.plan.shuffle = Shuffle::global;
     o.plan.remainder = Remainder::mask;
     o.plan.seed = 7;
-    o.prefetch = 3;
-    o.io_threads = 1;
-    o.pin_memory = false;
-    o.timeout = std::chrono::seconds(30);
+    o.pipeline.prefetch = 3;
+    o.pipeline.io_threads = 1;
+    o.delivery.pin_memory = false;
+    o.safety.timeout = std::chrono::seconds(30);
     std::vector<std::int64_t> before;
     std::string mine;
     {

@@ -14,7 +14,7 @@ LoaderOptions options(StreamSharding sharding) {
     o.stream.sharding = sharding;
     o.plan.batch_size = 5;
     o.stream.chunk_size = 4;
-    o.timeout = std::chrono::seconds(60);
+    o.safety.timeout = std::chrono::seconds(60);
     return o;
 }
 
@@ -138,10 +138,10 @@ TEST(StreamEpochs, FileOnlyOptionsAreRefusedByName) {
     shuffled.plan.shuffle = Shuffle::local;
     EXPECT_NE(refusal(shuffled).find("plan.shuffle"), std::string::npos) << refusal(shuffled);
     LoaderOptions staged = options(StreamSharding::chunk);
-    staged.stage = Stage::memory;
+    staged.tier.stage = Stage::memory;
     EXPECT_NE(refusal(staged).find("stage"), std::string::npos);
     LoaderOptions cuda = options(StreamSharding::chunk);
-    cuda.device = "cuda";
+    cuda.delivery.device = "cuda";
     EXPECT_NE(refusal(cuda).find("device"), std::string::npos);
     LoaderOptions seeded = options(StreamSharding::chunk);
     seeded.plan.seed = 7;

@@ -24,7 +24,7 @@ TEST(StreamErrors, OneStreamThrowsEveryRankEndsWithTheSameError) {
         o.stream.sharding = trial % 2 ? StreamSharding::source : StreamSharding::hash;
         o.stream.hash_reading = HashReading::sources;
         o.plan.batch_size = o.plan.budget.max_batch_samples = 1 + rng() % 5;
-        o.timeout = std::chrono::seconds(20);  // a hang ends with the watchdog's report
+        o.safety.timeout = std::chrono::seconds(20);  // a hang ends with the watchdog's report
         Stream loader(comm, source, o);
         std::string first, second;
         HostBatch b;

@@ -44,7 +44,7 @@ TEST(StreamOrder, RebalanceKeepsEachStreamsOrderUnderSourceSharding) {
                 o.stream.remainder = StreamRemainder::rebalance;
                 o.plan.batch_size = o.plan.budget.max_batch_samples = b;
                 o.plan.budget.batch_bytes = budget;
-                o.timeout = std::chrono::seconds(60);
+                o.safety.timeout = std::chrono::seconds(60);
                 Stream loader(comm, source, o);
                 const Seen seen = consume(loader);
                 const std::string what = "B=" + std::to_string(b) +

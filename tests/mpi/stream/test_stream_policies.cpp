@@ -48,7 +48,7 @@ TEST(StreamPolicies, EveryItemExactlyOnceWithEqualSteps) {
                         o.stream.remainder = rem;
                         o.plan.batch_size = o.plan.budget.max_batch_samples = b;
                         o.stream.chunk_size = 4;
-                        o.timeout = std::chrono::seconds(60);
+                        o.safety.timeout = std::chrono::seconds(60);
                         Stream loader(comm, source, o);
                         const Seen seen = consume(loader);
                         const std::string what =

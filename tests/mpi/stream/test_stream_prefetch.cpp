@@ -33,7 +33,7 @@ TEST(StreamPrefetch, ThreadsYieldTheBatchesOfTheCallersThread) {
         for (auto& l : lengths) l = rng() % 150;
         const auto source = make_source(lengths);
         LoaderOptions o;
-        o.io_threads = 0;  // the caller's thread: the reference
+        o.pipeline.io_threads = 0;  // the caller's thread: the reference
         o.stream.sharding = static_cast<StreamSharding>(trial % 3);
         o.stream.remainder = trial % 2 ? StreamRemainder::mask : StreamRemainder::rebalance;
         o.plan.batch_size = o.plan.budget.max_batch_samples = 1 + rng() % 9;
@@ -56,8 +56,8 @@ TEST(StreamPrefetch, ThreadsYieldTheBatchesOfTheCallersThread) {
         expect_exactly_once(inline_seen, expected_ids(lengths), what + " (caller's thread)");
         for (std::size_t threads : {1, 3}) {
             LoaderOptions t = o;
-            t.io_threads = threads;
-            t.prefetch = 1 + rng() % 4;
+            t.pipeline.io_threads = threads;
+            t.pipeline.prefetch = 1 + rng() % 4;
             Loader loader(comm, source, t);
             Seen seen;
             EXPECT_EQ(slots_of(loader, 0, seen), want) << what << ", " << threads << " threads";
@@ -83,10 +83,10 @@ TEST(StreamPrefetch, ReadErrorAtTheSameStepOnEveryRank) {
         LoaderOptions o;
         o.stream.sharding = static_cast<StreamSharding>(trial % 3);
         o.plan.batch_size = o.plan.budget.max_batch_samples = 1 + rng() % 5;
-        o.timeout = std::chrono::seconds(20);
+        o.safety.timeout = std::chrono::seconds(20);
         auto run = [&](std::size_t threads) {
             LoaderOptions t = o;
-            t.io_threads = threads;
+            t.pipeline.io_threads = threads;
             Stream loader(comm, source, t);
             HostBatch b;
             std::uint64_t steps = 0;

@@ -17,7 +17,7 @@ LoaderOptions options(StreamSharding sharding, std::uint64_t window) {
     o.plan.batch_size = o.plan.budget.max_batch_samples = 8;
     o.stream.chunk_size = 16;
     o.stream.window_steps = window;
-    o.timeout = std::chrono::seconds(60);
+    o.safety.timeout = std::chrono::seconds(60);
     return o;
 }
 

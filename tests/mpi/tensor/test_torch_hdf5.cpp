@@ -136,8 +136,8 @@ TEST(TorchHdf5, TensorsEqualH5dumpRowsAndOutliveNextBatch) {
         o.plan.remainder = rem;
         o.plan.shuffle = Shuffle::local;
         o.plan.seed = 99;
-        o.prefetch = 2;
-        o.io_threads = 2;
+        o.pipeline.prefetch = 2;
+        o.pipeline.io_threads = 2;
         Loader loader(comm, src, o);
         const std::int64_t b = 50;
         EpochCheck ec;
@@ -170,8 +170,8 @@ TEST(TorchHdf5, TensorsOutliveLoader) {
         LoaderOptions o;
         o.plan.batch_size = 3;
         o.plan.remainder = Remainder::mask;
-        o.prefetch = 2;
-        o.io_threads = 1;
+        o.pipeline.prefetch = 2;
+        o.pipeline.io_threads = 1;
         Loader loader(comm, src, o);
         auto range = loader.epoch(0);
         HostBatch hb;

@@ -41,11 +41,11 @@ LoaderOptions options_of(const Case& c, Stage stage, int ranks_per_node) {
     o.plan.sharding = c.sharding;
     o.plan.shuffle = c.shuffle;
     o.plan.seed = 99;
-    o.prefetch = c.prefetch;
-    o.io_threads = c.threads;
-    o.pin_memory = false;
-    o.stage = stage;
-    o.stage_ranks_per_node = ranks_per_node;
+    o.pipeline.prefetch = c.prefetch;
+    o.pipeline.io_threads = c.threads;
+    o.delivery.pin_memory = false;
+    o.tier.stage = stage;
+    o.tier.stage_ranks_per_node = ranks_per_node;
     return o;
 }
 
@@ -128,9 +128,9 @@ TEST(MemoryTier, BudgetDecidesAutoAndRefusesMemory) {
     TfRecordSource src(comm, {dir.file("b.tfrecord")});
     const Case c{8, Remainder::pad, Sharding::global, Shuffle::global, 2, 1};
     LoaderOptions tight = options_of(c, Stage::memory, 0);
-    tight.stage_budget_bytes = 64;  // less than the ring alone
+    tight.tier.stage_budget_bytes = 64;  // less than the ring alone
     H5T_EXPECT_SAME_ERROR(ConfigError, Loader(comm, src, tight), "stage budget", "64 bytes");
-    tight.stage = Stage::automatic;
+    tight.tier.stage = Stage::automatic;
     {
         Loader loader(comm, src, tight);
         EXPECT_EQ(loader.stats().tier, "file");

@@ -105,12 +105,12 @@ LoaderOptions options_of(const Case& c, StageRead read, int ranks_per_node = 0) 
     o.plan.sharding = c.sharding;
     o.plan.shuffle = c.shuffle;
     o.plan.seed = 5;
-    o.prefetch = c.prefetch;
-    o.io_threads = c.threads;
-    o.pin_memory = false;
-    o.stage = Stage::memory;
-    o.stage_read = read;
-    o.stage_ranks_per_node = ranks_per_node;
+    o.pipeline.prefetch = c.prefetch;
+    o.pipeline.io_threads = c.threads;
+    o.delivery.pin_memory = false;
+    o.tier.stage = Stage::memory;
+    o.tier.stage_read = read;
+    o.tier.stage_ranks_per_node = ranks_per_node;
     return o;
 }
 
@@ -428,14 +428,14 @@ TEST(StageRead, TruncatedWhileTheTouchPassRunsIsAnErrorNotACrash) {
 // stage_read says how a staged shard is taken in: without staging it is refused, not ignored.
 TEST(StageRead, WithoutStagingIsAConfigError) {
     LoaderOptions o = options_of(kCases[0], StageRead::map);
-    o.stage = Stage::none;
+    o.tier.stage = Stage::none;
     try {
         o.validate();
         ADD_FAILURE() << "stage_read map with stage none was accepted";
     } catch (const ConfigError& e) {
         EXPECT_NE(std::string(e.what()).find("stage_read map"), std::string::npos) << e.what();
     }
-    o.stage_read = StageRead::automatic;
+    o.tier.stage_read = StageRead::automatic;
     EXPECT_NO_THROW(o.validate());
     EXPECT_EQ(parse_stage_read("copy"), StageRead::copy);
     EXPECT_THROW(parse_stage_read("mmap"), ConfigError);

@@ -106,11 +106,11 @@ LoaderOptions options(Sharding sharding, Shuffle shuffle, std::uint64_t batch) {
     o.plan.sharding = sharding;
     o.plan.shuffle = shuffle;
     o.plan.seed = 3;
-    o.prefetch = 2;
-    o.io_threads = 1;
-    o.pin_memory = false;
-    o.stage = Stage::memory;
-    o.stage_read = StageRead::map;
+    o.pipeline.prefetch = 2;
+    o.pipeline.io_threads = 1;
+    o.delivery.pin_memory = false;
+    o.tier.stage = Stage::memory;
+    o.tier.stage_read = StageRead::map;
     return o;
 }
 
@@ -164,7 +164,7 @@ TEST(StageReadLargeRows, BigRowsAfterComputeThroughTheKernelSmallOnesByLoads) {
             "sharding " + to_string(c.sharding) + ", batch " + std::to_string(c.batch);
         RawSource src(comm, fields_of(dir, true));
         LoaderOptions o = options(c.sharding, c.shuffle, c.batch);
-        o.prefetch = c.prefetch;
+        o.pipeline.prefetch = c.prefetch;
         Loader loader(comm, src, o);
         ASSERT_EQ(loader.stats().stage_read_method, "mapped") << what;
         expect_exactly_once(loader, consume(loader, 0, slot_is_generated), kRows, true, what);
@@ -174,7 +174,7 @@ TEST(StageReadLargeRows, BigRowsAfterComputeThroughTheKernelSmallOnesByLoads) {
         // Every read after a step's compute goes through the kernel. The reads that fill the
         // free slots at the epoch's start (at most `prefetch` batches) may follow the last
         // epoch's reads within kKernelCopyIdle and load.
-        const std::uint64_t ahead = loader.options().prefetch * c.batch;
+        const std::uint64_t ahead = loader.options().pipeline.prefetch * c.batch;
         const std::uint64_t valid = y.valid_ids.size();
         EXPECT_GE(detail::kernel_row_reads() - before, valid - std::min(valid, ahead)) << what;
         EXPECT_GT(detail::kernel_row_reads() - before, 0u) << what;

@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "h5t_mpi.hpp"
-#include "peak_rss.hpp"
 #include "mpistage/comm.hpp"
 #include "mpistage/loader.hpp"
 #include "mpistage/raw_source.hpp"
+#include "peak_rss.hpp"
 
 using namespace mpistage;
 
@@ -37,10 +37,10 @@ Peak run(const Communicator& comm, const Source& src, Stage stage) {
     o.plan.batch_size = 64;
     o.plan.shuffle = Shuffle::local;  // byte_range: each rank touches its own shard only
     o.plan.remainder = Remainder::pad;
-    o.prefetch = 4;
-    o.io_threads = 1;
-    o.pin_memory = false;
-    o.stage = stage;
+    o.pipeline.prefetch = 4;
+    o.pipeline.io_threads = 1;
+    o.delivery.pin_memory = false;
+    o.tier.stage = stage;
     reset_peak();
     const std::uint64_t before = status_bytes("VmRSS");
     Peak p;

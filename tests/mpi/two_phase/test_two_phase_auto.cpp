@@ -56,11 +56,12 @@ LoaderOptions options_of(std::uint64_t batch, std::size_t threads, TwoPhase mode
     o.plan.sharding = Sharding::global;
     o.plan.shuffle = Shuffle::global;
     o.plan.seed = 21;
-    o.prefetch = std::max<std::size_t>(2, threads);  // reads in flight: min(threads, slots)
-    o.io_threads = threads;
-    o.pin_memory = false;
-    o.device = "cpu";
-    o.two_phase = mode;
+    o.pipeline.prefetch =
+        std::max<std::size_t>(2, threads);  // reads in flight: min(threads, slots)
+    o.pipeline.io_threads = threads;
+    o.delivery.pin_memory = false;
+    o.delivery.device = "cpu";
+    o.pipeline.two_phase = mode;
     return o;
 }
 
@@ -160,7 +161,7 @@ TEST(TwoPhaseAuto, OutsideGlobalShardingResolvesToOffWithoutMeasuring) {
         << byte_range.stats().two_phase_note;
     EXPECT_EQ(byte_range.stats().two_phase_plain_step_seconds, 0.0);
     LoaderOptions staged = options_of(4, 1, TwoPhase::automatic);
-    staged.stage = Stage::memory;
+    staged.tier.stage = Stage::memory;
     Loader memory(comm, src, staged);
     EXPECT_FALSE(memory.stats().two_phase);
     EXPECT_NE(memory.stats().two_phase_note.find("stage memory"), std::string::npos);

@@ -27,10 +27,10 @@ LoaderOptions options_of(std::uint64_t batch, Remainder rem, bool two_phase) {
     o.plan.sharding = Sharding::global;
     o.plan.shuffle = Shuffle::global;
     o.plan.seed = 5;
-    o.prefetch = 2;
-    o.io_threads = 2;  // not used by two-phase reads
-    o.pin_memory = false;
-    o.two_phase = two_phase ? TwoPhase::on : TwoPhase::off;
+    o.pipeline.prefetch = 2;
+    o.pipeline.io_threads = 2;  // not used by two-phase reads
+    o.delivery.pin_memory = false;
+    o.pipeline.two_phase = two_phase ? TwoPhase::on : TwoPhase::off;
     return o;
 }
 
@@ -92,8 +92,9 @@ void compare_with_plain(const Source& src, std::uint64_t batch, Remainder rem) {
         ids_read += call.size();
     }
     // Every real slot of both epochs was read by exactly one rank.
-    EXPECT_EQ(h5t::sum(ids_read), 2 * two.totals().steps * batch * comm.size() -
-                                      (rem == Remainder::mask ? 2 * two.totals().padding_slots : 0));
+    EXPECT_EQ(h5t::sum(ids_read),
+              2 * two.totals().steps * batch * comm.size() -
+                  (rem == Remainder::mask ? 2 * two.totals().padding_slots : 0));
     EXPECT_EQ(rec.calls.size(), 2 * two.totals().steps);  // one read call per step
     comm.free();
 }
@@ -157,7 +158,7 @@ TEST(TwoPhaseLoader, RefusedOutsideGlobalShardingWithoutStaging) {
     H5T_EXPECT_SAME_ERROR(ConfigError, Loader(comm, src, byte_range), "two-phase",
                           "global sharding");
     LoaderOptions staged = options_of(4, Remainder::pad, true);
-    staged.stage = Stage::memory;
+    staged.tier.stage = Stage::memory;
     H5T_EXPECT_SAME_ERROR(ConfigError, Loader(comm, src, staged), "two-phase", "stage none");
     if (h5t::size() > 1) {  // same condition on every rank
         LoaderOptions mixed = options_of(4, Remainder::pad, h5t::rank() == 1);

@@ -42,7 +42,7 @@ TEST(TimeoutRange, RefusesNegativeAndHugeWithTheLimitInTheMessage) {
 
 TEST(TimeoutRange, LoaderAndStreamOptionsRefuseIt) {
     mpistage::LoaderOptions loader;
-    loader.timeout = seconds(10000000000LL);
+    loader.safety.timeout = seconds(10000000000LL);
     EXPECT_THROW(loader.validate(), mpistage::ConfigError);
     // The settings of a loader over streams come from the same LoaderOptions, checked alike.
     EXPECT_THROW(mpistage::detail::stream_config(loader), mpistage::ConfigError);

@@ -54,7 +54,8 @@ bool accepted(const LoaderState& s) {
 }
 
 /// Every mutation of each number of `s` that changes it is refused.
-void expect_mutations_refused(const LoaderState& s, const LoaderState& other, const std::string& at) {
+void expect_mutations_refused(const LoaderState& s, const LoaderState& other,
+                              const std::string& at) {
     constexpr std::uint64_t kHuge = std::numeric_limits<std::uint64_t>::max();
     using Field = std::uint64_t LoaderState::*;
     const std::vector<std::pair<const char*, Field>> fields = {
@@ -64,16 +65,16 @@ void expect_mutations_refused(const LoaderState& s, const LoaderState& other, co
         {"run_start_samples", &LoaderState::run_start_samples}};
     for (const auto& [name, field] : fields) {
         const std::uint64_t v = s.*field;
-        for (const std::uint64_t m : {v + 1, v - 1, std::uint64_t{0}, kHuge, kHuge / 2,
-                                      other.*field}) {
+        for (const std::uint64_t m :
+             {v + 1, v - 1, std::uint64_t{0}, kHuge, kHuge / 2, other.*field}) {
             if (m == v) continue;
             LoaderState x = s;
             x.*field = m;
             EXPECT_FALSE(accepted(x)) << at << ": " << name << " " << v << " -> " << m;
         }
     }
-    for (const int w : {s.world_size + 1, s.world_size - 1, 0, kMaxStateWorldSize + 1,
-                        other.world_size}) {
+    for (const int w :
+         {s.world_size + 1, s.world_size - 1, 0, kMaxStateWorldSize + 1, other.world_size}) {
         if (w == s.world_size || s.steps_consumed == s.run_start_steps) continue;
         LoaderState x = s;
         x.world_size = w;
@@ -99,7 +100,8 @@ TEST(StateValidation, SimulatedStatesAreAcceptedAndEveryMutationRefused) {
         for (const std::uint64_t n : {1ull, 10ull, 157ull, 1000ull}) {
             for (const int w : {1, 2, 3, 4, 7, 1024}) {
                 for (const std::uint64_t b : {1ull, 3ull, 16ull}) {
-                    const std::uint64_t steps = plan_totals(n, w, fixed_state(sharding, n, w, b, 0).plan).steps;
+                    const std::uint64_t steps =
+                        plan_totals(n, w, fixed_state(sharding, n, w, b, 0).plan).steps;
                     const LoaderState other = fixed_state(sharding, n, w, b, steps / 2 + 1);
                     // About 20 resume points per epoch, the first and the last included.
                     const std::uint64_t stride = std::max<std::uint64_t>(1, steps / 20);
@@ -109,8 +111,9 @@ TEST(StateValidation, SimulatedStatesAreAcceptedAndEveryMutationRefused) {
                     for (const std::uint64_t k : points) {
                         const LoaderState s = fixed_state(sharding, n, w, b, k);
                         const std::string at = to_string(sharding) + " N=" + std::to_string(n) +
-                                               " W=" + std::to_string(w) + " B=" +
-                                               std::to_string(b) + " k=" + std::to_string(k);
+                                               " W=" + std::to_string(w) +
+                                               " B=" + std::to_string(b) +
+                                               " k=" + std::to_string(k);
                         EXPECT_TRUE(accepted(s)) << at;
                         expect_mutations_refused(s, other, at);
                         ++checked;
@@ -152,10 +155,9 @@ TEST(StateValidation, ParsingRefusesNegativeFractionalHugeAndMistypedValues) {
     const nlohmann::json j = nlohmann::json::parse(valid_json());
     for (const auto& [key, value] : j.items()) {
         if (!value.is_number()) continue;
-        for (const nlohmann::json bad : {nlohmann::json(-1), nlohmann::json(-5),
-                                         nlohmann::json(1.5), nlohmann::json(1e30),
-                                         nlohmann::json("7"), nlohmann::json(true),
-                                         nlohmann::json(nullptr)}) {
+        for (const nlohmann::json bad :
+             {nlohmann::json(-1), nlohmann::json(-5), nlohmann::json(1.5), nlohmann::json(1e30),
+              nlohmann::json("7"), nlohmann::json(true), nlohmann::json(nullptr)}) {
             try {
                 (void)LoaderState::from_json(with(key, bad), "t.json");
                 ADD_FAILURE() << key << " = " << bad.dump() << " was accepted";
@@ -238,8 +240,7 @@ TEST(StateValidation, OldVersionsAreReadWithTheEndsFingerprint) {
 TEST(StateValidation, SampledOfVersionsThreeAndFourIsReadAsSampledV4) {
     nlohmann::json j = nlohmann::json::parse(valid_json());
     j["fingerprint_level"] = "sampled";
-    EXPECT_EQ(LoaderState::from_json(j.dump(), "v5").fingerprint_level,
-              FingerprintLevel::sampled);
+    EXPECT_EQ(LoaderState::from_json(j.dump(), "v5").fingerprint_level, FingerprintLevel::sampled);
     j["format_version"] = 4;
     const LoaderState v4 = LoaderState::from_json(j.dump(), "v4");
     EXPECT_EQ(v4.fingerprint_level, FingerprintLevel::sampled_v4);
@@ -259,7 +260,7 @@ TEST(StateValidation, SampledOfVersionsThreeAndFourIsReadAsSampledV4) {
     EXPECT_THROW(parse_fingerprint_level("sampled_v4"), ConfigError);
     EXPECT_EQ(parse_fingerprint_level("sampled_v4", true), FingerprintLevel::sampled_v4);
     LoaderOptions o;
-    o.fingerprint = FingerprintLevel::sampled_v4;
+    o.safety.fingerprint = FingerprintLevel::sampled_v4;
     try {
         o.validate();
         ADD_FAILURE() << "sampled_v4 accepted as an option";

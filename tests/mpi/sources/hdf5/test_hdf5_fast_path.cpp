@@ -106,10 +106,12 @@ const OddFiles& odd_files() {
             std::vector<std::uint8_t> pad(padn, 0x41);
             sp = H5Screate_simple(1, &padn, nullptr);
             d = H5Dcreate2(l, "pad", H5T_STD_U8LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-            ok = ok && H5Dwrite(d, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, pad.data()) >= 0;
+            ok =
+                ok && H5Dwrite(d, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, pad.data()) >= 0;
             H5Dclose(d);
             H5Sclose(sp);
-            ok = ok && H5Lcreate_external("target.h5", "/x", l, "ext", H5P_DEFAULT, H5P_DEFAULT) >= 0;
+            ok = ok &&
+                 H5Lcreate_external("target.h5", "/x", l, "ext", H5P_DEFAULT, H5P_DEFAULT) >= 0;
             H5Fclose(l);
 
             hid_t o = H5Fcreate(out.odd.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
@@ -277,9 +279,9 @@ TEST(Hdf5FastPath, PartlyWrittenChunkedDatasetIsStagedInMemory) {
     LoaderOptions o;
     o.plan.batch_size = 1;
     o.plan.remainder = Remainder::mask;
-    o.stage = Stage::memory;
-    o.pin_memory = false;
-    o.device = "cpu";
+    o.tier.stage = Stage::memory;
+    o.delivery.pin_memory = false;
+    o.delivery.device = "cpu";
     Loader loader(comm, src, o);
     EXPECT_EQ(loader.stats().tier, "memory");
     std::uint64_t rows = 0;

@@ -59,13 +59,16 @@ TEST(RawIdx, TrainLabelsHeaderAndValuesMatchFileBytes) {
     h5t::VectorSink sink(src.fields(), all.size());
     src.read(all.data(), all.size(), sink);
     const std::string bytes = h5t::read_file(path);
-    ASSERT_TRUE(h5t::all_true(bytes.size() == 60008u)) << bytes.size();  // agreed: same on all ranks
+    ASSERT_TRUE(h5t::all_true(bytes.size() == 60008u))
+        << bytes.size();  // agreed: same on all ranks
     std::vector<std::uint64_t> histogram(10, 0);
     std::uint64_t mismatches = 0, out_of_range = 0;
     for (std::uint64_t i = 0; i < 60000; ++i) {
         const auto v = sink.value<std::uint8_t>(0, i);
-        if (v > 9) ++out_of_range;
-        else ++histogram[v];
+        if (v > 9)
+            ++out_of_range;
+        else
+            ++histogram[v];
         if (v != static_cast<unsigned char>(bytes[8 + i])) ++mismatches;
     }
     EXPECT_EQ(out_of_range, 0u);
@@ -75,8 +78,8 @@ TEST(RawIdx, TrainLabelsHeaderAndValuesMatchFileBytes) {
     EXPECT_EQ(classes, 10u);
     // Scattered ids checked against single bytes at offset 8 + i (plain ifstream).
     std::ifstream in(path, std::ios::binary);
-    const std::vector<std::uint64_t> ids = {59999, 0, 12345, 1, 30000, 777,
-                                            static_cast<std::uint64_t>(h5t::rank()) * 1001};
+    const std::vector<std::uint64_t> ids = {
+        59999, 0, 12345, 1, 30000, 777, static_cast<std::uint64_t>(h5t::rank()) * 1001};
     h5t::VectorSink few(src.fields(), ids.size());
     src.read(ids.data(), ids.size(), few);
     for (std::size_t k = 0; k < ids.size(); ++k) {
@@ -100,16 +103,15 @@ TEST(RawIdx, ImagesHeaderGivesShapeAndGzipIsRejected) {
         [&] { parse_idx_header(kFm + "/t10k-images-idx3-ubyte.gz", "images"); });
     EXPECT_TRUE(gz.right_type) << gz.message;
     EXPECT_NE(gz.message.find("gzip"), std::string::npos) << gz.message;
-    const auto missing = h5t::catch_error<IoError>(
-        [&] { parse_idx_header(dir.file("nope-idx1-ubyte"), "x"); });
+    const auto missing =
+        h5t::catch_error<IoError>([&] { parse_idx_header(dir.file("nope-idx1-ubyte"), "x"); });
     EXPECT_TRUE(missing.right_type) << missing.message;
     // Fields with different record counts (train labels 60000 vs t10k images 10000).
     bool ok2 = false;
     const std::string labels = fashion_idx("train-labels-idx1-ubyte", &ok2);
     ASSERT_TRUE(ok2);
     Communicator comm(MPI_COMM_WORLD);
-    H5T_EXPECT_SAME_ERROR(ConfigError,
-                          RawSource(comm, {f, parse_idx_header(labels, "labels")}),
+    H5T_EXPECT_SAME_ERROR(ConfigError, RawSource(comm, {f, parse_idx_header(labels, "labels")}),
                           "record count");
     comm.free();
 }
@@ -143,49 +145,49 @@ TEST(RawIdx, LoaderExactlyOnceWithFileBytes) {
     };
     // Every configuration from the files (coalesced preads) and from the memory tier.
     for (const Stage stage : {Stage::none, Stage::memory})
-    for (const auto& c : configs) {
-        LoaderOptions o;
-        o.stage = stage;
-        o.plan.batch_size = c.b;
-        o.plan.remainder = c.rem;
-        o.plan.shuffle = c.shuffle;
-        o.plan.sharding = c.sharding;
-        o.prefetch = c.prefetch;
-        o.io_threads = c.threads;
-        Loader loader(comm, src, o);
-        const std::string what = "B=" + std::to_string(c.b) + " " + to_string(c.rem) + " " +
-                                 to_string(c.shuffle) + " stage " + to_string(stage);
-        EXPECT_EQ(loader.stats().tier, stage == Stage::memory ? "memory" : "file") << what;
-        std::vector<std::int64_t> ids;
-        std::uint64_t batches = 0, bad = 0;
-        std::string error;
-        try {
-            auto range = loader.epoch(1);
-            HostBatch b;
-            while (range.next(b)) {
-                ++batches;
-                for (std::size_t s = 0; s < b.size(); ++s) {
-                    const std::int64_t id = b.index()[s];
-                    if (b.valid()[s]) ids.push_back(id);
-                    if (id < 0) continue;
-                    const auto* img = b.fields()[0].data + s * 784;
-                    const auto lab = std::to_integer<unsigned char>(b.fields()[1].data[s]);
-                    bad += std::memcmp(img, img_bytes.data() + 16 + id * 784, 784) != 0;
-                    bad += lab != static_cast<unsigned char>(lab_bytes[8 + id]);
+        for (const auto& c : configs) {
+            LoaderOptions o;
+            o.tier.stage = stage;
+            o.plan.batch_size = c.b;
+            o.plan.remainder = c.rem;
+            o.plan.shuffle = c.shuffle;
+            o.plan.sharding = c.sharding;
+            o.pipeline.prefetch = c.prefetch;
+            o.pipeline.io_threads = c.threads;
+            Loader loader(comm, src, o);
+            const std::string what = "B=" + std::to_string(c.b) + " " + to_string(c.rem) + " " +
+                                     to_string(c.shuffle) + " stage " + to_string(stage);
+            EXPECT_EQ(loader.stats().tier, stage == Stage::memory ? "memory" : "file") << what;
+            std::vector<std::int64_t> ids;
+            std::uint64_t batches = 0, bad = 0;
+            std::string error;
+            try {
+                auto range = loader.epoch(1);
+                HostBatch b;
+                while (range.next(b)) {
+                    ++batches;
+                    for (std::size_t s = 0; s < b.size(); ++s) {
+                        const std::int64_t id = b.index()[s];
+                        if (b.valid()[s]) ids.push_back(id);
+                        if (id < 0) continue;
+                        const auto* img = b.fields()[0].data + s * 784;
+                        const auto lab = std::to_integer<unsigned char>(b.fields()[1].data[s]);
+                        bad += std::memcmp(img, img_bytes.data() + 16 + id * 784, 784) != 0;
+                        bad += lab != static_cast<unsigned char>(lab_bytes[8 + id]);
+                    }
                 }
+            } catch (const std::exception& e) {
+                error = e.what();
             }
-        } catch (const std::exception& e) {
-            error = e.what();
+            EXPECT_EQ(error, "") << what;
+            EXPECT_EQ(bad, 0u) << what;
+            EXPECT_TRUE(h5t::same_on_all_ranks(batches)) << what;
+            EXPECT_EQ(batches, loader.totals().steps) << what;
+            const auto all = h5t::allgatherv(ids);
+            const std::set<std::int64_t> distinct(all.begin(), all.end());
+            EXPECT_EQ(distinct.size(), all.size()) << what;
+            EXPECT_EQ(all.size(), loader.totals().valid_samples) << what;
+            if (c.rem != Remainder::drop) EXPECT_EQ(all.size(), 10000u) << what;
         }
-        EXPECT_EQ(error, "") << what;
-        EXPECT_EQ(bad, 0u) << what;
-        EXPECT_TRUE(h5t::same_on_all_ranks(batches)) << what;
-        EXPECT_EQ(batches, loader.totals().steps) << what;
-        const auto all = h5t::allgatherv(ids);
-        const std::set<std::int64_t> distinct(all.begin(), all.end());
-        EXPECT_EQ(distinct.size(), all.size()) << what;
-        EXPECT_EQ(all.size(), loader.totals().valid_samples) << what;
-        if (c.rem != Remainder::drop) EXPECT_EQ(all.size(), 10000u) << what;
-    }
     comm.free();
 }

@@ -100,9 +100,9 @@ LoaderOptions options(Sharding sharding) {
     o.plan.shuffle = sharding == Sharding::global ? Shuffle::global : Shuffle::local;
     o.plan.remainder = Remainder::mask;
     o.plan.seed = 5;
-    o.prefetch = 2;
-    o.io_threads = 2;
-    o.pin_memory = false;
+    o.pipeline.prefetch = 2;
+    o.pipeline.io_threads = 2;
+    o.delivery.pin_memory = false;
     return o;
 }
 

@@ -45,9 +45,8 @@ TEST(TfRecordMemory, DescriptorsAreHeldOncePerNode) {
     // Under the sanitizers the records and batches still go through the shared window, but the
     // growth is not compared (peak_rss.hpp).
     const bool peaks =
-        comm.allreduce_min(rss_measures_the_code() && reset_peak() && status_bytes("VmHWM") > 0
-                               ? 1
-                               : 0) == 1;
+        comm.allreduce_min(
+            rss_measures_the_code() && reset_peak() && status_bytes("VmHWM") > 0 ? 1 : 0) == 1;
     const std::uint64_t before = status_bytes("VmRSS");
     std::uint64_t served = 0;
     {
@@ -55,9 +54,9 @@ TEST(TfRecordMemory, DescriptorsAreHeldOncePerNode) {
         EXPECT_EQ(src.num_samples(), kRecords);
         LoaderOptions o;
         o.plan.batch_size = 256;
-        o.prefetch = 2;
-        o.io_threads = 1;
-        o.pin_memory = false;
+        o.pipeline.prefetch = 2;
+        o.pipeline.io_threads = 1;
+        o.delivery.pin_memory = false;
         Loader loader(comm, src, o);
         auto range = loader.epoch(0);
         HostBatch b;
