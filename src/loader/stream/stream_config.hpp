@@ -12,25 +12,20 @@
 
 namespace mpistage::detail {
 
-struct StreamConfig {
-    StreamSharding sharding = StreamSharding::chunk;
-    std::uint64_t chunk_size = 64;
-    HashReading hash_reading = HashReading::chunks;
-    StreamRemainder remainder = StreamRemainder::rebalance;
+/// The stream plan options (`LoaderOptions::stream`) with the batching, read-ahead and watchdog
+/// settings the stream planner takes from the rest of the loader's options.
+struct StreamConfig : StreamPlanOptions {
     /// Largest number of samples in a batch; with no budget every batch has this many slots.
     std::uint64_t batch_size = 32;
     /// `BatchBudget::batch_bytes` / `batch_tokens` / `token_field` (0: off).
     std::uint64_t batch_bytes = 0;
     std::uint64_t batch_tokens = 0;
     std::size_t token_field = 0;
-    std::vector<std::uint64_t> length_buckets;
     std::chrono::seconds timeout{300};
-    std::uint64_t window_steps = 4;
-    std::uint64_t window_bytes = std::uint64_t{64} << 20;
     std::uint64_t prefetch = 2;
     std::size_t io_threads = 0;
 
-    /// Local: "field=value" pairs separated by spaces.
+    /// Local: "field=value" pairs separated by spaces (the stream plan's, then the rest).
     std::string describe() const;
 };
 

@@ -29,7 +29,7 @@ std::string option_path(const std::string& key) {
     if (key == "batch_bytes" || key == "batch_tokens" || key == "token_field") {
         return "plan.budget." + key;
     }
-    if (key == "timeout") return key;
+    if (key == "timeout") return "safety.timeout";
     return "stream." + key;
 }
 

@@ -62,15 +62,10 @@ namespace detail {
 
 std::string StreamConfig::describe() const {
     std::ostringstream os;
-    os << "sharding=" << sharding_name(sharding) << " chunk_size=" << chunk_size
-       << " hash_reading=" << (hash_reading == HashReading::chunks ? "chunks" : "sources")
-       << " remainder=" << (remainder == StreamRemainder::rebalance ? "rebalance" : "mask")
-       << " batch_size=" << batch_size << " batch_bytes=" << batch_bytes
-       << " batch_tokens=" << batch_tokens << " token_field=" << token_field << " length_buckets=";
-    for (auto b : length_buckets) os << b << ',';
-    os << " timeout=" << timeout.count() << "s window_steps=" << window_steps
-       << " window_bytes=" << window_bytes << " prefetch=" << prefetch
-       << " io_threads=" << io_threads;
+    os << StreamPlanOptions::describe() << " batch_size=" << batch_size
+       << " batch_bytes=" << batch_bytes << " batch_tokens=" << batch_tokens
+       << " token_field=" << token_field << " timeout=" << timeout.count()
+       << "s prefetch=" << prefetch << " io_threads=" << io_threads;
     return os.str();
 }
 
@@ -146,13 +141,7 @@ StreamConfig stream_config(const LoaderOptions& o) {
                           "count is plan.budget.max_batch_samples");
     }
     StreamConfig c;
-    c.sharding = o.stream.sharding;
-    c.chunk_size = o.stream.chunk_size;
-    c.hash_reading = o.stream.hash_reading;
-    c.remainder = o.stream.remainder;
-    c.length_buckets = o.stream.length_buckets;
-    c.window_steps = o.stream.window_steps;
-    c.window_bytes = o.stream.window_bytes;
+    static_cast<StreamPlanOptions&>(c) = o.stream;
     c.batch_size = p.budget.active() ? p.budget.max_batch_samples : p.batch_size;
     c.batch_bytes = p.budget.batch_bytes;
     c.batch_tokens = p.budget.batch_tokens;

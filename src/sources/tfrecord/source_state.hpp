@@ -8,13 +8,14 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "comm/node_segment.hpp"
 #include "mpistage/comm.hpp"
 #include "mpistage/tfrecord_source.hpp"
-#include "comm/node_segment.hpp"
 #include "sources/tfrecord/example_codec.hpp"
 #include "sources/tfrecord/framing.hpp"
 #include "util/posix_file.hpp"
@@ -40,7 +41,8 @@ public:
     /// Collective over the file's communicator, under a `BlockingWatch` (a rank that never
     /// arrives ends the job after the timeout). @throws MpiError.
     void close();
-    /// Collective (watched like `close()`), never throws (destructor and error paths where every rank closes).
+    /// Collective (watched like `close()`), never throws (destructor and error paths where every
+    /// rank closes).
     void close_noexcept() noexcept;
     /// Gives up the handle without closing it: when some ranks failed to open, a collective
     /// close over the mismatched set would hang, so the handle leaks on that error path only.
@@ -80,6 +82,15 @@ struct SourceState {
     std::uint64_t skipped_bytes = 0;
     int rounds = 0;
     bool mpi_reads = false;
+    /// Serialises the independent MPI-IO reads of the I/O threads (`mpi_reads`): Open MPI's
+    /// ompio keeps a file handle's offset state unlocked, so two threads reading one handle at
+    /// once crashed inside MPI_File_read_at (SEGV in mca_common_ompio_set_explicit_offset, seen
+    /// under ASan in mpi.loader.test_loader_budget_pipeline), MPI_THREAD_MULTIPLE or not.
+    mutable std::mutex mpi_read_mutex;
+    /// Held shared by every `TfRecordSource::read` and exclusively by `close()`, so a close
+    /// waits for the reads in flight (a loader's I/O threads) instead of freeing the MPI file
+    /// handles and the descriptor window under them; reads after it throw ConfigError.
+    mutable std::shared_mutex lifetime;
     std::string fingerprint;
     mutable std::mutex gz_mutex;
     mutable std::vector<std::shared_ptr<const std::vector<std::uint8_t>>> gz_data;

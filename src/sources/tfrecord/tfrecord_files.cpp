@@ -110,6 +110,7 @@ void SourceState::read_at(std::size_t f, std::uint64_t off, void* dst, std::uint
                           bool main_thread) const {
     const auto& fs = files[f];
     if (fs.mpi.get() != MPI_FILE_NULL && (mpi_reads || main_thread)) {
+        const std::lock_guard<std::mutex> one_reader(mpi_read_mutex);
         mpi_read_exact(fs.mpi.get(), fs.path, off, dst, n, options.max_read_bytes);
         return;
     }

@@ -37,7 +37,8 @@ void TfRecordOptions::validate() const {
         throw ConfigError("tfrecord options: max_read_bytes must be >= 16");
     }
     if (max_read_bytes > (std::uint64_t{1} << 30)) {
-        throw ConfigError("tfrecord options: max_read_bytes must be <= 1 GiB (MPI-IO counts are int)");
+        throw ConfigError(
+            "tfrecord options: max_read_bytes must be <= 1 GiB (MPI-IO counts are int)");
     }
     if (scan_window_bytes < 64) throw ConfigError("tfrecord options: scan_window_bytes < 64");
     if (features.empty() && raw_field_name.empty()) {
@@ -114,6 +115,7 @@ TfRecordSource::~TfRecordSource() {
 
 void TfRecordSource::close() noexcept {
     if (!impl_ || impl_->closed) return;
+    const std::unique_lock<std::shared_mutex> no_reads(impl_->lifetime);
     for (auto& f : impl_->files) f.mpi.close_noexcept();
     impl_->records = nullptr;
     impl_->descriptor_window = detail::NodeSegment();  // MPI_Win_free, collective
@@ -156,12 +158,12 @@ std::uint64_t TfRecordSource::sample_bytes(std::uint64_t id) const {
 
 tfrecord::RecordRef TfRecordSource::record(std::uint64_t id) const {
     if (impl_->records == nullptr) {
-        throw ConfigError("tfrecord: '" + impl_->paths.front() + "'" +
-                          (impl_->paths.size() > 1
-                               ? " and " + std::to_string(impl_->paths.size() - 1) + " other file(s)"
-                               : std::string()) +
-                          ": record " + std::to_string(id) +
-                          " asked of a closed source (after close())");
+        throw ConfigError(
+            "tfrecord: '" + impl_->paths.front() + "'" +
+            (impl_->paths.size() > 1
+                 ? " and " + std::to_string(impl_->paths.size() - 1) + " other file(s)"
+                 : std::string()) +
+            ": record " + std::to_string(id) + " asked of a closed source (after close())");
     }
     if (id >= impl_->num_records) {
         throw ConfigError("tfrecord: record id " + std::to_string(id) +
@@ -259,6 +261,7 @@ void read_group(const tfrecord::SourceState& im, const std::vector<RecordRef>& r
 
 void TfRecordSource::read(const std::uint64_t* ids, std::size_t count, BatchSink& sink) const {
     const auto& im = *impl_;
+    const std::shared_lock<std::shared_mutex> reading(im.lifetime);  // close() waits for it
     std::vector<std::uint8_t> buf;
     std::vector<std::uint64_t> at;
     std::vector<RecordRef> refs;
