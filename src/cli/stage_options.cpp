@@ -97,9 +97,9 @@ void add_stage_safety_options(CLI::App& cmd, StageArgs& a) {
                  "Check that every sample is yielded exactly once per "
                  "epoch with equal batch counts; exit 1 otherwise");
     cmd.add_option("--timeout", a.timeout_seconds,
-              "Seconds a rank waits in one of the loader's "
-              "collectives for the other ranks before the job is aborted with a message "
-              "naming them (0 = wait forever)")
+                   "Seconds a rank waits in one of the loader's "
+                   "collectives for the other ranks before the job is aborted with a message "
+                   "naming them (0 = wait forever)")
         ->capture_default_str()
         ->check(whole_number("seconds"))
         ->check(non_negative())
@@ -130,10 +130,12 @@ void add_stage_resume_options(CLI::App& cmd, StageArgs& a) {
               "Steps between two --save-state writes (0 = only at the end)");
     add_count(cmd, "--stop-after-steps", a.stop_after_steps,
               "Stop after this many steps of this run, as if the job were interrupted "
-              "(0 = run every epoch)", /*hidden=*/true)
+              "(0 = run every epoch)",
+              /*hidden=*/true)
         ->group("");  // testing
     cmd.add_option("--stop-signals", a.stop_signals,
-                   "Signals (comma-separated, e.g. USR1,TERM, or none) that stop FILE input at "
+                   "Signals (comma-separated, e.g. USR1,TERM, or none) that stop the run (FILE or "
+                   "--sqlite input) at "
                    "the next agreed step on every rank (also when only some ranks get one): "
                    "the state is saved (--save-state) and the run exits with code 75; resume "
                    "with --resume")
@@ -204,7 +206,8 @@ void add_stage_tier_options(CLI::App& cmd, StageArgs& a) {
               "node's memory divided among its ranks)");
     add_count(cmd, "--stage-ranks-per-node", a.stage_ranks_per_node,
               "Testing: treat groups of this many ranks as nodes, so the memory tier's "
-              "cross-node MPI_Get path runs on one machine (0 = real nodes)", /*hidden=*/true)
+              "cross-node MPI_Get path runs on one machine (0 = real nodes)",
+              /*hidden=*/true)
         ->group("");
     cmd.add_option("--stage-read", a.stage_read,
                    "How --stage memory takes in a shard: map (map the files' pages, read them "
