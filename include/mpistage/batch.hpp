@@ -49,6 +49,17 @@ struct HostField {
     }
 };
 
+class HostBatch;
+
+/// Not collective; thread-safe: for a CUDA batch the loader yielded, makes `cuda_stream` (a
+/// `cudaStream_t`; nullptr: the legacy default stream) wait for the batch's copy (no host
+/// wait) and fences the batch's device block on it: the block is reused only after the work
+/// queued on `cuda_stream` when the batch's last holder is gone, as with torch's
+/// `Tensor.record_stream` (the stream must outlive that point). Needed only to read a batch on
+/// a stream other than the one `next()` handed it over on. No-op for a host batch.
+/// @throws CudaError.
+void use_on_stream(const HostBatch& batch, void* cuda_stream);
+
 /// A batch, in host memory or on the loader's CUDA device (docs/gpu.md). A host batch shares
 /// ownership of one ring slot: the slot returns to the ring when the last copy of the batch (and
 /// of any tensor made from its `lease`) is gone. A CUDA batch (`device() >= 0`) owns a device

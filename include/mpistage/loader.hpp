@@ -533,6 +533,13 @@ public:
     /// This rank's counters.
     const LoaderStats& stats() const noexcept;
     const LoaderOptions& options() const noexcept;
+    /// Not collective; the consumer's thread, between `next()` calls: the stream (a
+    /// `cudaStream_t`; nullptr: the legacy default stream) that the batches `next()` hands over
+    /// from now on are ordered on, replacing `delivery.cuda_stream` (`options()` shows it). The
+    /// Python module calls it at every `next()` with torch's current stream. Each batch's
+    /// device block is fenced on the stream it was handed over on, so a later change never
+    /// frees a block under an earlier stream's kernels. No-op on the CPU.
+    void set_cuda_stream(void* cuda_stream) noexcept;
     const Communicator& comm() const noexcept;
     /// What the loader reads.
     LoaderInput input() const noexcept;

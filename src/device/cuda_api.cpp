@@ -179,6 +179,16 @@ void foreign_stream_wait(void* foreign_stream, const CudaEvent& event) {
           "cudaStreamWaitEvent of the consumer's stream");
 }
 
+bool stream_capturing(void* foreign_stream) noexcept {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    const cudaError_t rc = cudaStreamIsCapturing(static_cast<cudaStream_t>(foreign_stream), &status);
+    if (rc != cudaSuccess) {
+        (void)cudaGetLastError();
+        return rc == cudaErrorStreamCaptureImplicit;
+    }
+    return status != cudaStreamCaptureStatusNone;
+}
+
 void launch_host_func(const CudaStream& stream, void (*fn)(void*), void* data) {
     check(cudaLaunchHostFunc(stream_of(stream), fn, data), "cudaLaunchHostFunc");
 }
@@ -275,6 +285,9 @@ void stream_wait(const CudaStream&, const CudaEvent&) {
 }
 void foreign_stream_wait(void*, const CudaEvent&) {
     no_cuda("cudaStreamWaitEvent");
+}
+bool stream_capturing(void*) noexcept {
+    return false;
 }
 void launch_host_func(const CudaStream&, void (*)(void*), void*) {
     no_cuda("cudaLaunchHostFunc");

@@ -126,6 +126,12 @@ void stream_wait(const CudaStream& stream, const CudaEvent& event);
 /// cudaStreamWaitEvent on a stream the library does not own (nullptr: the legacy default
 /// stream): the consumer's later work waits for `event`; the host does not. @throws CudaError.
 void foreign_stream_wait(void* foreign_stream, const CudaEvent& event);
+/// True while `foreign_stream` (nullptr: the legacy default stream) is capturing a CUDA graph
+/// (cudaStreamIsCapturing: active or invalidated), or is the legacy stream while a blocking
+/// stream of the current device captures (cudaErrorStreamCaptureImplicit, cleared). Safe
+/// during a capture: it queries, queues nothing, and invalidates none. False without the
+/// runtime and on any other error (cleared). Never throws.
+bool stream_capturing(void* foreign_stream) noexcept;
 /// cudaLaunchHostFunc: `fn(data)` runs once the work queued on `stream` before it completed,
 /// on a runtime thread; `fn` must make no CUDA call. @throws CudaError.
 void launch_host_func(const CudaStream& stream, void (*fn)(void*), void* data);

@@ -92,18 +92,15 @@ struct DeviceStager::Impl {
     std::uint64_t next_sequence = 0;
 
     bool cuda() const { return options.device.cuda; }
-    DeviceBuffer allocate(std::size_t size_bytes);
+    std::shared_ptr<DeviceLease> allocate(std::size_t size_bytes);
     std::shared_ptr<void> bounce(std::size_t size_bytes);
     void enqueue(StagedBatch& b, const std::vector<HostSpan>& spans, std::size_t total,
                  std::shared_ptr<void> host_lease);
     void reap(bool wait);
 };
 
-DeviceBuffer DeviceStager::Impl::allocate(std::size_t size_bytes) {
-    if (!pool) {
-        pool =
-            DevicePool::create(options.device.index, options.pool_buffers, options.consumer_stream);
-    }
+std::shared_ptr<DeviceLease> DeviceStager::Impl::allocate(std::size_t size_bytes) {
+    if (!pool) pool = DevicePool::create(options.device.index, options.pool_buffers);
     return pool->lend(size_bytes);
 }
 
@@ -129,7 +126,7 @@ std::shared_ptr<void> DeviceStager::Impl::bounce(std::size_t size_bytes) {
 
 void DeviceStager::Impl::enqueue(StagedBatch& b, const std::vector<HostSpan>& spans,
                                  std::size_t total, std::shared_ptr<void> host_lease) {
-    DeviceBuffer buffer = allocate(total);
+    std::shared_ptr<DeviceLease> buffer = allocate(total);
     std::unique_ptr<CopyEvents> ev;
     if (spare_events.empty()) {
         ev = std::make_unique<CopyEvents>();
@@ -148,11 +145,11 @@ void DeviceStager::Impl::enqueue(StagedBatch& b, const std::vector<HostSpan>& sp
         release->bounce = bounce(pageable);
         staging = static_cast<HostBlock*>(release->bounce.get())->data();
     }
-    if (buffer.reuse_fence) stream_wait(stream, *buffer.reuse_fence);
+    buffer->wait_for_release(stream);
     record(ev->start, stream);
     std::size_t offset = 0;
     for (const HostSpan& s : spans) {
-        std::byte* dst = buffer.data + offset;
+        std::byte* dst = buffer->data() + offset;
         const void* src = s.data;
         if (!s.pinned && s.size_bytes > 0) {
             std::memcpy(staging, s.data, s.size_bytes);
@@ -164,10 +161,12 @@ void DeviceStager::Impl::enqueue(StagedBatch& b, const std::vector<HostSpan>& sp
         offset += aligned(s.size_bytes);
     }
     record(ev->done, stream);
+    buffer->mark_ready(stream);
     // The host memory returns exactly when the copies are done, in stream order.
     launch_host_func(stream, &release_host_memory, release.get());
     release.release();
-    b.lease = std::move(buffer.owner);
+    b.lease = buffer;
+    b.device_lease = std::move(buffer);
     b.done = &ev->done;
     std::uint64_t bytes = 0;
     for (std::size_t n : b.sizes) bytes += n;
@@ -279,9 +278,9 @@ bool DeviceStager::take(StagedBatch& out) {
     out = StagedBatch();
     if (d.pending.empty()) return false;
     StagedBatch& b = d.pending.front();
-    if (d.cuda() && b.done) {
+    if (d.cuda() && b.device_lease) {
         DeviceGuard guard(d.options.device.index);
-        foreign_stream_wait(d.options.consumer_stream, *b.done);  // no host wait
+        b.device_lease->use_on(d.options.consumer_stream);  // waits for the copy, no host wait
     }
     b.done = nullptr;
     d.stats.batches += 1;
@@ -302,6 +301,36 @@ void DeviceStager::drain() {
     // The copies' `done` events complete before the host functions after them run (the
     // runtime calls those from its own thread): only the stream's end says the leases went.
     synchronize(d.stream);
+}
+
+void DeviceStager::set_consumer_stream(void* stream) noexcept {
+    impl_->options.consumer_stream = stream;
+}
+
+void* DeviceStager::consumer_stream() const noexcept {
+    return impl_->options.consumer_stream;
+}
+
+bool DeviceStager::consumer_capturing() const noexcept {
+    const Impl& d = *impl_;
+    if (!d.cuda()) return false;
+    try {
+        DeviceGuard guard(d.options.device.index);
+        return stream_capturing(d.options.consumer_stream) || stream_capturing(nullptr);
+    } catch (...) {
+        return false;  // the device cannot be made current: the next call reports it
+    }
+}
+
+void DeviceStager::trim() {
+    Impl& d = *impl_;
+    if (!d.cuda() || !d.pool) return;
+    DeviceGuard guard(d.options.device.index);
+    d.pool->trim();
+}
+
+std::size_t DeviceStager::pool_blocks() const {
+    return impl_->pool ? impl_->pool->blocks() : 0;
 }
 
 std::size_t DeviceStager::pending() const noexcept {

@@ -7,8 +7,10 @@
 //   queued after the copies (cudaLaunchHostFunc): it returns to its ring exactly when the copy
 //   completed, never earlier, and with no polling;
 // - `take` makes the consumer's stream wait on `done` (cudaStreamWaitEvent): the host goes on;
-// - device blocks of the stager's pool are reused only after the consumer's stream passed the
-//   point where the batch was released (DevicePool).
+// - device blocks of the stager's pool are reused only after every stream the batch was used
+//   on passed the point where the batch was released (DevicePool, DeviceLease::use_on);
+// - nothing is asked of the runtime while the consumer's stream captures a CUDA graph: the
+//   loader checks `consumer_capturing` first and refuses the step.
 // On the CPU path nothing is copied: a staged batch is the host memory itself.
 
 #include <cstddef>
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "device/cuda_api.hpp"
+#include "device/device_pool.hpp"
 #include "mpistage/device.hpp"
 
 namespace mpistage::detail {
@@ -30,17 +33,6 @@ struct HostSpan {
     bool pinned = false;
 };
 
-/// Device memory of one staged batch and the owner that frees it (or returns it to a pool)
-/// when the last copy of `owner` is gone.
-struct DeviceBuffer {
-    std::byte* data = nullptr;
-    std::size_t size_bytes = 0;
-    std::shared_ptr<void> owner;
-    /// When set, the stager's stream waits on it before writing (the block's last release
-    /// point on the consumer's stream; DevicePool). Owned by the pool.
-    const CudaEvent* reuse_fence = nullptr;
-};
-
 /// Options of a stager.
 struct StagerOptions {
     /// Where batches go (choose_device). The CPU stages without copying.
@@ -49,8 +41,8 @@ struct StagerOptions {
     /// the consumer's work on the current one. False: `submit` waits until its copy completed.
     bool non_blocking = true;
     /// The stream the consumer's kernels read batches on (a cudaStream_t; nullptr: the legacy
-    /// default stream). `take` makes it wait for the copy; releases of pool blocks are
-    /// recorded on it. Not owned.
+    /// default stream; `set_consumer_stream` changes it). `take` makes it wait for the copy and
+    /// fences the batch's release on it (DeviceLease::use_on). Not owned.
     void* consumer_stream = nullptr;
     /// Batches submitted but not yet taken, at most (1 ≤ depth ≤ 4096).
     std::size_t depth = 2;
@@ -72,6 +64,8 @@ struct StagedBatch {
     std::vector<std::size_t> sizes;
     /// Device buffer (CUDA) or the host lease (CPU); tensors over the batch hold a copy.
     std::shared_ptr<void> lease;
+    /// On CUDA: the same device block as `lease`, typed (DeviceLease::use_on for more streams).
+    std::shared_ptr<DeviceLease> device_lease;
     /// The copy's event while the batch is pending (internal; owned by the stager).
     const CudaEvent* done = nullptr;
 };
@@ -120,6 +114,20 @@ public:
     /// never come back); nothing while its work is queued, running or done. Under the stager's
     /// device; the consumer's thread (as every call here). @throws CudaError.
     void check() const;
+    /// The stream later `take`s order batches on (see StagerOptions::consumer_stream).
+    void set_consumer_stream(void* stream) noexcept;
+    /// The stream `take` orders batches on now.
+    void* consumer_stream() const noexcept;
+    /// True while the consumer's stream captures a CUDA graph, or the legacy default stream is
+    /// blocked by a capture (cuda_api.hpp, stream_capturing): the stager must then make no call
+    /// (cudaMalloc, queries and events on that stream invalidate the user's graph). False on
+    /// the CPU. Asks nothing that a capture forbids. Never throws.
+    bool consumer_capturing() const noexcept;
+    /// Frees the pool's device blocks beyond its base count (blocks the consumer held beyond
+    /// the window; DevicePool::trim), at an epoch's end. @throws CudaError.
+    void trim();
+    /// Device blocks of the pool now (0 before the first batch, and on the CPU).
+    std::size_t pool_blocks() const;
     /// Submitted batches not yet taken.
     std::size_t pending() const noexcept;
     const StageStats& stats() const noexcept;

@@ -15,15 +15,16 @@
 
 namespace mpistage::detail {
 
-namespace {
-
-// Host copies of the small parts of a CUDA batch, and its device block.
+// Host copies of the small parts of a CUDA batch, and its device block (the lease of every
+// CUDA batch the loader yields; `use_on_stream` relies on it).
 struct DeviceBatchStore {
     std::vector<std::int64_t> index;
     std::vector<std::uint8_t> valid;
     std::vector<std::vector<std::int64_t>> offsets;  // per field (empty for fixed fields)
-    std::shared_ptr<void> device;
+    std::shared_ptr<DeviceLease> device;
 };
+
+namespace {
 
 std::string rank_list(const std::vector<int>& ranks) {
     std::string s;
@@ -205,7 +206,7 @@ HostBatch take_batch(DeviceStager& stager, HostBatch shape) {
                     std::to_string(shape.step()));
     }
     auto store = std::static_pointer_cast<DeviceBatchStore>(shape.lease());
-    store->device = staged.lease;
+    store->device = staged.device_lease;
     std::vector<HostField> fields = shape.fields();
     std::size_t part = 0;
     for (HostField& f : fields) {
@@ -221,4 +222,35 @@ HostBatch take_batch(DeviceStager& stager, HostBatch shape) {
     return shape;
 }
 
+void refuse_capture(const DeviceStager& stager) {
+    if (!stager.consumer_capturing()) return;
+    char stream[32];
+    std::snprintf(stream, sizeof stream, "%p", stager.consumer_stream());
+    throw ConfigError(
+        std::string("loader: next() was called while the consumer's CUDA stream (") +
+        (stager.consumer_stream() ? stream : "the legacy default stream") +
+        ") is capturing a CUDA graph (torch.cuda.graph, cudaStreamBeginCapture): the loader's "
+        "copies, events and allocations would invalidate the graph. Call next() outside the "
+        "capture and copy the batch into the graph's static input tensors before replaying it");
+}
+
+void settle_epoch(DeviceStager& stager, StagingStats& stats) {
+    if (stager.consumer_capturing()) return;
+    stager.drain();
+    stager.trim();
+    stats = stager.stats();
+}
+
 }  // namespace mpistage::detail
+
+namespace mpistage {
+
+void use_on_stream(const HostBatch& batch, void* cuda_stream) {
+    if (batch.device() < 0 || !batch.lease()) return;
+    const auto store = std::static_pointer_cast<detail::DeviceBatchStore>(batch.lease());
+    if (!store->device) return;
+    const detail::DeviceGuard guard(batch.device());
+    store->device->use_on(cuda_stream);
+}
+
+}  // namespace mpistage

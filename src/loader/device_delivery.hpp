@@ -37,6 +37,17 @@ std::unique_ptr<DeviceStager> make_loader_stager(const DeviceChoice& device,
 /// index, valid and ragged offsets copied to host memory it owns. @throws CudaError.
 HostBatch submit_batch(DeviceStager& stager, HostBatch host, bool slot_pinned);
 
+/// Not collective: throws ConfigError when the consumer's stream is capturing a CUDA graph (or
+/// the legacy stream is blocked by one; DeviceStager::consumer_capturing): the loader's copies,
+/// events and cudaMalloc would invalidate the trainer's graph (issue 39, bug 8). The loader
+/// makes every rank throw it (an agreed failure of the step). Asks nothing a capture forbids.
+void refuse_capture(const DeviceStager& stager);
+
+/// Not collective: at an epoch's end, waits for the epoch's copies (the stats count them) and
+/// frees the pool's blocks beyond its base (DeviceStager::trim); nothing while the consumer's
+/// stream captures (done at the next epoch's end). @throws CudaError.
+void settle_epoch(DeviceStager& stager, StagingStats& stats);
+
 /// Not collective: the oldest submitted batch on the device (the consumer's stream waits on
 /// its copy) built on its `shape` from `submit_batch`. @throws CudaError.
 HostBatch take_batch(DeviceStager& stager, HostBatch shape);

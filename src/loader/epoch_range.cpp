@@ -273,10 +273,9 @@ bool EpochRange::next(HostBatch& out) {
             d.finished = true;
             if (d.next_consume > 0) l.stats.epoch_time += Clock::now() - d.started;
             d.shutdown();
-            if (l.stager) {  // account every copy of the epoch (waits for the last ones)
-                l.stager->drain();
-                l.stats.staging = l.stager->stats();
-            }
+            // Account every copy of the epoch (waits for the last ones); free the device
+            // blocks the trainer held beyond the window.
+            if (l.stager) detail::settle_epoch(*l.stager, l.stats.staging);
         }
         l.stats.wait_time += Clock::now() - t0;
         return false;
@@ -291,6 +290,13 @@ bool EpochRange::next(HostBatch& out) {
             if (!d.finished) d.finish_range_windows(d.end_report(), LocalStatus{});
         } else {
             if (d.next_consume == 0) d.started = t0;
+            if (l.stager) {
+                try {  // before any CUDA call: a capture is refused, agreed at this step
+                    detail::refuse_capture(*l.stager);
+                } catch (const Error&) {
+                    d.agree_failed_read(LocalStatus::from_current_exception());
+                }
+            }
             d.agree_step();
         }
     } catch (...) {

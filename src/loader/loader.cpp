@@ -397,6 +397,12 @@ const LoaderStats& Loader::stats() const noexcept {
 const LoaderOptions& Loader::options() const noexcept {
     return stream_ ? stream_->loader_options : impl_->options;
 }
+void Loader::set_cuda_stream(void* cuda_stream) noexcept {
+    LoaderOptions& o = stream_ ? stream_->loader_options : impl_->options;
+    o.delivery.cuda_stream = cuda_stream;
+    detail::DeviceStager* stager = stream_ ? stream_->stager.get() : impl_->stager.get();
+    if (stager) stager->set_consumer_stream(cuda_stream);
+}
 const Communicator& Loader::comm() const noexcept {
     return stream_ ? stream_->comm : impl_->comm;
 }

@@ -19,6 +19,17 @@
 //    stream/event destruction included, creates one on device 0 and counts it per device:
 //    mpistage_fake_cuda_implicit_contexts); cuCtxGetCurrent / cuCtxSetCurrent come through
 //    cudaGetDriverEntryPointByVersion;
+//  - graph capture (cudaStreamBeginCapture / EndCapture / IsCapturing): work queued on a
+//    capturing stream is captured, never run; an event recorded there is a graph node. As the
+//    runtime documents, a potentially unsafe call (cudaMalloc, cudaHostAlloc, the frees,
+//    cudaEventQuery/Synchronize, cudaStreamQuery/Synchronize, cudaDeviceSynchronize,
+//    cudaMemcpy) made while a capture forbids it (this thread's, unless relaxed; any thread's
+//    in global mode) fails with cudaErrorStreamCaptureUnsupported and invalidates it; so do the
+//    legacy stream while a blocking stream captures (cudaErrorStreamCaptureImplicit), a
+//    captured event queried or waited on from outside, and a capturing stream waiting on an
+//    event from outside without cudaEventWaitExternal (cudaErrorStreamCaptureIsolation);
+//    cudaStreamEndCapture then returns cudaErrorStreamCaptureInvalidated;
+//  - injected failures (mpistage_fake_cuda_fail_next) and a device memory limit;
 //  - every failing call (cudaErrorNotReady included) sets the calling thread's last error.
 //
 // Environment (read once): MPISTAGE_FAKE_CUDA_DEVICES (visible devices, default 2),
@@ -61,6 +72,17 @@ void mpistage_fake_cuda_set_sticky_error(int rc);
 /// cudaErrorInsufficientDriver from now on (nonzero) or not (0): a driver older than the runtime.
 /// mpistage probes the device once per process, so call it before the first loader.
 void mpistage_fake_cuda_fail_init(int fail);
+/// Makes the CUDA function named `call` ("cudaMalloc", "cudaHostAlloc", "cudaMemcpyAsync",
+/// "cudaLaunchHostFunc", "cudaEventRecord") fail once with `rc` (a cudaError_t value) after
+/// `skip` more calls that succeed; `rc` 0 cancels it. Not sticky: later calls succeed.
+void mpistage_fake_cuda_fail_next(const char* call, unsigned skip, int rc);
+/// Bytes cudaMalloc may hold per device (0, the default: no limit); beyond it cudaMalloc fails
+/// with cudaErrorMemoryAllocation, as on a full device.
+void mpistage_fake_cuda_set_device_memory_limit(unsigned long long bytes);
+/// Bytes of cudaMalloc memory held on `device` now.
+unsigned long long mpistage_fake_cuda_device_bytes(int device);
+/// Captures invalidated so far (see graph capture above): mpistage must invalidate none.
+unsigned long long mpistage_fake_cuda_invalidated_captures(void);
 
 #ifdef __cplusplus
 }

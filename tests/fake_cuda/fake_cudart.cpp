@@ -36,6 +36,14 @@ cudaError_t host_alloc(void** p, std::size_t size, bool device_memory) {
     std::lock_guard<std::mutex> lk(e.m);
     int device = 0;
     if (const cudaError_t rc = ensure_context(e, device); rc != cudaSuccess) return ret(rc);
+    if (e.unsafe_during_capture()) return ret(cudaErrorStreamCaptureUnsupported);
+    if (const int rc = e.injected(device_memory ? "cudaMalloc" : "cudaHostAlloc")) {
+        return ret(static_cast<cudaError_t>(rc));
+    }
+    std::size_t& in_use = e.device_bytes[static_cast<std::size_t>(device)];
+    if (device_memory && e.device_memory_limit > 0 && in_use + size > e.device_memory_limit) {
+        return ret(cudaErrorMemoryAllocation);
+    }
     void* mem = std::malloc(size == 0 ? 1 : size);
     if (!mem) return ret(cudaErrorMemoryAllocation);
     std::memset(mem, 0xCD, size);  // fresh "device" memory is garbage, visibly
@@ -43,6 +51,7 @@ cudaError_t host_alloc(void** p, std::size_t size, bool device_memory) {
     a.size_bytes = size == 0 ? 1 : size;
     a.device_memory = device_memory;
     a.device = device;
+    if (device_memory) in_use += a.size_bytes;
     e.allocations[reinterpret_cast<std::uintptr_t>(mem)] = a;
     *p = mem;
     return cudaSuccess;
@@ -59,16 +68,25 @@ cudaError_t free_alloc(void* p, bool device_memory) {
         // the block (nothing queued runs any more) so that tests do not leak it.
         const auto it = e.allocations.find(reinterpret_cast<std::uintptr_t>(p));
         if (it != e.allocations.end()) {
+            if (it->second.device_memory) {
+                e.device_bytes[static_cast<std::size_t>(it->second.device)] -= it->second.size_bytes;
+            }
             e.allocations.erase(it);
             std::free(p);
         }
         return ret(static_cast<cudaError_t>(e.sticky));
     }
     if (const cudaError_t rc = ensure_context(e, current); rc != cudaSuccess) return ret(rc);
+    if (!mpistage_fake::in_host_function() && e.unsafe_during_capture()) {
+        return ret(cudaErrorStreamCaptureUnsupported);
+    }
     if (!p) return cudaSuccess;
     const auto it = e.allocations.find(reinterpret_cast<std::uintptr_t>(p));
     if (it == e.allocations.end() || it->second.device_memory != device_memory) {
         return ret(cudaErrorInvalidValue);
+    }
+    if (device_memory) {
+        e.device_bytes[static_cast<std::size_t>(it->second.device)] -= it->second.size_bytes;
     }
     // cudaFree and cudaFreeHost synchronise: no queued copy can touch the block afterwards.
     // Inside a host function that wait would never end (the runtime's documented deadlock);
@@ -100,6 +118,18 @@ const char* error_name(cudaError_t rc) {
             return "cudaErrorNotReady";
         case cudaErrorIllegalAddress:
             return "cudaErrorIllegalAddress";
+        case cudaErrorIllegalState:
+            return "cudaErrorIllegalState";
+        case cudaErrorStreamCaptureUnsupported:
+            return "cudaErrorStreamCaptureUnsupported";
+        case cudaErrorStreamCaptureInvalidated:
+            return "cudaErrorStreamCaptureInvalidated";
+        case cudaErrorStreamCaptureImplicit:
+            return "cudaErrorStreamCaptureImplicit";
+        case cudaErrorStreamCaptureIsolation:
+            return "cudaErrorStreamCaptureIsolation";
+        case cudaErrorStreamCaptureWrongThread:
+            return "cudaErrorStreamCaptureWrongThread";
         default:
             return "cudaErrorUnknown";
     }
@@ -170,6 +200,35 @@ void mpistage_fake_cuda_set_sticky_error(int rc) {
         e.sticky = rc;
     }
     e.cv.notify_all();
+}
+
+void mpistage_fake_cuda_fail_next(const char* call, unsigned skip, int rc) {
+    Engine& e = Engine::get();
+    std::lock_guard<std::mutex> lk(e.m);
+    if (rc == 0) {
+        e.injections.erase(call);
+    } else {
+        e.injections[call] = mpistage_fake::Injection{skip, rc};
+    }
+}
+
+void mpistage_fake_cuda_set_device_memory_limit(unsigned long long bytes) {
+    Engine& e = Engine::get();
+    std::lock_guard<std::mutex> lk(e.m);
+    e.device_memory_limit = static_cast<std::size_t>(bytes);
+}
+
+unsigned long long mpistage_fake_cuda_device_bytes(int device) {
+    Engine& e = Engine::get();
+    std::lock_guard<std::mutex> lk(e.m);
+    if (device < 0 || static_cast<std::size_t>(device) >= e.device_bytes.size()) return 0;
+    return e.device_bytes[static_cast<std::size_t>(device)];
+}
+
+unsigned long long mpistage_fake_cuda_invalidated_captures(void) {
+    Engine& e = Engine::get();
+    std::lock_guard<std::mutex> lk(e.m);
+    return e.invalidated_captures;
 }
 
 void mpistage_fake_cuda_fail_init(int fail) {
@@ -253,6 +312,7 @@ cudaError_t cudaDeviceSynchronize(void) {
     std::unique_lock<std::mutex> lk(e.m);
     int device = 0;
     if (const cudaError_t rc = ensure_context(e, device); rc != cudaSuccess) return ret(rc);
+    if (e.unsafe_during_capture()) return ret(cudaErrorStreamCaptureUnsupported);
     e.drain(lk, device);
     return cudaSuccess;
 }

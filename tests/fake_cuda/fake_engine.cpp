@@ -2,6 +2,8 @@
 // (fake_engine.hpp).
 #include "fake_engine.hpp"
 
+#include <driver_types.h>
+
 #include <cstdlib>
 #include <string>
 
@@ -44,6 +46,7 @@ Engine& Engine::get() {
         e->context_created.assign(static_cast<std::size_t>(e->device_count), false);
         e->implicit_inits.assign(static_cast<std::size_t>(e->device_count), 0);
         e->legacy.resize(static_cast<std::size_t>(e->device_count));
+        e->device_bytes.assign(static_cast<std::size_t>(e->device_count), 0);
         return e;
     }();
     // Every exported CUDA call starts here: one made by a host function is counted (the
@@ -108,7 +111,7 @@ void Engine::work(const std::shared_ptr<Stream>& s) {
 
 void Engine::enqueue_wait(const std::shared_ptr<Stream>& s, std::shared_ptr<Stream> other,
                           std::uint64_t target) {
-    if (other.get() == s.get() || other->done >= target) return;
+    if (other.get() == s.get() || other->done >= target || s->capture_mode >= 0) return;
     Op op;
     op.run = [this, other, target] {
         std::unique_lock<std::mutex> lk(m);
@@ -121,6 +124,7 @@ void Engine::enqueue_wait(const std::shared_ptr<Stream>& s, std::shared_ptr<Stre
 }
 
 std::uint64_t Engine::enqueue(const std::shared_ptr<Stream>& s, Op op) {
+    if (s->capture_mode >= 0) return s->enqueued;  // captured into the graph: never runs here
     // The legacy default stream waits for the blocking streams of its device and they wait
     // for it (cudaStreamNonBlocking streams take part in neither).
     if (s->legacy) {
@@ -172,6 +176,47 @@ std::shared_ptr<Stream> Engine::legacy_stream(std::unique_lock<std::mutex>& lk, 
         }
     }
     return slot;
+}
+
+bool Engine::unsafe_during_capture() {
+    bool forbidden = false;
+    for (auto& [raw, s] : streams) {
+        if (s->capture_mode < 0) continue;
+        const bool own = s->capture_thread == std::this_thread::get_id();
+        const bool applies = s->capture_mode == cudaStreamCaptureModeGlobal ||
+                             (own && s->capture_mode != cudaStreamCaptureModeRelaxed);
+        if (applies) {
+            invalidate(*s);
+            forbidden = true;
+        }
+    }
+    return forbidden;
+}
+
+bool Engine::legacy_blocked(int device) const {
+    for (const auto& [raw, s] : streams) {
+        if (s->device == device && s->blocking && s->capture_mode >= 0) return true;
+    }
+    return false;
+}
+
+void Engine::invalidate(Stream& s) {
+    if (s.capture_mode >= 0 && !s.capture_invalidated) {
+        s.capture_invalidated = true;
+        ++invalidated_captures;
+    }
+}
+
+int Engine::injected(const char* call) {
+    const auto it = injections.find(call);
+    if (it == injections.end()) return 0;
+    if (it->second.skip > 0) {
+        --it->second.skip;
+        return 0;
+    }
+    const int rc = it->second.rc;
+    injections.erase(it);
+    return rc;
 }
 
 bool& in_host_function() {

@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -46,6 +47,11 @@ struct Stream {
     std::uint64_t done = 0;      // items finished
     bool stop = false;
     std::thread worker;
+    /// While a graph capture runs on the stream (cudaStreamBeginCapture): its mode (a
+    /// cudaStreamCaptureMode value), else -1. Work queued meanwhile is captured, not run.
+    int capture_mode = -1;
+    bool capture_invalidated = false;  // an unsafe call or a crossing dependency happened
+    std::thread::id capture_thread;
 };
 
 /// An event: complete once `stream` finished its first `target` items.
@@ -55,6 +61,15 @@ struct Event {
     std::uint64_t target = 0;
     std::uint64_t generation = 0;
     std::chrono::steady_clock::time_point completed_at{};
+    /// Last recorded on `stream` while it was capturing: a node of that graph, not a point in
+    /// time (querying it, or waiting on it from outside the capture, is an error).
+    bool captured = false;
+};
+
+/// A failure injected into the next calls of one CUDA function (fake_cuda.h).
+struct Injection {
+    unsigned skip = 0;  // calls that still succeed first
+    int rc = 0;         // the cudaError_t value then returned once
 };
 
 /// One allocation of cudaMalloc (device) or cudaHostAlloc/cudaMallocHost (pinned).
@@ -92,6 +107,13 @@ struct Engine {
     unsigned long long pageable_copies = 0;
     /// CUDA calls made from inside a host function (counted by `get`; should stay 0).
     unsigned long long calls_in_host_functions = 0;
+    /// Captures invalidated so far (by an unsafe call, the legacy stream or a crossing event).
+    unsigned long long invalidated_captures = 0;
+    /// Failures injected by mpistage_fake_cuda_fail_next, by function name.
+    std::map<std::string, Injection> injections;
+    /// cudaMalloc bytes allowed per device (0: no limit) and in use per device.
+    std::size_t device_memory_limit = 0;
+    std::vector<std::size_t> device_bytes;
 
     /// The process's engine (constructed on first use, from the environment).
     static Engine& get();
@@ -116,6 +138,19 @@ struct Engine {
     Context& context_or_implicit();
     /// The legacy default stream of `device`. `m` held; may start it (drops and retakes `lk`).
     std::shared_ptr<Stream> legacy_stream(std::unique_lock<std::mutex>& lk, int device);
+    /// A potentially unsafe call (cudaMalloc, frees, queries, synchronisations) made by this
+    /// thread while a capture forbids it (this thread's own capture not in relaxed mode, or a
+    /// global-mode capture on any thread, as cudaStreamCaptureModeGlobal documents):
+    /// invalidates those captures and returns true (the call then fails with
+    /// cudaErrorStreamCaptureUnsupported). `m` held.
+    bool unsafe_during_capture();
+    /// True when a blocking stream of `device` is capturing: the legacy default stream, which
+    /// synchronises with it, may not be used (cudaErrorStreamCaptureImplicit). `m` held.
+    bool legacy_blocked(int device) const;
+    /// Invalidates the capture running on `s`. `m` held.
+    void invalidate(Stream& s);
+    /// The injected failure of the function `call` due now (0: none). `m` held.
+    int injected(const char* call);
 
 private:
     void work(const std::shared_ptr<Stream>& s);

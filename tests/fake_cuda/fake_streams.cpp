@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "fake_engine.hpp"
@@ -35,6 +36,14 @@ cudaError_t resolve(Engine& e, std::unique_lock<std::mutex>& lk, cudaStream_t h,
     int device = 0;
     if (const cudaError_t rc = context_device(e, device); rc != cudaSuccess) return rc;
     if (h == nullptr || h == cudaStreamLegacy || h == cudaStreamPerThread) {
+        if (e.legacy_blocked(device)) {
+            // The legacy stream would depend on a capturing blocking stream: the runtime
+            // refuses the call and invalidates that capture.
+            for (auto& [raw, s] : e.streams) {
+                if (s->device == device && s->blocking) e.invalidate(*s);
+            }
+            return cudaErrorStreamCaptureImplicit;
+        }
         out = e.legacy_stream(lk, device);
         return cudaSuccess;
     }
@@ -116,6 +125,10 @@ cudaError_t cudaStreamSynchronize(cudaStream_t h) {
     std::unique_lock<std::mutex> lk(e.m);
     std::shared_ptr<Stream> s;
     if (const cudaError_t rc = resolve(e, lk, h, s); rc != cudaSuccess) return ret(rc);
+    if (e.unsafe_during_capture() || s->capture_mode >= 0) {
+        e.invalidate(*s);
+        return ret(cudaErrorStreamCaptureUnsupported);
+    }
     e.wait_for(lk, *s, s->enqueued);
     return cudaSuccess;
 }
@@ -125,6 +138,10 @@ cudaError_t cudaStreamQuery(cudaStream_t h) {
     std::unique_lock<std::mutex> lk(e.m);
     std::shared_ptr<Stream> s;
     if (const cudaError_t rc = resolve(e, lk, h, s); rc != cudaSuccess) return ret(rc);
+    if (e.unsafe_during_capture() || s->capture_mode >= 0) {
+        e.invalidate(*s);
+        return ret(cudaErrorStreamCaptureUnsupported);
+    }
     return s->done >= s->enqueued ? cudaSuccess : ret(cudaErrorNotReady);
 }
 
@@ -160,7 +177,15 @@ cudaError_t cudaEventRecord(cudaEvent_t h, cudaStream_t stream) {
     if (const cudaError_t rc = resolve(e, lk, stream, s); rc != cudaSuccess) return ret(rc);
     Event* ev = event_of(e, h);
     if (!ev || ev->device != s->device) return ret(cudaErrorInvalidResourceHandle);
+    if (const int rc = e.injected("cudaEventRecord")) return ret(static_cast<cudaError_t>(rc));
     const std::uint64_t generation = ++ev->generation;
+    if (s->capture_mode >= 0) {  // a node of the graph being captured, not a point in time
+        ev->stream = s;
+        ev->captured = true;
+        ev->target = 0;
+        return cudaSuccess;
+    }
+    ev->captured = false;
     Op marker;
     marker.run = [&e, ev, generation] {
         std::lock_guard<std::mutex> g(e.m);
@@ -185,6 +210,10 @@ cudaError_t cudaEventQuery(cudaEvent_t h) {
     if (e.sticky) return ret(static_cast<cudaError_t>(e.sticky));
     const Event* ev = event_of(e, h);
     if (!ev) return ret(cudaErrorInvalidResourceHandle);
+    if (e.unsafe_during_capture() || ev->captured) {
+        if (ev->captured) e.invalidate(*ev->stream);
+        return ret(cudaErrorStreamCaptureUnsupported);
+    }
     if (!ev->stream || ev->stream->done >= ev->target) return cudaSuccess;
     return ret(cudaErrorNotReady);  // sets the thread's last error, as the runtime does
 }
@@ -195,6 +224,10 @@ cudaError_t cudaEventSynchronize(cudaEvent_t h) {
     if (e.sticky) return ret(static_cast<cudaError_t>(e.sticky));
     const Event* ev = event_of(e, h);
     if (!ev) return ret(cudaErrorInvalidResourceHandle);
+    if (e.unsafe_during_capture() || ev->captured) {
+        if (ev->captured) e.invalidate(*ev->stream);
+        return ret(cudaErrorStreamCaptureUnsupported);
+    }
     if (ev->stream) {
         const std::shared_ptr<Stream> s = ev->stream;
         e.wait_for(lk, *s, ev->target);
@@ -216,13 +249,26 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
     return cudaSuccess;
 }
 
-cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t h, unsigned int) {
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t h, unsigned int flags) {
     Engine& e = Engine::get();
     std::unique_lock<std::mutex> lk(e.m);
     std::shared_ptr<Stream> s;
     if (const cudaError_t rc = resolve(e, lk, stream, s); rc != cudaSuccess) return ret(rc);
     Event* ev = event_of(e, h);
     if (!ev) return ret(cudaErrorInvalidResourceHandle);
+    if (ev->captured && ev->stream != s) {
+        // A captured event waited on from outside its capture (CUDA programming guide, "Cross-
+        // stream dependencies and events").
+        e.invalidate(*ev->stream);
+        if (s->capture_mode >= 0) e.invalidate(*s);
+        return ret(cudaErrorStreamCaptureIsolation);
+    }
+    if (ev->captured) return cudaSuccess;  // an edge inside the graph
+    if (s->capture_mode >= 0 && ev->stream && (flags & cudaEventWaitExternal) == 0) {
+        // A capturing stream waiting on a non-captured event without cudaEventWaitExternal.
+        e.invalidate(*s);
+        return ret(cudaErrorStreamCaptureIsolation);
+    }
     if (ev->stream) e.enqueue_wait(s, ev->stream, ev->target);
     return cudaSuccess;
 }
@@ -237,6 +283,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind
     if (const cudaError_t rc = check_copy(e, *s, dst, src, n, kind, pageable); rc != cudaSuccess) {
         return ret(rc);
     }
+    if (const int rc = e.injected("cudaMemcpyAsync")) return ret(static_cast<cudaError_t>(rc));
     Op op;
     op.delay = e.copy_delay;
     if (pageable) {
@@ -254,6 +301,11 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind
 }
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
+    {
+        Engine& e = Engine::get();
+        std::lock_guard<std::mutex> lk(e.m);
+        if (e.unsafe_during_capture()) return ret(cudaErrorStreamCaptureUnsupported);
+    }
     if (const cudaError_t rc = cudaMemcpyAsync(dst, src, n, kind, cudaStreamLegacy);
         rc != cudaSuccess) {
         return rc;
@@ -280,11 +332,75 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* user_
     std::unique_lock<std::mutex> lk(e.m);
     std::shared_ptr<Stream> s;
     if (const cudaError_t rc = resolve(e, lk, stream, s); rc != cudaSuccess) return ret(rc);
+    if (const int rc = e.injected("cudaLaunchHostFunc")) return ret(static_cast<cudaError_t>(rc));
     Op op;
     op.run = [fn, user_data] { fn(user_data); };
     op.delay = e.host_func_delay;
     op.host_function = true;
     e.enqueue(s, std::move(op));
+    return cudaSuccess;
+}
+
+// ---- graph capture ------------------------------------------------------------------------
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t h, cudaStreamCaptureMode mode) {
+    Engine& e = Engine::get();
+    std::unique_lock<std::mutex> lk(e.m);
+    if (h == nullptr || h == cudaStreamLegacy || h == cudaStreamPerThread) {
+        return ret(cudaErrorStreamCaptureUnsupported);  // the legacy stream cannot capture
+    }
+    std::shared_ptr<Stream> s;
+    if (const cudaError_t rc = resolve(e, lk, h, s); rc != cudaSuccess) return ret(rc);
+    if (s->capture_mode >= 0) return ret(cudaErrorIllegalState);
+    s->capture_mode = static_cast<int>(mode);
+    s->capture_invalidated = false;
+    s->capture_thread = std::this_thread::get_id();
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t h, cudaGraph_t* graph) {
+    Engine& e = Engine::get();
+    std::unique_lock<std::mutex> lk(e.m);
+    *graph = nullptr;
+    std::shared_ptr<Stream> s;
+    if (const cudaError_t rc = resolve(e, lk, h, s); rc != cudaSuccess) return ret(rc);
+    if (s->capture_mode < 0) return ret(cudaErrorIllegalState);
+    if (s->capture_mode != cudaStreamCaptureModeRelaxed &&
+        s->capture_thread != std::this_thread::get_id()) {
+        return ret(cudaErrorStreamCaptureWrongThread);
+    }
+    const bool invalidated = s->capture_invalidated;
+    s->capture_mode = -1;
+    s->capture_invalidated = false;
+    for (auto& [raw, ev] : e.events) {
+        if (ev->captured && ev->stream == s) ev->captured = false;  // nodes of the dropped graph
+    }
+    if (invalidated) return ret(cudaErrorStreamCaptureInvalidated);
+    *graph = reinterpret_cast<cudaGraph_t>(new int(0));  // the double keeps no graph
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+    delete reinterpret_cast<int*>(graph);
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamIsCapturing(cudaStream_t h, cudaStreamCaptureStatus* status) {
+    Engine& e = Engine::get();
+    std::unique_lock<std::mutex> lk(e.m);
+    *status = cudaStreamCaptureStatusNone;
+    if (h == nullptr || h == cudaStreamLegacy || h == cudaStreamPerThread) {
+        int device = 0;
+        if (const cudaError_t rc = context_device(e, device); rc != cudaSuccess) return ret(rc);
+        // The legacy stream while a blocking stream of its device captures (not invalidated).
+        return e.legacy_blocked(device) ? ret(cudaErrorStreamCaptureImplicit) : cudaSuccess;
+    }
+    std::shared_ptr<Stream> s;
+    if (const cudaError_t rc = resolve(e, lk, h, s); rc != cudaSuccess) return ret(rc);
+    if (s->capture_mode >= 0) {
+        *status = s->capture_invalidated ? cudaStreamCaptureStatusInvalidated
+                                         : cudaStreamCaptureStatusActive;
+    }
     return cudaSuccess;
 }
 

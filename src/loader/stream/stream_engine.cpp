@@ -193,11 +193,12 @@ bool detail::StreamEngine::next(HostBatch& out, bool stop) {
 void detail::StreamEngine::deliver(HostBatch& out) {
     release_deferred();  // what the copy stream's host functions handed back
     try {
+        refuse_capture(*stager);  // before any CUDA call (a graph capture on the consumer's stream)
         HostBatch shape = submit_batch(*stager, std::move(out), false);
         out = take_batch(*stager, std::move(shape));
         stats.staging = stager->stats();
         return;
-    } catch (const CudaError&) {
+    } catch (const Error&) {
         device_failure = LocalStatus::from_current_exception();
     }
     out = HostBatch();

@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "comm/agree.hpp"
+#include "loader/device_delivery.hpp"
 #include "loader/loader_impl.hpp"
 #include "loader/stream/stream_engine.hpp"
 
@@ -90,10 +91,8 @@ bool EpochRange::Impl::next_stream(HostBatch& out) {
     if (next_consume == 0) started = t0;
     const auto end_range = [&] {
         finished = true;
-        if (m.stager) {  // account every copy of the pass (waits for the last ones)
-            m.stager->drain();
-            m.stats.staging = m.stager->stats();
-        }
+        // Account every copy of the pass (waits for the last ones); trim the device pool.
+        if (m.stager) detail::settle_epoch(*m.stager, m.stats.staging);
         if (next_consume > 0) m.stats.epoch_time += Clock::now() - started;
         m.stats.wait_time += Clock::now() - t0;
         detach_stream();

@@ -26,7 +26,7 @@
 namespace {
 
 using mpistage::DeviceChoice;
-using mpistage::detail::DeviceBuffer;
+using mpistage::detail::DeviceLease;
 using mpistage::detail::DevicePool;
 using mpistage::detail::DeviceStager;
 using mpistage::detail::HostBlock;
@@ -245,17 +245,17 @@ TEST_F(StagerOnFake, FreesOnAThreadWithoutAContextCreateNoneOnDevice0) {
 // 11-34 %, 93-107 % with the oldest first; docs/gpu.md).
 TEST_F(StagerOnFake, PoolLendsTheBlockGivenBackLongestAgo) {
     ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
-    const std::shared_ptr<DevicePool> pool = DevicePool::create(0, 3, nullptr);
-    DeviceBuffer a = pool->lend(4096), b = pool->lend(4096), c = pool->lend(4096);
-    std::byte* const at_a = a.data;
-    std::byte* const at_b = b.data;
-    std::byte* const at_c = c.data;
-    b.owner.reset();  // given back first
-    a.owner.reset();
-    c.owner.reset();  // given back last: its consumer work is the newest
-    EXPECT_EQ(pool->lend(4096).data, at_b);
-    EXPECT_EQ(pool->lend(4096).data, at_a);
-    EXPECT_EQ(pool->lend(4096).data, at_c);
+    const std::shared_ptr<DevicePool> pool = DevicePool::create(0, 3);
+    std::shared_ptr<DeviceLease> a = pool->lend(4096), b = pool->lend(4096), c = pool->lend(4096);
+    std::byte* const at_a = a->data();
+    std::byte* const at_b = b->data();
+    std::byte* const at_c = c->data();
+    b.reset();  // given back first
+    a.reset();
+    c.reset();  // given back last: its consumer work is the newest
+    EXPECT_EQ(pool->lend(4096)->data(), at_b);
+    EXPECT_EQ(pool->lend(4096)->data(), at_a);
+    EXPECT_EQ(pool->lend(4096)->data(), at_c);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
