@@ -128,9 +128,11 @@ void DevicePool::prepare(Block& b, std::size_t size_bytes) {
             std::size_t count = 0, others_lent = 0, bytes = 0;
             {
                 std::lock_guard<std::mutex> lk(m_);
-                count = blocks_.size();
-                for (const auto& other : blocks_) others_lent += other->lent ? 1 : 0;
-                others_lent -= 1;  // `b` itself
+                for (const auto& other : blocks_) {
+                    if (other.get() == &b) continue;  // freed above
+                    count += other->size_bytes > 0 ? 1 : 0;
+                    others_lent += other->lent ? 1 : 0;
+                }
                 bytes = held_bytes();
             }
             throw CudaError(std::string(e.what()) + " — the loader's device pool on cuda:" +

@@ -372,9 +372,8 @@ cudaError_t cudaStreamEndCapture(cudaStream_t h, cudaGraph_t* graph) {
     const bool invalidated = s->capture_invalidated;
     s->capture_mode = -1;
     s->capture_invalidated = false;
-    for (auto& [raw, ev] : e.events) {
-        if (ev->captured && ev->stream == s) ev->captured = false;  // nodes of the dropped graph
-    }
+    // Events recorded during the capture stay nodes of that graph until recorded again: waiting
+    // on one from a stream outside it is still an isolation error.
     if (invalidated) return ret(cudaErrorStreamCaptureInvalidated);
     *graph = reinterpret_cast<cudaGraph_t>(new int(0));  // the double keeps no graph
     return cudaSuccess;
