@@ -181,7 +181,8 @@ void foreign_stream_wait(void* foreign_stream, const CudaEvent& event) {
 
 bool stream_capturing(void* foreign_stream) noexcept {
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-    const cudaError_t rc = cudaStreamIsCapturing(static_cast<cudaStream_t>(foreign_stream), &status);
+    const cudaError_t rc =
+        cudaStreamIsCapturing(static_cast<cudaStream_t>(foreign_stream), &status);
     if (rc != cudaSuccess) {
         (void)cudaGetLastError();
         return rc == cudaErrorStreamCaptureImplicit;

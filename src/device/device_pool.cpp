@@ -243,8 +243,7 @@ void DevicePool::give_back(Block* block) noexcept {
             }
         }
     } catch (...) {  // the device cannot be made current: the next lend waits for each stream
-        block->unfenced.insert(block->unfenced.end(), block->streams.begin(),
-                               block->streams.end());
+        block->unfenced.insert(block->unfenced.end(), block->streams.begin(), block->streams.end());
     }
     block->streams.clear();
     block->lent = false;

@@ -69,7 +69,8 @@ cudaError_t free_alloc(void* p, bool device_memory) {
         const auto it = e.allocations.find(reinterpret_cast<std::uintptr_t>(p));
         if (it != e.allocations.end()) {
             if (it->second.device_memory) {
-                e.device_bytes[static_cast<std::size_t>(it->second.device)] -= it->second.size_bytes;
+                e.device_bytes[static_cast<std::size_t>(it->second.device)] -=
+                    it->second.size_bytes;
             }
             e.allocations.erase(it);
             std::free(p);
