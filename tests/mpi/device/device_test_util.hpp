@@ -14,7 +14,10 @@
 #include <thread>
 #include <vector>
 
+#include <mpi.h>
+
 #include "fake_cuda.h"
+#include "mpistage/hash.hpp"
 #include "mpistage/batch.hpp"
 #include "mpistage/source.hpp"
 
@@ -131,6 +134,14 @@ inline void launch_kernel(cudaStream_t stream, const HostBatch& b,
     k->mismatches = &mismatches;
     ASSERT_EQ(cudaLaunchHostFunc(stream, &BatchKernel::run, k.get()), cudaSuccess);
     k.release();
+}
+
+/// Collective on MPI_COMM_WORLD: true when `text` (an error message) is identical on every rank.
+inline bool same_on_every_rank(const std::string& text) {
+    std::uint64_t mine = fnv1a64(text), lo = 0, hi = 0;
+    MPI_Allreduce(&mine, &lo, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(&mine, &hi, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+    return lo == hi;
 }
 
 }  // namespace device_test

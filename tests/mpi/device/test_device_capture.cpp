@@ -40,13 +40,6 @@ LoaderOptions options_on(cudaStream_t stream) {
     return o;
 }
 
-bool same_on_every_rank(const std::string& text) {
-    std::uint64_t mine = fnv1a64(text), lo = 0, hi = 0;
-    MPI_Allreduce(&mine, &lo, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
-    MPI_Allreduce(&mine, &hi, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
-    return lo == hi;
-}
-
 TEST(DeviceCapture, NextDuringACaptureIsRefusedOnEveryRankAndTheGraphStaysValid) {
     ASSERT_EQ(mpistage_fake_cuda_active(), 1);
     Communicator comm(MPI_COMM_WORLD);
