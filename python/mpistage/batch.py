@@ -13,6 +13,25 @@ def _torch_module():
     return _torch
 
 
+def stream_handle(stream, name="stream"):
+    """The cudaStream_t of ``stream`` as an int (0: the legacy default stream): a
+    ``torch.cuda.Stream`` (or any object with ``cuda_stream``, as torch's, or ``ptr``, as
+    CuPy's), or an int handle. Raises TypeError / ValueError naming ``name=``."""
+    handle = stream
+    for attribute in ("cuda_stream", "ptr"):
+        if not isinstance(stream, int) and hasattr(stream, attribute):
+            handle = getattr(stream, attribute)
+            break
+    if isinstance(handle, bool) or not isinstance(handle, int):
+        raise TypeError(f"{name}= takes a torch.cuda.Stream, an object with cuda_stream or ptr "
+                        f"(CuPy), or a cudaStream_t as an int, got {type(stream).__name__} "
+                        f"{stream!r}")
+    if handle < 0:
+        raise ValueError(f"{name}={handle}: a cudaStream_t is not negative (0 is the legacy "
+                         "default stream)")
+    return handle
+
+
 class Batch(collections.abc.Mapping):
     """One batch of one rank, its fields viewing the loader's ring slot without a copy.
 
@@ -34,14 +53,20 @@ class Batch(collections.abc.Mapping):
 
     On a CUDA device (``Loader(device="cuda")``, or ``"auto"`` finding a GPU) the fields are
     CUDA tensors over the loader's device memory (DLPack, no copy; ``index``, ``valid`` and
-    ``offsets`` stay host tensors). Their copy is ordered before work queued afterwards on
-    the legacy default stream, PyTorch's default stream, and their device block is reused
-    only after the work queued on that stream when the batch's last tensor is gone. On
-    another stream ``s`` (``torch.cuda.stream(s)``): after the batch arrives,
-    ``s.wait_stream(torch.cuda.default_stream())``; before dropping its tensors,
-    ``torch.cuda.default_stream().wait_stream(s)``. Holding CUDA batches does not hold ring
-    slots (a slot returns once its copy is done): the loader's device pool grows by one
-    block per batch held beyond its depth.
+    ``offsets`` stay host tensors). Each batch is ordered on the stream that is current when
+    ``next()`` returns it (``torch.cuda.current_stream()``, or the loader's ``cuda_stream=``):
+    kernels queued there afterwards see the copied bytes, with no host wait and no
+    ``wait_stream``, and the batch's device block is reused only after the work queued on that
+    stream when its last tensor is gone. To read a batch on another stream too, call
+    ``batch.record_stream(s)`` first (as ``Tensor.record_stream``; torch's own does not reach
+    this memory). The fields reach torch through the DLPack protocol (the extension's
+    ``DeviceField.__dlpack__(stream=)``, which ``torch.from_dlpack`` calls with its current
+    stream). Handing a field on to CuPy or JAX (``cupy.from_dlpack(batch["x"])``) orders their
+    stream after torch's through torch's own ``__dlpack__``; ``batch.record_stream(their
+    stream)`` keeps the block until their work is done.
+    Holding CUDA batches does not hold ring slots (a slot returns once its copy is done): the
+    loader's device pool grows by one block per batch held beyond its depth and is trimmed at
+    each epoch's end.
 
     Ownership: the tensors (``torch.Tensor`` built with ``torch.from_numpy``, or the numpy
     arrays with ``tensors="numpy"``) share one owner of the batch's ring slot; the slot
@@ -53,7 +78,7 @@ class Batch(collections.abc.Mapping):
     """
 
     __slots__ = ("epoch", "step", "num_valid", "index", "valid", "fields", "offsets",
-                 "__weakref__")
+                 "_device", "__weakref__")
     __hash__ = None  # a Mapping of tensors: compared by content, not hashable
     # Live batches by the id of their first field's tensor: torch's DataLoader (batch_size=None)
     # passes every item through default_convert, which rebuilds a Mapping as
@@ -73,6 +98,7 @@ class Batch(collections.abc.Mapping):
         self.valid = valid
         self.fields = fields
         self.offsets = offsets
+        self._device = None  # a CUDA batch: one of its DeviceFields (record_stream)
         if fields:
             Batch._live[id(next(iter(fields.values())))] = self
 
@@ -87,6 +113,7 @@ class Batch(collections.abc.Mapping):
                             "use the loader's batches")
         Batch.__init__(self, source.epoch, source.step, source.num_valid, source.index,
                        source.valid, dict(mapping), source.offsets)
+        self._device = source._device
 
     def __getitem__(self, name):
         return self.fields[name]
@@ -123,6 +150,19 @@ class Batch(collections.abc.Mapping):
                      {n: move(t) for n, t in self.fields.items()},
                      {n: move(t) for n, t in self.offsets.items()})
 
+    def record_stream(self, stream):
+        """Not collective; for a CUDA batch: makes ``stream`` (a ``torch.cuda.Stream``, an
+        object with ``cuda_stream`` or ``ptr``, or a cudaStream_t int; 0: the legacy default
+        stream) wait for the batch's copy (no host wait) and keeps the batch's device block
+        until the work queued on ``stream`` when the batch's last tensor is gone is done, as
+        ``Tensor.record_stream`` (every field at once; the stream must outlive that point).
+        Needed only to read the batch on a stream other than the one current at ``next()``.
+        No-op for a host batch. Raises TypeError / ValueError naming ``stream=``,
+        ``mpistage.CudaError``."""
+        handle = stream_handle(stream, "stream")
+        if self._device is not None:
+            self._device.use_on_stream(handle or 1)  # DLPack's 1: the legacy default stream
+
     def __eq__(self, other):
         return self is other
 
@@ -143,13 +183,17 @@ def make_batch(raw, names, tensors, dtypes=None):
         # types wider than 8 bits stay the signed type of the same width.
         torch = _torch_module()
         from torch.utils.dlpack import from_dlpack
+        # from_dlpack calls each DeviceField's __dlpack__(stream=) with torch's current stream
+        # (ordered already at next(); this also fences the block there if it changed).
         fields = {}
         for n, a, d in zip(names, arrays, dtypes):
             t = from_dlpack(a)
             fields[n] = t.view(torch.bool) if d == "bool" else t
-        return Batch(epoch, step, num_valid, torch.from_numpy(index), torch.from_numpy(valid),
-                     fields,
-                     {n: torch.from_numpy(o) for n, o in zip(names, offsets) if o is not None})
+        batch = Batch(epoch, step, num_valid, torch.from_numpy(index), torch.from_numpy(valid),
+                      fields,
+                      {n: torch.from_numpy(o) for n, o in zip(names, offsets) if o is not None})
+        batch._device = arrays[0] if arrays else None
+        return batch
     if tensors == "torch":
         convert = _torch_module().from_numpy
         index = convert(index)

@@ -8,7 +8,7 @@ from mpi4py import MPI
 
 from . import _lifetime
 from . import _mpistage as _core
-from .batch import _torch_module, make_batch
+from .batch import _torch_module, make_batch, stream_handle
 
 
 _log = logging.getLogger("mpistage")
@@ -221,8 +221,12 @@ class Epoch(_lifetime.Tracked):
         return self
 
     def __next__(self):
+        loader = self._loader
         try:
-            raw = self._core.next()
+            if loader._cuda_device is None:
+                raw = self._core.next()
+            else:  # ordered on the consumer's stream (torch's current one by default)
+                raw = self._core.next(loader._core, loader._consumer_stream())
         except StopIteration:
             if self._check is not None:
                 self._finish_check()
@@ -312,8 +316,11 @@ class Loader(_lifetime.Tracked):
     With a CUDA device chosen (``device="cuda"``, or ``"auto"``, the default, on a GPU) the
     loader copies each batch from its pinned ring to the device on its own stream, ahead of
     the consumer, and the fields are CUDA tensors over that memory (DLPack, no further copy;
-    see ``Batch``). ``tensors="numpy"``, and a torch built without CUDA, stage on the CPU:
-    "auto" means the CPU there, and "cuda" is refused. ``state``: a dict from ``state()`` of
+    see ``Batch``), each ordered on the stream current at its ``next()``
+    (``torch.cuda.current_stream()``) or on ``cuda_stream`` (a ``torch.cuda.Stream``, an
+    object with ``cuda_stream`` or ``ptr``, or a cudaStream_t int; a ConfigError naming it
+    when the loader stages on the CPU). ``tensors="numpy"``, and a torch built without
+    CUDA, stage on the CPU: "auto" means the CPU there, and "cuda" is refused. ``state``: a dict from ``state()`` of
     an earlier run (any world size with ``sharding="global"``): the loader continues where it
     stopped.
     ``verify``: check every epoch exactly once (see ``Epoch``). torch's idiom: ``set_epoch(e)``
@@ -341,7 +348,7 @@ class Loader(_lifetime.Tracked):
     """
 
     def __init__(self, source, *, comm=None, state=None, tensors="torch", verify=False,
-                 **options):
+                 cuda_stream=None, **options):
         if not isinstance(verify, bool):
             raise TypeError(f"verify= takes a bool, got {type(verify).__name__} {verify!r}")
         self._verify = verify
@@ -394,6 +401,7 @@ class Loader(_lifetime.Tracked):
                 raise _core.ConfigError(
                     f"device '{device}': this torch ({_torch_module().__version__}) has no CUDA, "
                     "so it cannot take batches on a CUDA device; use device='cpu' or 'auto'")
+        given_stream = None if cuda_stream is None else stream_handle(cuda_stream, "cuda_stream")
         core_options = _core.LoaderOptions(**options)
         self._handle = handle
         self._options = core_options
@@ -407,6 +415,18 @@ class Loader(_lifetime.Tracked):
         else:
             self._core = _core.Loader.restore(handle, source._core, core_options,
                                               json.dumps(state))
+        device_name = self._core.stats["device"]
+        self._cuda_device = int(device_name[5:]) if device_name.startswith("cuda:") else None
+        self._cuda_stream = None
+        if cuda_stream is not None:
+            if self._cuda_device is None:
+                self._core.close()
+                raise _core.ConfigError(
+                    f"cuda_stream= is given, but the loader stages on the CPU (device "
+                    f"'{options.get('device', 'auto')}' resolved to {device_name}): host batches "
+                    "are not ordered on a CUDA stream; leave cuda_stream= out or choose "
+                    "device='cuda'")
+            self._cuda_stream = given_stream
         if tensors == "torch":
             _torch_module()  # imported here, not inside the first epoch
         self._next_epoch = 0 if state is None else int(state["epoch"])
@@ -465,6 +485,13 @@ class Loader(_lifetime.Tracked):
             raise TypeError("len() of a loader over a stream: a pass's length is known only "
                             "at its end")
         return self._core.totals["steps"]
+
+    def _consumer_stream(self):
+        """The cudaStream_t (an int; 0: the legacy default stream) the next batch is ordered
+        on: ``cuda_stream=``, else torch's current stream on the loader's device."""
+        if self._cuda_stream is not None:
+            return self._cuda_stream
+        return _torch_module().cuda.current_stream(self._cuda_device).cuda_stream
 
     def state(self):
         """Not collective, identical on every rank: where the job stands, as a plain dict

@@ -40,10 +40,11 @@ py::dtype numpy_dtype(DType dtype);
 /// int64 [B+1] byte offsets, `device` the CUDA ordinal of the fields or -1. On a host batch
 /// (`device` -1) every entry is a numpy array viewing the batch's own memory (no copy), all
 /// sharing one capsule that owns the batch, so its ring slot returns to the loader when the
-/// last array is gone. On a CUDA batch each field is a DLPack capsule ("dltensor", device
-/// memory, `to_dlpack`; `torch.utils.dlpack.from_dlpack` takes it without a copy) holding
-/// the batch's device block; `index`, `valid` and `offsets` are numpy arrays over the batch's
-/// host copies.
+/// last array is gone. On a CUDA batch each field is a `DeviceField` (a DLPack producer:
+/// `__dlpack__(stream=)` gives a "dltensor" capsule over device memory after ordering `stream`
+/// on the copy and fencing the block on it; `__dlpack_device__()`; `torch.from_dlpack` takes it
+/// without a copy) holding the batch's device block; `index`, `valid` and `offsets` are numpy
+/// arrays over the batch's host copies.
 py::tuple batch_to_python(HostBatch&& batch);
 
 /// A field list as Python data: one dict per field (name, dtype, shape, sample_bytes, ragged).
@@ -54,6 +55,8 @@ py::list fields_to_python(const std::vector<FieldInfo>& fields);
 std::string python_names(const std::string& message);
 
 void bind_errors(py::module_& m);
+/// `DeviceField`, the DLPack producer of a CUDA batch's fields (see `batch_to_python`).
+void bind_batch(py::module_& m);
 void bind_options(py::module_& m);
 void bind_loader(py::module_& m);
 void bind_streams(py::module_& m);

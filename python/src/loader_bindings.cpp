@@ -109,12 +109,22 @@ std::unique_ptr<Loader> restore_stream_loader(std::int64_t comm, const StreamSou
     return std::make_unique<Loader>(Loader::restore(comm_ref(comm), source, options, parsed));
 }
 
-// Interruptible by Ctrl-C while it waits for data or peers (interruptible.hpp).
-py::object next_batch(const py::object& self) {
+// Interruptible by Ctrl-C while it waits for data or peers (interruptible.hpp). With `loader`
+// (the range's own loader), `Loader::set_cuda_stream(cuda_stream)` first, in the same call (on
+// the worker thread, never beside a next() still running from an interrupted call).
+py::object next_batch(const py::object& self, const py::object& loader,
+                      std::uintptr_t cuda_stream) {
     EpochRange& range = self.cast<EpochRange&>();
+    Loader* const owner = loader.is_none() ? nullptr : loader.cast<Loader*>();
+    void* const stream = reinterpret_cast<void*>(cuda_stream);
     HostBatch batch;
     const bool more = interruptible_next(
-        self, [&range](HostBatch& b) { return range.next(b); }, batch);
+        self,
+        [&range, owner, stream](HostBatch& b) {
+            if (owner) owner->set_cuda_stream(stream);
+            return range.next(b);
+        },
+        batch);
     if (!more) throw py::stop_iteration();
     return batch_to_python(std::move(batch));
 }
@@ -166,9 +176,12 @@ void bind_loader(py::module_& m) {
                                    settle();
                                    return totals_to_python(r.totals());
                                })
-        .def("next", &next_batch,
+        .def("next", &next_batch, py::arg("loader") = py::none(), py::arg("cuda_stream") = 0,
              "Collective: the next batch tuple; StopIteration at the end. Interruptible: a "
-             "signal's exception (KeyboardInterrupt) is raised within about 50 ms.");
+             "signal's exception (KeyboardInterrupt) is raised within about 50 ms. With "
+             "`loader` (this range's Loader), its batches are first ordered on `cuda_stream` "
+             "(a cudaStream_t as an int, 0: the legacy default stream; "
+             "Loader::set_cuda_stream).");
     m.def("settle", &settle,
           "Local: waits for a next() that Ctrl-C interrupted to complete (it completes with "
           "the peers) and drops its batch. Called before other loader calls and at exit.");

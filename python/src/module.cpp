@@ -2,7 +2,9 @@
 // hand-off shared by the loader and stream bindings. The Python package `mpistage` wraps it.
 #include <mpi.h>
 
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <regex>
 #include <string>
 #include <utility>
@@ -97,7 +99,73 @@ py::object dlpack_capsule(const HostBatch& batch, const std::string& name) {
     return py::reinterpret_steal<py::object>(capsule);
 }
 
+// One field of a CUDA batch as Python sees it: a DLPack producer (the Python specification of
+// DLPack, https://dmlc.github.io/dlpack/latest/python_spec.html: `__dlpack__(stream=)` and
+// `__dlpack_device__()`), so `torch.from_dlpack`, CuPy and JAX order their stream after the
+// batch's copy and the batch's device block is fenced on that stream. Holds the batch (shared
+// with the other fields of the same batch).
+struct DeviceField {
+    std::shared_ptr<const HostBatch> batch;
+    std::string name;
+};
+
+// The stream a DLPack consumer names (the specification's CUDA values): None is the legacy
+// default stream, 1 the legacy default stream, 2 the per-thread default stream, any other
+// positive value a cudaStream_t; -1 asks for no synchronisation (nullopt); 0 is refused.
+std::optional<void*> dlpack_stream(const py::object& stream) {
+    if (stream.is_none()) return nullptr;
+    if (!py::isinstance<py::int_>(stream) || py::isinstance<py::bool_>(stream)) {
+        throw py::type_error(
+            "__dlpack__(stream=): an int (a cudaStream_t, 1: legacy default, "
+            "2: per-thread default, -1: no synchronisation) or None, got " +
+            std::string(py::str(py::type::of(stream).attr("__name__"))));
+    }
+    const auto value = stream.cast<long long>();
+    if (value == -1) return std::nullopt;
+    if (value == 0 || value < -1) {
+        throw py::value_error("__dlpack__(stream=" + std::to_string(value) +
+                              "): 0 and negative values other than -1 are not CUDA streams in "
+                              "DLPack (1 is the legacy default stream)");
+    }
+    if (value == 1) return nullptr;
+    return reinterpret_cast<void*>(static_cast<std::uintptr_t>(value));
+}
+
 }  // namespace
+
+void bind_batch(py::module_& m) {
+    py::class_<DeviceField>(m, "DeviceField",
+                            "One field of a CUDA batch: a DLPack producer over the loader's device "
+                            "block (no copy). Thread-safe.")
+        .def(
+            "__dlpack__",
+            [](const DeviceField& f, const py::object& stream) {
+                if (const std::optional<void*> s = dlpack_stream(stream)) {
+                    use_on_stream(*f.batch, *s);  // waits for the copy on s, fences the block
+                }
+                return dlpack_capsule(*f.batch, f.name);
+            },
+            py::arg("stream") = py::none(),
+            "A DLPack capsule of the field (device memory, DLPack 0.6 types), after making "
+            "`stream` wait for the batch's copy and fencing the batch's device block on it "
+            "(`mpistage::use_on_stream`). Each call gives a new capsule over the same memory. "
+            "Raises CudaError, TypeError / ValueError for a stream DLPack does not define.")
+        .def(
+            "__dlpack_device__",
+            [](const DeviceField& f) { return py::make_tuple(2, f.batch->device()); },
+            "(2, ordinal): kDLCUDA and the batch's device.")
+        .def(
+            "use_on_stream",
+            [](const DeviceField& f, const py::object& stream) {
+                if (const std::optional<void*> s = dlpack_stream(stream)) {
+                    use_on_stream(*f.batch, *s);
+                }
+            },
+            py::arg("stream"),
+            "Makes `stream` (as __dlpack__ takes it) wait for the batch's copy and fences the "
+            "batch's device block on it, as torch's Tensor.record_stream (the whole batch, every "
+            "field). Not collective. Raises CudaError.");
+}
 
 py::tuple batch_to_python(HostBatch&& batch) {
     auto* owned = new HostBatch(std::move(batch));
@@ -107,11 +175,13 @@ py::tuple batch_to_python(HostBatch&& batch) {
     py::array index(py::dtype::of<std::int64_t>(), {size}, {py::ssize_t{8}}, owned->index(), owner);
     py::array valid(py::dtype("bool"), {size}, {py::ssize_t{1}}, owned->valid(), owner);
     const bool on_device = owned->device() >= 0;
+    std::shared_ptr<const HostBatch> shared;
+    if (on_device) shared = std::make_shared<const HostBatch>(*owned);
     py::list fields;
     py::list offsets;
     for (const HostField& f : owned->fields()) {
         if (on_device) {
-            fields.append(dlpack_capsule(*owned, f.info->name));
+            fields.append(py::cast(DeviceField{shared, f.info->name}));
         } else {
             fields.append(field_array(*owned, f, owner));
         }
@@ -205,6 +275,7 @@ PYBIND11_MODULE(_mpistage, m) {
     m.attr("version") = MPISTAGE_VERSION;
     mp::init_interruptible();
     mp::bind_errors(m);
+    mp::bind_batch(m);
     mp::bind_options(m);
     mp::bind_loader(m);
     mp::bind_streams(m);
