@@ -314,6 +314,10 @@ struct LoaderStats {
     /// when not measured). The same on every rank.
     bool two_phase = false;
     std::string two_phase_note;
+    /// `Shuffle::chunks`: its chunk and window sizes and where they came from, and whether
+    /// stage auto chose it over the global shuffle (the data exceeding the budget); else
+    /// empty. The same on every rank.
+    std::string shuffle_note;
     double two_phase_plain_step_seconds = 0;
     double two_phase_step_seconds = 0;
     /// Streams only: reading, routing and agreement counters.

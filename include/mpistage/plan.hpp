@@ -37,6 +37,13 @@ enum class Shuffle {
     local,
     /// A permutation of all N samples (with `global`), seeded by (seed, epoch).
     global,
+    /// A locality-aware shuffle for data larger than memory (with `global`): chunks of
+    /// `chunk_samples` contiguous samples permuted per epoch, dealt to the ranks, and each
+    /// rank's samples shuffled inside windows of `window_chunks` chunks (CorgiPile's two-level
+    /// shuffle, Xu et al., SIGMOD 2022; docs/shuffle.md). The order depends on the world size
+    /// the epoch started at (`EpochStart::order_world_size`); rank r's slot j of a global batch
+    /// is its position r + j·W (strided), so each rank reads only its own chunks.
+    chunks,
 };
 
 /// What happens when samples do not fill equal, full batches on every rank.
@@ -104,6 +111,12 @@ struct PlanOptions {
     /// `global` packs the whole epoch order (independent of W) and deals batch k to rank
     /// k mod W.
     BatchBudget budget;
+    /// `Shuffle::chunks` only: samples per chunk (C, contiguous ids read together) and chunks
+    /// per window (K, the samples shuffled together on one rank: K·C). 0 in a Loader's options:
+    /// derived from the memory budget (`LoaderOptions::tier.budget_bytes`, docs/shuffle.md);
+    /// the planner needs both ≥ 1.
+    std::uint64_t chunk_samples = 0;
+    std::uint64_t window_chunks = 0;
 
     /// One switch for a global shuffle, as PyTorch's `DistributedSampler(shuffle=True)`: sets
     /// `sharding` and `shuffle` to `global`, so every epoch is a permutation of all N samples
@@ -117,7 +130,8 @@ struct PlanOptions {
 
     /// @throws ConfigError for a zero batch size, a shuffle that does not fit the sharding,
     ///         `balance_steps` with `byte_range` sharding or with a budget, or a budget with
-    ///         `max_batch_samples` 0.
+    ///         `max_batch_samples` 0; `chunks` with a budget or `balance_steps` (both move
+    ///         samples across ranks' chunks), or chunk parameters with another shuffle.
     void validate() const;
 };
 
@@ -250,6 +264,9 @@ struct EpochStart {
     /// and `position` must be the end of a batch: the samples of a prefix of the epoch's
     /// W-independent batch list.
     std::uint64_t position = 0;
+    /// `Shuffle::chunks`: the world size the epoch's order was made for (the epoch's first
+    /// run; a saved state's `order_world_size`); 0: the planning world size.
+    int order_world_size = 0;
 };
 
 /// Bytes of sample `id` (for `PlanOptions::balance_steps`, byte-balance reports and byte

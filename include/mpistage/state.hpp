@@ -104,6 +104,11 @@ struct LoaderState {
     PlanOptions plan;
     /// World size of the job that saved the state.
     int world_size = 1;
+    /// `Shuffle::chunks`: the world size `epoch`'s order was made for (the world size of the
+    /// run that began the epoch; `EpochStart::order_world_size`), kept through resumes at
+    /// other world sizes; 0 for the other shuffles. JSON key `order_world_size`, written (with
+    /// `chunk_samples` and `window_chunks`) only for `chunks`.
+    int order_world_size = 0;
     /// Epoch to continue (`Loader::epoch(state.epoch)` is the first call after restore).
     std::uint64_t epoch = 0;
     /// Batches every rank has yielded in `epoch` (counting batches of earlier runs at the same

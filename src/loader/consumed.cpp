@@ -49,7 +49,8 @@ std::uint64_t Loader::Impl::consumed_share(const LoaderState& s, const EpochPlan
         // The consumed samples are the first samples_consumed positions of the epoch order,
         // whatever world sizes consumed them.
         const auto [begin, end] = detail::part_range(s.samples_consumed, r, w);
-        return detail::global_positions_digest(num_samples, s.plan, s.epoch, begin, end);
+        return detail::global_positions_digest(num_samples, s.plan, s.epoch, begin, end,
+                                               s.order_world_size);
     }
     // byte_range resumes at the world size that saved the state (checked before).
     const EpochPlan mine =

@@ -290,6 +290,7 @@ Loader::Loader(CommRef comm, const Source& source, LoaderOptions options)
     d.tier = detail::build_memory_tier(d.comm, source, tier_options(d.options),
                                        detail::ring_bytes(*d.ring), tier_stats);
     copy_tier_stats(tier_stats, d.stats);
+    d.resolve_chunk_shuffle(tier_stats);
     // After the staging, so the fingerprint's 1026 sample reads (half of a file of 2000 150 KB
     // rows) come from the staged pages instead of caching the file first in readahead folios
     // (benchmarks/README.md, "Huge pages of the page cache").

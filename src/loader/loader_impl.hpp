@@ -118,6 +118,13 @@ struct Loader::Impl {
     /// epochs read in two phases; `on` always) and, for `automatic`, its note and predictions.
     /// Called once, at the end of construction (`use_threads` known).
     void resolve_two_phase();
+    /// Collective (the node split, when the budget must be derived): with `Shuffle::chunks`
+    /// sets chunk_samples and window_chunks left 0 from the stage budget; with stage auto over
+    /// budget and a global shuffle switches it to `chunks`. Sets `stats.shuffle_note`. Called
+    /// once, after the tier is built (src/loader/chunk_shuffle.cpp).
+    void resolve_chunk_shuffle(const detail::TierStats& tier);
+    /// Whether the chunk parameters were derived (a restore then takes the state's).
+    bool chunk_params_derived = false;
     /// Not collective: the cost functions of a batch budget (`sample_bytes`, `sample_tokens`).
     /// @throws ConfigError for a token field that is not the source's only ragged field.
     void make_cost_functions();

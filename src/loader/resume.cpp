@@ -39,6 +39,10 @@ void require_same_sequence(const LoaderState& state, const PlanOptions& o, int w
                    origin);
     require_option(s.remainder == o.remainder, "remainder", to_string(s.remainder),
                    to_string(o.remainder), origin);
+    require_option(s.chunk_samples == o.chunk_samples, "chunk_samples",
+                   std::to_string(s.chunk_samples), std::to_string(o.chunk_samples), origin);
+    require_option(s.window_chunks == o.window_chunks, "window_chunks",
+                   std::to_string(s.window_chunks), std::to_string(o.window_chunks), origin);
     require_option(s.budget.describe() == o.budget.describe(), "budget",
                    s.budget.active() ? s.budget.describe() : "none",
                    o.budget.active() ? o.budget.describe() : "none", origin);
@@ -99,12 +103,18 @@ void Loader::Impl::apply_resume(const LoaderState& state) {
                 to_string(state.fingerprint_level) +
                 "); docs/resume.md, \"Fingerprint levels\", says what each level compares)");
         }
+        if (chunk_params_derived && state.plan.shuffle == Shuffle::chunks) {
+            // Derived from this job's budget: the saved epoch's order keeps the saved sizes.
+            options.plan.chunk_samples = state.plan.chunk_samples;
+            options.plan.window_chunks = state.plan.window_chunks;
+        }
         require_same_sequence(state, options.plan, comm.size());
         // The state's numbers against each other (at the world size that saved it), then
         // the resume point inside the epoch at this world size (the planner throws
         // otherwise; with a budget also when it is not the end of a batch).
         detail::check_resume_point(state, sample_bytes, sample_tokens);
-        const EpochStart start{state.steps_consumed, state.samples_consumed};
+        const EpochStart start{state.steps_consumed, state.samples_consumed,
+                               state.order_world_size};
         if (options.plan.budget.active()) {
             rest = plan_of(state.epoch, start);
         } else {
@@ -120,7 +130,7 @@ void Loader::Impl::apply_resume(const LoaderState& state) {
 
 EpochStart Loader::Impl::start_of(std::uint64_t e) const {
     if (!resume || resume->epoch != e) return {};
-    return {resume->steps_consumed, resume->samples_consumed};
+    return {resume->steps_consumed, resume->samples_consumed, resume->order_world_size};
 }
 
 Loader Loader::restore(CommRef comm, const Source& source, LoaderOptions options,
@@ -144,6 +154,8 @@ LoaderState Loader::state() const {
     s.fingerprint_level = d.options.safety.fingerprint;
     s.plan = d.options.plan;
     s.world_size = d.comm.size();
+    // The chunk order of the epoch stays the one its first run made (at any later W).
+    if (s.plan.shuffle == Shuffle::chunks) s.order_world_size = d.comm.size();
     if (!d.progress.started) {
         // Nothing consumed since the restore: the job stands where the state says (its world
         // size included: the steps it counts were made there).
@@ -161,6 +173,7 @@ LoaderState Loader::state() const {
     s.steps_consumed = p.start.step + p.consumed;
     s.run_start_steps = p.start.step;  // this run's steps were all at this world size
     s.run_start_samples = p.start.position;
+    if (p.start.order_world_size > 0) s.order_world_size = p.start.order_world_size;
     const PlanOptions& o = d.options.plan;
     if (!p.job_samples_before.empty()) {  // budget batches: counted by the plan
         s.samples_consumed = p.job_samples_before[p.consumed];

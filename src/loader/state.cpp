@@ -126,6 +126,11 @@ std::string LoaderState::to_json() const {
         {"run_start_steps", run_start_steps},
         {"run_start_samples", run_start_samples},
     };
+    if (plan.shuffle == Shuffle::chunks) {
+        j["chunk_samples"] = plan.chunk_samples;
+        j["window_chunks"] = plan.window_chunks;
+        j["order_world_size"] = order_world_size;
+    }
     if (!consumed_digest.empty()) j["consumed_digest"] = consumed_digest;
     return j.dump();
 }
@@ -186,6 +191,16 @@ LoaderState LoaderState::from_json(const std::string& text, const std::string& o
         s.plan.budget.token_field = detail::json_unsigned(j, "token_field", where, 1u << 20);
     }
     s.world_size = detail::json_int(j, "world_size", where, 1, kMaxStateWorldSize);
+    if (s.plan.shuffle == Shuffle::chunks) {  // bounded before they size anything
+        s.plan.chunk_samples = detail::json_unsigned(j, "chunk_samples", where, s.num_samples);
+        s.plan.window_chunks = detail::json_unsigned(j, "window_chunks", where, s.num_samples);
+        if (s.plan.chunk_samples == 0 || s.plan.window_chunks == 0) {
+            detail::json_bad_value(s.plan.chunk_samples == 0 ? "chunk_samples" : "window_chunks",
+                                   j[s.plan.chunk_samples == 0 ? "chunk_samples" : "window_chunks"],
+                                   where, "at least 1");
+        }
+        s.order_world_size = detail::json_int(j, "order_world_size", where, 1, kMaxStateWorldSize);
+    }
     s.epoch = detail::json_unsigned(j, "epoch", where);
     s.steps_consumed = detail::json_unsigned(j, "steps_consumed", where);
     s.samples_consumed = detail::json_unsigned(j, "samples_consumed", where);

@@ -50,7 +50,8 @@ std::uint64_t id_range_digest(std::uint64_t begin, std::uint64_t end, std::uint6
 }
 
 std::uint64_t global_positions_digest(std::uint64_t num_samples, const PlanOptions& options,
-                                      std::uint64_t epoch, std::uint64_t begin, std::uint64_t end) {
+                                      std::uint64_t epoch, std::uint64_t begin, std::uint64_t end,
+                                      int order_world_size) {
     // The global plan's own slot rule at one rank with batches of one sample: slot k is
     // epoch position k, so the ids are the ones every plan of this epoch yields there.
     SlotRule rule;
@@ -61,6 +62,10 @@ std::uint64_t global_positions_digest(std::uint64_t num_samples, const PlanOptio
     rule.mask = true;
     rule.perm = Permutation(num_samples, epoch_permutation_key(options, epoch, 0));
     rule.width = 1;
+    if (options.shuffle == Shuffle::chunks) {
+        rule.chunks = std::make_shared<const ChunkOrder>(chunk_order(
+            num_samples, options, epoch, static_cast<std::uint64_t>(order_world_size)));
+    }
     std::uint64_t sum = 0;
     for (std::uint64_t p = begin; p < end && p < num_samples; ++p) {
         sum += consumed_term(static_cast<std::uint64_t>(rule.at(p).first), epoch);

@@ -34,9 +34,11 @@ std::uint64_t id_range_digest(std::uint64_t begin, std::uint64_t end, std::uint6
 /// Fixed batches, `global` sharding: sum of the terms of the samples at positions
 /// [begin, end) (end ≤ N) of the epoch order of `options` (the permutation keyed by seed and
 /// epoch with `shuffle = global`, ascending ids otherwise), as `plan_epoch` yields them at any
-/// world size. O(end − begin) time, O(1) memory.
+/// world size; with `shuffle = chunks` the chunk order made for `order_world_size` ranks.
+/// O(end − begin) time, O(1) memory.
 std::uint64_t global_positions_digest(std::uint64_t num_samples, const PlanOptions& options,
-                                      std::uint64_t epoch, std::uint64_t begin, std::uint64_t end);
+                                      std::uint64_t epoch, std::uint64_t begin, std::uint64_t end,
+                                      int order_world_size = 0);
 
 /// Part `part` (< parts) of `parts` (> 0) equal parts of [0, total); the first total mod parts
 /// parts hold one more.

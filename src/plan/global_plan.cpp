@@ -24,25 +24,44 @@ struct GlobalSlot {
 
 class GlobalOrder {
 public:
-    GlobalOrder(std::uint64_t n, const PlanOptions& o, std::uint64_t epoch)
+    GlobalOrder(std::uint64_t n, const PlanOptions& o, std::uint64_t epoch, int order_world_size)
         : n_(n), shuffle_(o.shuffle == Shuffle::global), mask_(o.remainder == Remainder::mask),
-          perm_(n, epoch_permutation_key(o, epoch, 0)) {}
+          perm_(n, epoch_permutation_key(o, epoch, 0)) {
+        if (o.shuffle == Shuffle::chunks) {
+            chunks_ = std::make_shared<const ChunkOrder>(
+                chunk_order(n, o, epoch, static_cast<std::uint64_t>(order_world_size)));
+        }
+    }
 
     /// The sample at epoch position `p`; positions ≥ N are padding (repeats from the head of
     /// the order for `pad`, kPaddingId for `mask`).
     std::int64_t id_at(std::uint64_t p) const {
         if (p >= n_ && mask_) return kPaddingId;
         const std::uint64_t q = p < n_ ? p : (p - n_) % n_;
+        if (chunks_) return static_cast<std::int64_t>(chunks_->id_at(q));
         return static_cast<std::int64_t>(shuffle_ ? perm_(q) : q);
     }
     std::uint64_t size() const noexcept { return n_; }
+    const std::shared_ptr<const ChunkOrder>& chunks() const noexcept { return chunks_; }
 
 private:
     std::uint64_t n_;
     bool shuffle_;
     bool mask_;
     Permutation perm_;
+    std::shared_ptr<const ChunkOrder> chunks_;
 };
+
+/// The rank that takes slot i (position order) of a global batch of W·B slots without a byte
+/// balance: contiguous slices of B, or with `Shuffle::chunks` strided (slot i to rank i mod W).
+int slice_owner(std::size_t i, const PlanOptions& o, std::uint64_t w) {
+    return static_cast<int>(o.shuffle == Shuffle::chunks ? i % w : i / o.batch_size);
+}
+
+/// The world size a chunk order of `start` is made for.
+int order_world(const EpochStart& start, int world_size) {
+    return start.order_world_size > 0 ? start.order_world_size : world_size;
+}
 
 /// The slots of global batch `s` (W·B of them, in position order).
 std::vector<GlobalSlot> global_batch(const GlobalOrder& order, std::uint64_t first_position,
@@ -107,8 +126,9 @@ struct BalanceReport {
 }  // namespace
 
 void plan_global(std::uint64_t num_samples, int world_size, int rank, const PlanOptions& options,
-                 std::uint64_t epoch, std::uint64_t position, const SampleBytesFn& sample_bytes,
+                 std::uint64_t epoch, const EpochStart& start, const SampleBytesFn& sample_bytes,
                  EpochPlan& plan) {
+    const std::uint64_t position = start.position;
     const auto w = static_cast<std::uint64_t>(world_size);
     const auto r = static_cast<std::uint64_t>(rank);
     const std::uint64_t b = options.batch_size;
@@ -128,12 +148,19 @@ void plan_global(std::uint64_t num_samples, int world_size, int rank, const Plan
         rule->position = position;
         rule->width = width;
         rule->rank_offset = r * b;
+        if (options.shuffle == Shuffle::chunks) {
+            rule->chunks = GlobalOrder(num_samples, options, epoch,
+                                       order_world(start, world_size))
+                               .chunks();
+            rule->rank_offset = r;
+            rule->slot_stride = w;
+        }
         plan.rule = std::move(rule);
         return;
     }
     plan.ids.resize(plan.steps * b);
     plan.valid.resize(plan.steps * b);
-    const GlobalOrder order(num_samples, options, epoch);
+    const GlobalOrder order(num_samples, options, epoch, order_world(start, world_size));
     BalanceReport report;
     BalanceReport unbalanced;
     std::vector<std::uint64_t> rank_bytes(w);
@@ -144,14 +171,14 @@ void plan_global(std::uint64_t num_samples, int world_size, int rank, const Plan
         if (options.balance_steps) {
             owner = balance_global_batch(slots, world_size, b);
         } else {
-            for (std::size_t i = 0; i < slots.size(); ++i) owner[i] = static_cast<int>(i / b);
+            for (std::size_t i = 0; i < slots.size(); ++i) owner[i] = slice_owner(i, options, w);
         }
         std::fill(rank_bytes.begin(), rank_bytes.end(), 0);
         std::fill(slice_bytes.begin(), slice_bytes.end(), 0);
         std::uint64_t k = s * b;
         for (std::size_t i = 0; i < slots.size(); ++i) {  // position order within the rank
             rank_bytes[static_cast<std::size_t>(owner[i])] += slots[i].bytes;
-            slice_bytes[i / b] += slots[i].bytes;
+            slice_bytes[static_cast<std::size_t>(slice_owner(i, options, w))] += slots[i].bytes;
             if (owner[i] != rank) continue;
             plan.ids[k] = slots[i].id;
             plan.valid[k] = slots[i].position < num_samples;
@@ -190,12 +217,16 @@ std::vector<std::int64_t> global_step_ids(std::uint64_t num_samples, int world_s
     }
     const std::uint64_t b = options.batch_size;
     const std::uint64_t width = static_cast<std::uint64_t>(world_size) * b;
-    const detail::GlobalOrder order(num_samples, options, epoch);
+    const detail::GlobalOrder order(num_samples, options, epoch,
+                                    detail::order_world(start, world_size));
     std::vector<std::int64_t> ids(width);
     if (!options.balance_steps) {
         // Rank r's batch is slice r of the global batch (as plan_global without a balance).
+        std::vector<std::uint64_t> filled(static_cast<std::size_t>(world_size), 0);
         for (std::uint64_t i = 0; i < width; ++i) {
-            ids[i] = order.id_at(start.position + step * width + i);
+            const auto q = static_cast<std::size_t>(
+                detail::slice_owner(i, options, static_cast<std::uint64_t>(world_size)));
+            ids[q * b + filled[q]++] = order.id_at(start.position + step * width + i);
         }
         return ids;
     }

@@ -41,6 +41,26 @@ void PlanOptions::validate() const {
         throw ConfigError("plan: shuffle 'global' needs sharding 'global' (byte_range shards are "
                           "shuffled with 'local')");
     }
+    if (sharding == Sharding::byte_range && shuffle == Shuffle::chunks) {
+        throw ConfigError("plan: shuffle 'chunks' needs sharding 'global' (its chunks are dealt "
+                          "to the ranks each epoch)");
+    }
+    if (shuffle == Shuffle::chunks && budget.active()) {
+        throw ConfigError(
+            "plan: shuffle 'chunks' takes fixed batches (batch_size); a batch budget "
+            "(batch_bytes/batch_tokens) is not supported with it yet: use shuffle 'global' for "
+            "budget batches");
+    }
+    if (shuffle == Shuffle::chunks && balance_steps) {
+        throw ConfigError(
+            "plan: balance_steps moves samples between ranks inside each global batch, away from "
+            "the chunks a rank holds; it does not combine with shuffle 'chunks'");
+    }
+    if (shuffle != Shuffle::chunks && (chunk_samples != 0 || window_chunks != 0)) {
+        throw ConfigError("plan: chunk_samples and window_chunks are parameters of shuffle "
+                          "'chunks'; this shuffle is '" +
+                          to_string(shuffle) + "'");
+    }
     if (sharding == Sharding::global && shuffle == Shuffle::local) {
         throw ConfigError("plan: shuffle 'local' needs sharding 'byte_range' (global sharding is "
                           "shuffled with 'global')");
@@ -61,7 +81,17 @@ void PlanOptions::validate() const {
 
 std::string to_string(Sharding s) { return s == Sharding::byte_range ? "byte_range" : "global"; }
 std::string to_string(Shuffle s) {
-    return s == Shuffle::none ? "none" : (s == Shuffle::local ? "local" : "global");
+    switch (s) {
+        case Shuffle::none:
+            return "none";
+        case Shuffle::local:
+            return "local";
+        case Shuffle::global:
+            return "global";
+        case Shuffle::chunks:
+            return "chunks";
+    }
+    return "unknown";
 }
 std::string to_string(Remainder r) {
     return r == Remainder::drop ? "drop" : (r == Remainder::pad ? "pad" : "mask");
@@ -75,7 +105,8 @@ Shuffle parse_shuffle(const std::string& s) {
     if (s == "none") return Shuffle::none;
     if (s == "local") return Shuffle::local;
     if (s == "global") return Shuffle::global;
-    throw ConfigError("unknown shuffle '" + s + "' (expected none, local or global)");
+    if (s == "chunks") return Shuffle::chunks;
+    throw ConfigError("unknown shuffle '" + s + "' (expected none, local, global or chunks)");
 }
 Remainder parse_remainder(const std::string& s) {
     if (s == "drop") return Remainder::drop;
@@ -218,8 +249,8 @@ EpochPlan plan_epoch_on_demand(std::uint64_t num_samples, int world_size, int ra
     plan.batch_size = options.batch_size;
     plan.first_step = start.step;
     if (options.sharding == Sharding::global) {
-        detail::plan_global(num_samples, world_size, rank, options, epoch, start.position,
-                            sample_bytes, plan);
+        detail::plan_global(num_samples, world_size, rank, options, epoch, start, sample_bytes,
+                            plan);
     } else {
         detail::plan_byte_range(num_samples, world_size, rank, options, epoch, start.step, plan);
     }
@@ -230,9 +261,11 @@ namespace detail {
 
 std::pair<std::int64_t, bool> SlotRule::at(std::uint64_t k) const {
     if (kind == Kind::global) {
-        const std::uint64_t p = position + (k / batch_size) * width + rank_offset + k % batch_size;
+        const std::uint64_t p =
+            position + (k / batch_size) * width + rank_offset + (k % batch_size) * slot_stride;
         if (p >= num_samples && mask) return {kPaddingId, false};
         const std::uint64_t q = p < num_samples ? p : (p - num_samples) % num_samples;
+        if (chunks) return {static_cast<std::int64_t>(chunks->id_at(q)), p < num_samples};
         return {static_cast<std::int64_t>(shuffle ? perm(q) : q), p < num_samples};
     }
     const std::uint64_t e = skip + k;  // the slot in the rank's whole epoch

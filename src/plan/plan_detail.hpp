@@ -3,9 +3,11 @@
 // global_plan.cpp (global sharding, per-step byte balance).
 
 #include <cstdint>
+#include <memory>
 #include <utility>
 
 #include "mpistage/plan.hpp"
+#include "plan/chunk_order.hpp"
 
 namespace mpistage::detail {
 
@@ -27,10 +29,14 @@ struct SlotRule {
     std::uint64_t real = 0;
     std::uint64_t shard_begin = 0;
     std::uint64_t pad_before = 0;
-    // global: slot s·B + j is epoch position `position + s·width + rank_offset + j`.
+    // global: slot s·B + j is epoch position `position + s·width + rank_offset + j·slot_stride`
+    // (contiguous rank slices: rank_offset r·B, stride 1; Shuffle::chunks: r and W), the id
+    // there `chunks->id_at` with the chunk order, else `perm` when shuffled.
     std::uint64_t position = 0;
     std::uint64_t width = 0;
     std::uint64_t rank_offset = 0;
+    std::uint64_t slot_stride = 1;
+    std::shared_ptr<const ChunkOrder> chunks;
 
     /// (id, valid) of slot `k`.
     std::pair<std::int64_t, bool> at(std::uint64_t k) const;
@@ -46,11 +52,12 @@ void plan_byte_range(std::uint64_t num_samples, int world_size, int rank,
                      const PlanOptions& options, std::uint64_t epoch, std::uint64_t first_step,
                      EpochPlan& plan);
 
-/// Sets `plan.rule` of `rank` for global sharding from epoch position `position`; with
+/// Sets `plan.rule` of `rank` for global sharding from epoch position `start.position` (the
+/// chunk order of `start.order_world_size`); with
 /// `sample_bytes`, fills `plan.ids/valid` and the byte-balance report instead (balanced with
 /// `options.balance_steps`).
 void plan_global(std::uint64_t num_samples, int world_size, int rank, const PlanOptions& options,
-                 std::uint64_t epoch, std::uint64_t position, const SampleBytesFn& sample_bytes,
+                 std::uint64_t epoch, const EpochStart& start, const SampleBytesFn& sample_bytes,
                  EpochPlan& plan);
 
 }  // namespace mpistage::detail

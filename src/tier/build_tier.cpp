@@ -32,6 +32,7 @@ bool fits_budget(const Communicator& comm, Stage stage, std::uint64_t need, std:
                           "budget");
     }
     stats.tier_note = "auto: " + why + "; serving from the file";
+    stats.over_budget = true;
     return false;
 }
 
@@ -70,6 +71,7 @@ std::unique_ptr<MemoryTier> build_memory_tier(const Communicator& comm, const So
     const std::uint64_t budget = options.stage_budget_bytes > 0
                                      ? options.stage_budget_bytes
                                      : detail::memory_share_bytes(comm.node_size());
+    stats.budget_bytes = budget;
     // Fixed fields are known before reading; ragged bytes only once read (checked again then).
     const auto begins = balanced_shard_begins(source.num_samples(), comm.size());
     const auto r = static_cast<std::size_t>(comm.rank());

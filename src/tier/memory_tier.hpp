@@ -70,6 +70,10 @@ struct TierStats {
     /// "memory" or "file" (same on every rank).
     std::string tier = "file";
     std::string tier_note;
+    /// The stage budget per rank (stage_budget_bytes, or the default share of the node's
+    /// memory), 0 with stage none; and whether some rank's shard exceeded it (stage auto).
+    std::uint64_t budget_bytes = 0;
+    bool over_budget = false;
     std::uint64_t staged_bytes = 0;
     /// Wall time of the tier's construction (the staging read), 0 when not staged.
     std::chrono::duration<double> stage_time{0};

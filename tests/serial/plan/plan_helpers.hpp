@@ -51,6 +51,10 @@ inline mpistage::PlanOptions options_of(const Case& c) {
     o.sharding = c.mode.sharding;
     o.shuffle = c.mode.shuffle;
     o.remainder = c.remainder;
+    if (c.mode.shuffle == mpistage::Shuffle::chunks) {  // small, so windows and tails abound
+        o.chunk_samples = 3;
+        o.window_chunks = 2;
+    }
     return o;
 }
 
@@ -120,13 +124,25 @@ inline std::vector<std::int64_t> valid_ids(const mpistage::EpochPlan& p) {
 }
 
 /// Global position of slot k of rank r under `global` sharding: step s = k / B takes positions
-/// [s*W*B, (s+1)*W*B) of the epoch order and rank r takes its slice [r*B, (r+1)*B) of them.
+/// [s*W*B, (s+1)*W*B) of the epoch order and rank r takes its slice [r*B, (r+1)*B) of them;
+/// with `Shuffle::chunks` (`strided`) its positions r + j*W of them instead.
 inline std::uint64_t global_position(std::uint64_t k, int rank, int world_size,
-                                     std::uint64_t batch_size) {
+                                     std::uint64_t batch_size, bool strided = false) {
     const std::uint64_t s = k / batch_size;
     const std::uint64_t j = k % batch_size;
-    return s * static_cast<std::uint64_t>(world_size) * batch_size +
-           static_cast<std::uint64_t>(rank) * batch_size + j;
+    const auto w = static_cast<std::uint64_t>(world_size);
+    const auto r = static_cast<std::uint64_t>(rank);
+    return s * w * batch_size + (strided ? r + j * w : r * batch_size + j);
+}
+
+/// The (rank, slot) of global position p (the inverse of `global_position`).
+inline std::pair<int, std::uint64_t> global_slot(std::uint64_t p, int world_size,
+                                                 std::uint64_t batch_size, bool strided = false) {
+    const auto w = static_cast<std::uint64_t>(world_size);
+    const std::uint64_t s = p / (w * batch_size);
+    const std::uint64_t i = p % (w * batch_size);
+    if (strided) return {static_cast<int>(i % w), s * batch_size + i / w};
+    return {static_cast<int>(i / batch_size), s * batch_size + i % batch_size};
 }
 
 /// Reports the first `max_reported` violations of a test as gtest failures and counts the rest,

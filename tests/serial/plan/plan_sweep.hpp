@@ -29,6 +29,7 @@ inline const std::vector<Mode> kModes = {
     {mpistage::Sharding::byte_range, mpistage::Shuffle::local},
     {mpistage::Sharding::global, mpistage::Shuffle::none},
     {mpistage::Sharding::global, mpistage::Shuffle::global},
+    {mpistage::Sharding::global, mpistage::Shuffle::chunks},  // chunks of 3, windows of 2
 };
 inline const std::vector<mpistage::Remainder> kRemainders = {
     mpistage::Remainder::drop, mpistage::Remainder::pad, mpistage::Remainder::mask};

@@ -21,7 +21,7 @@ std::string param_name(const ::testing::TestParamInfo<ModeRemainder>& info) {
 }
 
 INSTANTIATE_TEST_SUITE_P(PlanSweep, PlanProperties,
-                         ::testing::Combine(::testing::Range(0, 4),
+                         ::testing::Combine(::testing::Range(0, 5),
                                             ::testing::Values(Remainder::drop, Remainder::pad,
                                                               Remainder::mask)),
                          param_name);

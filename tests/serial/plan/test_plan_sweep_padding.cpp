@@ -15,6 +15,7 @@ using mpistage::EpochPlan;
 using mpistage::kPaddingId;
 using mpistage::Remainder;
 using mpistage::Sharding;
+using mpistage::Shuffle;
 using namespace mpistage_test_plan;
 
 // ---- no unflagged empty batch -----------------------------------------------------------------
@@ -121,15 +122,14 @@ TEST_P(PlanProperties, PaddingSemantics) {
                                             std::to_string(pad_count % n) + slot);
                             } else {
                                 // global: position p >= N repeats the sample at position (p-N) % N.
-                                const std::uint64_t pos =
-                                    mpistage_test_plan::global_position(k, r, c.world_size, b);
+                                const bool strided = c.mode.shuffle == Shuffle::chunks;
+                                const std::uint64_t pos = mpistage_test_plan::global_position(
+                                    k, r, c.world_size, b, strided);
                                 const std::uint64_t head = (pos - n) % n;
-                                const std::uint64_t wb =
-                                    static_cast<std::uint64_t>(c.world_size) * b;
-                                const auto& owner =
-                                    wp.ranks[static_cast<std::size_t>((head % wb) / b)];
-                                const std::size_t hk =
-                                    static_cast<std::size_t>((head / wb) * b + head % b);
+                                const auto [head_rank, head_slot] = mpistage_test_plan::global_slot(
+                                    head, c.world_size, b, strided);
+                                const auto& owner = wp.ranks[static_cast<std::size_t>(head_rank)];
+                                const auto hk = static_cast<std::size_t>(head_slot);
                                 v.check(
                                     hk < owner.ids.size() && owner.valid[hk] && owner.ids[hk] == id,
                                     rat,

@@ -1,0 +1,66 @@
+// Shuffle::chunks in the loader: its chunk and window sizes derived from the memory budget, and
+// stage auto choosing it over the global shuffle when the data exceeds the budget
+// (docs/shuffle.md).
+#include <algorithm>
+#include <string>
+
+#include "loader/loader_impl.hpp"
+#include "util/memory_budget.hpp"
+
+namespace mpistage {
+
+namespace {
+
+/// Chunks per window when the loader chooses: 16 (a batch of B draws from up to 17 chunks).
+constexpr std::uint64_t kWindowChunks = 16;
+/// The largest chunk the loader chooses: one sequential read of 64 MiB.
+constexpr std::uint64_t kMaxChunkBytes = std::uint64_t{64} << 20;
+
+/// Mean bytes of a sample: exact for fixed fields; ragged sizes from up to 1024 samples at
+/// evenly spaced ids (index look-ups, the same on every rank).
+std::uint64_t mean_sample_bytes(const Source& source, std::uint64_t n) {
+    const std::uint64_t probes = std::min<std::uint64_t>(n, 1024);
+    std::uint64_t sum = 0;
+    for (std::uint64_t i = 0; i < probes; ++i) sum += source.sample_bytes(i * (n / probes));
+    return std::max<std::uint64_t>(1, sum / probes);
+}
+
+}  // namespace
+
+void Loader::Impl::resolve_chunk_shuffle(const detail::TierStats& tier) {
+    PlanOptions& plan = options.plan;
+    const bool chosen_by_auto = tier.over_budget && options.tier.stage == Stage::automatic &&
+                                plan.shuffle == Shuffle::global && !plan.budget.active() &&
+                                !plan.balance_steps;
+    if (plan.shuffle != Shuffle::chunks && !chosen_by_auto) return;
+    chunk_params_derived = plan.chunk_samples == 0 || plan.window_chunks == 0;
+    std::uint64_t budget = tier.budget_bytes;
+    if (budget == 0) {  // stage none: the default share of the node's memory
+        comm.split_node();
+        budget = detail::memory_share_bytes(comm.node_size());
+    }
+    budget = comm.allreduce_min(budget);  // nodes of different sizes: one chunk size for all
+    const std::uint64_t sample = mean_sample_bytes(source, num_samples);
+    if (plan.window_chunks == 0) plan.window_chunks = kWindowChunks;
+    if (plan.chunk_samples == 0) {
+        // A rank holds the window it draws from and the next one read ahead: two windows of K
+        // chunks within its budget.
+        const std::uint64_t chunk_bytes =
+            std::min(kMaxChunkBytes, std::max<std::uint64_t>(1, budget / (2 * plan.window_chunks)));
+        plan.chunk_samples = std::max<std::uint64_t>(1, chunk_bytes / sample);
+    }
+    if (chosen_by_auto) plan.shuffle = Shuffle::chunks;
+    stats.shuffle_note =
+        std::string(chosen_by_auto ? "auto: the data exceeds the stage budget, so shuffle "
+                                     "'chunks' replaces 'global' (sequential reads of chunks "
+                                     "instead of one random read per sample); "
+                                   : "") +
+        "chunks of " + std::to_string(plan.chunk_samples) + " samples (" +
+        std::to_string(plan.chunk_samples * sample) + " bytes), windows of " +
+        std::to_string(plan.window_chunks) + " chunks per rank" +
+        (chunk_params_derived ? ", derived from the budget of " + std::to_string(budget) +
+                                    " bytes per rank"
+                              : "");
+}
+
+}  // namespace mpistage
