@@ -186,6 +186,8 @@ std::vector<NamedValue> stage_argument_values(const StageArgs& a) {
         {"--fingerprint", a.fingerprint},
         {"--accept-legacy-state", a.accept_legacy_state ? "on" : "off"},
         {"--balance-steps", a.balance_steps ? "on" : "off"},
+        {"--chunk-samples", std::to_string(a.chunk_samples)},
+        {"--window-chunks", std::to_string(a.window_chunks)},
         {"--compute-ms", std::to_string(a.compute_ms)},
         {"--compute-us", std::to_string(a.compute_us)},
         {"--stage", a.stage},

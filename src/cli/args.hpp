@@ -66,6 +66,9 @@ struct StageArgs {
     std::string stop_marker;
     std::string resume;
     bool balance_steps = false;
+    /// --shuffle chunks: samples per chunk and chunks per window (0: from the stage budget).
+    std::uint64_t chunk_samples = 0;
+    std::uint64_t window_chunks = 0;
     /// Emulated compute per step in milliseconds (paces a run like a trainer would).
     std::uint64_t compute_ms = 0;
     /// Emulated compute per step in microseconds, added to compute_ms (sub-millisecond steps).

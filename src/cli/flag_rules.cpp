@@ -97,6 +97,8 @@ constexpr Rule kRules[] = {
     {"--fingerprint", files,
      "it sets the dataset fingerprint of the loader's state (a stream state has none)"},
     {"--balance-steps", fixed_files, "it balances fixed-size global batches of FILE input"},
+    {"--chunk-samples", fixed_files, "it sizes the chunks of --shuffle chunks (FILE input)"},
+    {"--window-chunks", fixed_files, "it sizes the windows of --shuffle chunks (FILE input)"},
     {"--compute-ms", any_input, ""},
     {"--compute-us", any_input, ""},
     {"--device", any_input, ""},

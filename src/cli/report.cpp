@@ -112,6 +112,20 @@ void print_batches(const StageOutcome& o) {
                         100.0 * r.padding_waste, 100.0 * r.unbucketed_padding_waste);
         }
         std::printf("\n");
+        if (r.shuffle && r.shuffle->batches > 0) {
+            const ShuffleFigure& f = *r.shuffle;
+            std::printf(
+                "epoch %llu: shuffle quality: %.1f of %llu blocks per batch (full shuffle "
+                "%.1f), mean jump %.3f of N (full shuffle 0.333)",
+                static_cast<ull>(r.epoch), f.blocks_per_batch, static_cast<ull>(f.blocks),
+                f.full_shuffle_blocks_per_batch, f.mean_jump);
+            if (f.chunk_samples > 0) {
+                std::printf(", %.1f chunks of %llu samples per batch (full shuffle %.1f)",
+                            f.chunks_per_batch, static_cast<ull>(f.chunk_samples),
+                            f.full_shuffle_chunks_per_batch);
+            }
+            std::printf("\n");
+        }
     }
 }
 

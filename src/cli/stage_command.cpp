@@ -132,8 +132,10 @@ public:
         const double cpu0 = process_cpu_seconds();
         auto range = input_.epoch(e);
         const std::uint64_t planned = input_.planned_steps(range);
+        std::optional<ShuffleQuality> quality = input_.shuffle_quality();
         for (const HostBatch& batch : range) {
             c.add(batch, input_.oversize(range, batch));
+            if (quality) quality->add(batch);
             progress_.step(e, first_step + c.batches, planned ? first_step + planned : 0,
                            epoch_progress(before, c.valid));
             for (std::size_t j = 0; (count || keep_ids) && j < batch.size(); ++j) {
@@ -168,6 +170,7 @@ public:
         totals_.samples += c.valid;
         totals_.padding_slots += c.padding_slots;
         EpochReport r = report(e, range, c, count ? &*count : nullptr, hashes, resumed);
+        if (quality) r.shuffle = quality->finish(comm_);
         note_epoch_tier(comm_, input_.tier_stats(), elapsed, r);
         note_epoch_ranks(comm_, before, after, std::chrono::duration<double>(elapsed).count(), r);
         if (!a_.ids_out.empty()) {

@@ -21,6 +21,8 @@ LoaderOptions loader_options(const StageArgs& a) {
     o.plan.sharding = parse_sharding(a.effective_sharding());
     o.plan.remainder = parse_remainder(a.remainder);
     o.plan.balance_steps = a.balance_steps;
+    o.plan.chunk_samples = a.chunk_samples;
+    o.plan.window_chunks = a.window_chunks;
     o.pipeline.prefetch = a.prefetch;
     o.pipeline.io_threads = a.threads;
     o.safety.timeout = std::chrono::seconds(a.timeout_seconds);
@@ -143,10 +145,15 @@ RankTotals FileInput::totals() const {
 namespace {
 
 nlohmann::json plan_json(const PlanOptions& p) {
-    return {{"seed", p.seed},
-            {"shuffle", to_string(p.shuffle)},
-            {"sharding", to_string(p.sharding)},
-            {"balance_steps", p.balance_steps}};
+    nlohmann::json j = {{"seed", p.seed},
+                        {"shuffle", to_string(p.shuffle)},
+                        {"sharding", to_string(p.sharding)},
+                        {"balance_steps", p.balance_steps}};
+    if (p.shuffle == Shuffle::chunks) {
+        j["chunk_samples"] = p.chunk_samples;
+        j["window_chunks"] = p.window_chunks;
+    }
+    return j;
 }
 
 }  // namespace
@@ -175,7 +182,7 @@ void FileInput::describe(const StageArgs& a, StageOutcome& o) const {
     }
     o.num_samples = loader_.num_samples();
     o.remainder = opt.plan.budget.active() ? "mask" : a.remainder;
-    o.shuffle = a.shuffle;
+    o.shuffle = to_string(opt.plan.shuffle);  // stage auto may have chosen chunks
     o.sharding = a.effective_sharding();
 }
 

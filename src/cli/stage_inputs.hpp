@@ -9,6 +9,7 @@
 //   expected(r, prior)  distinct valid ids the whole epoch yields over all ranks (--verify)
 //   note_epoch(r, rep)  what the input adds to the epoch's report (byte balance, padding waste)
 //   snapshot()          collective: the state --save-state writes
+//   shuffle_quality()   the accumulator of the epoch's shuffle-quality figure (none: streams)
 //   totals(), tier_stats(), describe(o)
 #include <cstdint>
 #include <memory>
@@ -20,6 +21,7 @@
 #include "cli/checkpoint.hpp"
 #include "cli/flag_rules.hpp"
 #include "cli/report.hpp"
+#include "cli/shuffle_quality.hpp"
 #include "mpistage/loader.hpp"
 #include "mpistage/sqlite_source.hpp"
 #include "mpistage/stream.hpp"
@@ -62,6 +64,11 @@ public:
     /// This rank's counters beyond what the loop counts (bytes, waits, moves, device).
     RankTotals totals() const;
     const LoaderStats& tier_stats() const noexcept { return loader_.stats(); }
+    std::optional<ShuffleQuality> shuffle_quality() const {
+        const PlanOptions& p = loader_.options().plan;
+        return ShuffleQuality(loader_.num_samples(),
+                              p.shuffle == Shuffle::chunks ? p.chunk_samples : 0);
+    }
     /// Fills the input part of the report (sizes, options, fields).
     void describe(const StageArgs& a, StageOutcome& o) const;
     /// Samples are identified by their position in the files (no content check).
@@ -94,6 +101,8 @@ public:
     std::optional<SavedState> snapshot() const;
     RankTotals totals() const;
     const LoaderStats& tier_stats() const noexcept { return loader_->stats(); }
+    /// Rows come in query order: no shuffle to measure.
+    std::optional<ShuffleQuality> shuffle_quality() const { return std::nullopt; }
     void describe(const StageArgs& a, StageOutcome& o) const;
     /// Rank 0: the ids `state` had delivered in its pass (the prior run's, for --verify).
     static std::vector<std::int64_t> consumed_ids(const LoaderState& state);

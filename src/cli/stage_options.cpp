@@ -74,10 +74,17 @@ void add_stage_plan_options(CLI::App& cmd, StageArgs& a) {
     add_count(cmd, "--epochs,-e", a.epochs, "Epochs to stage");
     add_count(cmd, "--first-epoch", a.first_epoch, "Number of the first epoch");
     cmd.add_option("--shuffle", a.shuffle,
-                   "none, local (byte_range: each rank's shard) or global (all samples each "
-                   "epoch, like DistributedSampler(shuffle=True); alone it implies --sharding "
-                   "global)")
+                   "none, local (byte_range: each rank's shard), global (all samples each "
+                   "epoch, like DistributedSampler(shuffle=True)) or chunks (data larger than "
+                   "memory: chunks of contiguous samples dealt to ranks each epoch, shuffled "
+                   "within windows; docs/shuffle.md); global and chunks alone imply --sharding "
+                   "global")
         ->capture_default_str();
+    add_count(cmd, "--chunk-samples", a.chunk_samples,
+              "--shuffle chunks: samples per chunk, read together (default: from the stage "
+              "budget, two windows of chunks per rank)");
+    add_count(cmd, "--window-chunks", a.window_chunks,
+              "--shuffle chunks: chunks per window, shuffled together on one rank (default 16)");
     cmd.add_option("--sharding", a.sharding, "byte_range or global")->capture_default_str();
     add_count(cmd, "--seed", a.seed, "Shuffle seed");
     cmd.add_option("--remainder", a.remainder, "drop, pad or mask")->capture_default_str();

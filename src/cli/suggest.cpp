@@ -173,7 +173,7 @@ CLI::App* sub(CLI::App* cmd, const std::string& name) {
 void add_choice_checks(CLI::App& app) {
     CLI::App* stage = sub(&app, "stage");
     add_choices(stage, "--format", {"auto", "hdf5", "idx", "tfrecord"});
-    add_choices(stage, "--shuffle", {"none", "local", "global"});
+    add_choices(stage, "--shuffle", {"none", "local", "global", "chunks"});
     add_choices(stage, "--sharding", {"byte_range", "global"});
     add_choices(stage, "--remainder", {"drop", "pad", "mask"});
     add_choices(stage, "--on-corrupt", {"error", "skip"});

@@ -37,6 +37,7 @@ TierSummary gather_tier(const Communicator& comm, const std::string& stage,
     t.read_note = stats.stage_read_note;      // agreed
     t.two_phase = stats.two_phase;            // agreed at construction
     t.two_phase_note = comm.broadcast(stats.two_phase_note, 0);
+    t.shuffle_note = stats.shuffle_note;  // agreed: the same on every rank
     t.two_phase_plain_step_seconds = stats.two_phase_plain_step_seconds;
     t.two_phase_step_seconds = stats.two_phase_step_seconds;
     return t;
@@ -67,6 +68,7 @@ void print_tier(const TierSummary& t, const std::vector<EpochReport>& epochs) {
     std::printf("\n");
     if (!t.note.empty()) std::printf("  %s\n", t.note.c_str());
     if (!t.two_phase_note.empty()) std::printf("  %s\n", t.two_phase_note.c_str());
+    if (!t.shuffle_note.empty()) std::printf("  shuffle: %s\n", t.shuffle_note.c_str());
     for (const auto& r : epochs) {
         std::printf("  epoch %llu: tier %s, %.6f s (slowest rank)\n",
                     static_cast<unsigned long long>(r.epoch), r.tier.c_str(), r.seconds);
@@ -87,6 +89,7 @@ nlohmann::json tier_json(const TierSummary& t) {
             {"read_bytes_per_second", rate(t.staged_bytes, t.read_seconds)},
             {"populate_seconds", t.populate_seconds},
             {"map_node_seconds", t.map_node_seconds},
+            {"shuffle_note", t.shuffle_note},
             {"two_phase",
              {{"option", t.two_phase_option},
               {"chosen", t.two_phase},

@@ -32,6 +32,7 @@ struct TierSummary {
     std::string two_phase_option = "off";
     bool two_phase = false;
     std::string two_phase_note;
+    std::string shuffle_note;  // Shuffle::chunks: sizes, and auto's choice
     double two_phase_plain_step_seconds = 0;
     double two_phase_step_seconds = 0;
 };

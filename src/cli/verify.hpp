@@ -2,9 +2,11 @@
 // `mpistage stage --verify`: the exactly-once check of one epoch (internal to the CLI).
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "cli/shuffle_quality.hpp"
 #include "mpistage/comm.hpp"
 #include "mpistage/plan.hpp"
 
@@ -71,6 +73,8 @@ struct EpochReport {
     /// for; −1 with one rank. `others_waited_seconds`: the peer waits of the other ranks.
     int waited_on_rank = -1;
     double others_waited_seconds = 0;
+    /// FILE input: how close the epoch's order came to a full shuffle (cli/shuffle_quality.hpp).
+    std::optional<ShuffleFigure> shuffle;
 };
 
 /// Collective: the batch counts of every rank for `epoch` (no exactly-once check).

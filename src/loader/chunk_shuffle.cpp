@@ -35,6 +35,7 @@ void Loader::Impl::resolve_chunk_shuffle(const detail::TierStats& tier) {
     if (plan.shuffle != Shuffle::chunks && !chosen_by_auto) return;
     chunk_params_derived = plan.chunk_samples == 0 || plan.window_chunks == 0;
     std::uint64_t budget = tier.budget_bytes;
+    if (budget == 0) budget = options.tier.stage_budget_bytes;  // stage none, a budget given
     if (budget == 0) {  // stage none: the default share of the node's memory
         comm.split_node();
         budget = detail::memory_share_bytes(comm.node_size());
