@@ -301,8 +301,10 @@ class Loader(_lifetime.Tracked):
     differ all raise the same ConfigError). Keyword options are those of the C++
     ``LoaderOptions`` / ``PlanOptions`` / ``BatchBudget`` (docs/python.md lists them):
     batch_size, batch_bytes, batch_tokens, max_batch_samples, bucket_window, token_field,
-    seed, sharding ("byte_range" | "global"), shuffle ("none" | "local" | "global"; True
-    means "global", False "none"; "global" without sharding= implies sharding="global"),
+    seed, sharding ("byte_range" | "global"), shuffle ("none" | "local" | "global" |
+    "chunks"; True means "global", False "none"; "global" or "chunks" without sharding=
+    implies sharding="global"; "chunks", for data larger than memory, takes chunk_samples and
+    window_chunks, derived from stage_budget_bytes when left out: docs/shuffle.md),
     remainder ("drop" | "pad" | "mask"), balance_steps, prefetch, io_threads, device
     ("auto" | "cpu" | "cuda" | "cuda:N"), pin_memory, non_blocking, timeout (seconds),
     verify_files, accept_legacy_state, fingerprint ("sampled" | "full"), stage ("none" | "memory" | "auto"),

@@ -54,6 +54,7 @@ py::dict stats_to_python(const LoaderStats& s) {
     d["tier_note"] = s.tier_note;
     d["two_phase"] = s.two_phase;
     d["two_phase_note"] = s.two_phase_note;
+    d["shuffle_note"] = s.shuffle_note;
     d["staged_bytes"] = s.staged_bytes;
     d["stage_s"] = s.stage_time.count();
     d["stage_read_method"] = s.stage_read_method;

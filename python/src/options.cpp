@@ -96,6 +96,8 @@ const Setters<LoaderOptions>& loader_setters() {
         {"shuffle", [](O& o, V v) { o.plan.shuffle = shuffle_of(v); }},
         {"remainder", [](O& o, V v) { o.plan.remainder = parse_remainder(text(v)); }},
         {"balance_steps", [](O& o, V v) { o.plan.balance_steps = flag(v); }},
+        {"chunk_samples", [](O& o, V v) { o.plan.chunk_samples = count(v); }},
+        {"window_chunks", [](O& o, V v) { o.plan.window_chunks = count(v); }},
         {"batch_bytes", [](O& o, V v) { o.plan.budget.batch_bytes = count(v); }},
         {"batch_tokens", [](O& o, V v) { o.plan.budget.batch_tokens = count(v); }},
         {"max_batch_samples", [](O& o, V v) { o.plan.budget.max_batch_samples = count(v); }},

@@ -18,14 +18,19 @@ def load(source, **kw):
     return mpistage.Loader(source, **kw)
 
 
+CHUNKS = dict(chunk_samples=4, window_chunks=2)  # shuffle="chunks": many windows at N = 103
+
+
 @pytest.mark.parametrize("sharding,shuffle", [("byte_range", "none"), ("byte_range", "local"),
-                                              ("global", "global")])
+                                              ("global", "global"), ("global", "chunks")])
 @pytest.mark.parametrize("remainder", ["mask", "pad", "drop"])
 def test_exactly_once_and_equal_steps(small_h5, sharding, shuffle, remainder):
     source = mpistage.open_source(small_h5, fields=["x", "y"])
     assert source.num_samples == N
     loader = load(source, batch_size=5, sharding=sharding, shuffle=shuffle, seed=7,
-                  remainder=remainder)
+                  remainder=remainder, **(CHUNKS if shuffle == "chunks" else {}))
+    if shuffle == "chunks":
+        assert "chunks of 4 samples" in loader.stats["shuffle_note"]
     for epoch in range(2):
         ids, steps = [], 0
         batches = loader.epoch(epoch)
@@ -79,11 +84,14 @@ def test_errors_are_raised_on_every_rank(small_h5, workdir):
     assert issubclass(mpistage.Error, RuntimeError)
 
 
-def test_resume_at_another_world_size(small_h5):
+@pytest.mark.parametrize("shuffle", ["global", "chunks"])
+def test_resume_at_another_world_size(small_h5, shuffle):
     """Consume 3 steps at W ranks, save the state as JSON text, restore it on a communicator of
-    W - 1 ranks (W at 1 rank): consumed + rest is every sample exactly once."""
+    W - 1 ranks (W at 1 rank): consumed + rest is every sample exactly once (chunks: in the
+    order made for W, order_world_size)."""
     source = mpistage.open_source(small_h5)
-    opts = dict(batch_size=4, sharding="global", shuffle="global", seed=11, remainder="mask")
+    opts = dict(batch_size=4, sharding="global", shuffle=shuffle, seed=11, remainder="mask",
+                **(CHUNKS if shuffle == "chunks" else {}))
     loader = load(source, **opts)
     consumed = []
     epoch = loader.epoch(0, max_steps=3)
@@ -91,6 +99,8 @@ def test_resume_at_another_world_size(small_h5):
         consumed.extend(batch.index[batch.valid].tolist())
     state = json.loads(json.dumps(loader.state()))  # plain data, survives JSON
     assert state["steps_consumed"] == 3 and state["world_size"] == COMM.size
+    if shuffle == "chunks":
+        assert state["order_world_size"] == COMM.size and state["chunk_samples"] == 4
     del epoch, loader
     smaller = COMM.Split(0 if COMM.rank < max(COMM.size - 1, 1) else 1, COMM.rank)
     rest = []
