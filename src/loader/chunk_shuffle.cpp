@@ -51,6 +51,7 @@ void Loader::Impl::resolve_chunk_shuffle(const detail::TierStats& tier) {
         plan.chunk_samples = std::max<std::uint64_t>(1, chunk_bytes / sample);
     }
     if (chosen_by_auto) plan.shuffle = Shuffle::chunks;
+    read_ahead_budget = budget;
     stats.shuffle_note =
         std::string(chosen_by_auto ? "auto: the data exceeds the stage budget, so shuffle "
                                      "'chunks' replaces 'global' (sequential reads of chunks "

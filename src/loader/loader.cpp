@@ -470,9 +470,19 @@ EpochRange Loader::epoch(std::uint64_t e, EpochOptions eo) {
         step_reader = detail::two_phase_step_reader(d.comm, d.source, d.num_samples, d.options.plan,
                                                     e, start, impl->plan);
     }
+    // Shuffle::chunks from the files: chunks read ahead in the plan's order, within the budget
+    // (fixed fields; a memory tier or two-phase reads serve the epoch without it).
+    const Source* reader = &d.reader();
+    if (d.options.plan.shuffle == Shuffle::chunks && !d.tier && !d.stats.two_phase &&
+        impl->limit > 0 && detail::ChunkReadAhead::supports(d.source)) {
+        impl->read_ahead = std::make_unique<detail::ChunkReadAhead>(
+            d.source, impl->plan, d.options.plan.chunk_samples, d.read_ahead_budget,
+            std::max<std::size_t>(1, d.options.pipeline.io_threads), d.options.safety.timeout);
+        reader = impl->read_ahead.get();
+    }
     // Reads from the memory tier fall back to the source: the promise is kept from the file.
     impl->prefetch = std::make_unique<detail::Prefetcher>(
-        d.ring, d.reader(), impl->plan, e, std::move(step_reader), d.tier ? &d.source : nullptr);
+        d.ring, *reader, impl->plan, e, std::move(step_reader), d.tier ? &d.source : nullptr);
     std::uint64_t lag = 0;
     std::uint64_t group = 1;
     detail::window_shape(d.min_prefetch, impl->limit, d.stats.two_phase, lag, group);

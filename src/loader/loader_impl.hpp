@@ -18,6 +18,7 @@
 #include "mpistage/loader.hpp"
 #include "pipeline/prefetch.hpp"
 #include "pipeline/ring.hpp"
+#include "tier/chunk_read_ahead.hpp"
 #include "tier/memory_tier.hpp"
 
 namespace mpistage {
@@ -125,6 +126,8 @@ struct Loader::Impl {
     void resolve_chunk_shuffle(const detail::TierStats& tier);
     /// Whether the chunk parameters were derived (a restore then takes the state's).
     bool chunk_params_derived = false;
+    /// Shuffle::chunks: the bytes per rank its read-ahead may hold (the stage budget).
+    std::uint64_t read_ahead_budget = 0;
     /// Not collective: the cost functions of a batch budget (`sample_bytes`, `sample_tokens`).
     /// @throws ConfigError for a token field that is not the source's only ragged field.
     void make_cost_functions();
@@ -206,6 +209,9 @@ struct EpochRange::Impl {
     EpochPlan plan;
     EpochTotals totals;
     std::uint64_t epoch = 0;
+    /// Shuffle::chunks read from the files: the chunks read ahead in the plan's order, which
+    /// the prefetcher reads from (declared before it, so it outlives the prefetcher's threads).
+    std::unique_ptr<detail::ChunkReadAhead> read_ahead;
     std::unique_ptr<detail::Prefetcher> prefetch;
     // Consumer only:
     std::uint64_t next_consume = 0;
@@ -248,6 +254,17 @@ struct EpochRange::Impl {
         if (loader && loader->stager) loader->stager->discard_pending();
         if (prefetch) {
             prefetch->shutdown();
+        }
+        if (read_ahead && loader) {  // its counters into the loader's, once
+            const detail::ReadAheadStats r = read_ahead->stats();
+            ReadAheadCounters& c = loader->stats.read_ahead;
+            c.chunks_read += r.chunks_read;
+            c.bytes_read += r.bytes_read;
+            c.peak_resident_bytes = std::max(c.peak_resident_bytes, r.peak_resident_bytes);
+            c.budget_bytes = r.budget_bytes;
+            c.over_budget_reads += r.over_budget_reads;
+            c.wait_seconds += r.wait_seconds;
+            read_ahead.reset();
         }
         if (loader) {
             loader->epoch_active = false;

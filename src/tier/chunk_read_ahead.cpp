@@ -1,0 +1,191 @@
+// Clairvoyant chunk read-ahead (see chunk_read_ahead.hpp).
+#include "tier/chunk_read_ahead.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "mpistage/error.hpp"
+
+namespace mpistage::detail {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+/// Writes a chunk's rows back to back, one buffer per field.
+class ChunkSink final : public BatchSink {
+public:
+    ChunkSink(std::vector<std::unique_ptr<std::byte[]>>& data, const std::vector<FieldInfo>& f)
+        : data_(data), fields_(f) {}
+    std::byte* fixed(std::size_t field, std::size_t slot) override {
+        return data_[field].get() + slot * fields_[field].sample_bytes;
+    }
+    std::byte* ragged(std::size_t, std::size_t, std::uint64_t) override {
+        throw FormatError("chunk read-ahead: a ragged field (only fixed-size fields are read "
+                          "ahead by chunks)");
+    }
+
+private:
+    std::vector<std::unique_ptr<std::byte[]>>& data_;
+    const std::vector<FieldInfo>& fields_;
+};
+
+/// Slot `k + slot` of another sink: a one-sample read straight from the source.
+class OffsetSink final : public BatchSink {
+public:
+    OffsetSink(BatchSink& s, std::size_t k) : s_(s), k_(k) {}
+    std::byte* fixed(std::size_t field, std::size_t slot) override {
+        return s_.fixed(field, k_ + slot);
+    }
+    std::byte* ragged(std::size_t field, std::size_t slot, std::uint64_t size_bytes) override {
+        return s_.ragged(field, k_ + slot, size_bytes);
+    }
+
+private:
+    BatchSink& s_;
+    std::size_t k_;
+};
+
+}  // namespace
+
+bool ChunkReadAhead::supports(const Source& source) {
+    for (const FieldInfo& f : source.fields()) {
+        if (f.ragged) return false;
+    }
+    return !source.fields().empty();
+}
+
+ChunkReadAhead::ChunkReadAhead(const Source& source, const EpochPlan& plan,
+                               std::uint64_t chunk_samples, std::uint64_t budget_bytes,
+                               std::size_t threads, std::chrono::seconds timeout)
+    : source_(source),
+      chunk_samples_(std::max<std::uint64_t>(1, chunk_samples)),
+      budget_(budget_bytes),
+      timeout_(timeout) {
+    for (const FieldInfo& f : source.fields()) row_bytes_ += f.sample_bytes;
+    stats_.budget_bytes = budget_bytes;
+    // The planned reads: each chunk's uses, and the chunks in the order of their first use.
+    const std::uint64_t n = source.num_samples();
+    const std::uint64_t slots = plan.batch_begin(plan.steps);
+    for (std::uint64_t k = 0; k < slots; ++k) {
+        const std::int64_t id = plan.slot_id(k);
+        if (id < 0) continue;
+        const std::uint64_t c = static_cast<std::uint64_t>(id) / chunk_samples_;
+        auto [it, added] = chunks_.try_emplace(c);
+        if (added) {
+            it->second.first = c * chunk_samples_;
+            it->second.count = std::min(chunk_samples_, n - it->second.first);
+            it->second.order = order_.size();
+            order_.push_back(c);
+        }
+        ++it->second.uses;
+    }
+    for (std::size_t t = 0; t < std::max<std::size_t>(1, threads); ++t) {
+        threads_.emplace_back([this] { reader(); });
+    }
+}
+
+ChunkReadAhead::~ChunkReadAhead() {
+    {
+        std::lock_guard<std::mutex> lk(m_);
+        stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) t.join();
+}
+
+void ChunkReadAhead::reader() {
+    std::unique_lock<std::mutex> lk(m_);
+    for (;;) {
+        if (stop_ || next_ >= order_.size()) return;
+        const std::size_t i = next_;
+        Chunk& c = chunks_.at(order_[i]);
+        const std::uint64_t bytes = chunk_bytes(c);
+        // Within the budget, or a read waits for this chunk (progress over the bound).
+        cv_.wait(lk, [&] {
+            return stop_ || next_ != i || resident_ + bytes <= budget_ ||
+                   (!waiting_.empty() && *waiting_.begin() <= i);
+        });
+        if (stop_) return;
+        if (next_ != i) continue;  // another thread took it
+        ++next_;
+        if (resident_ + bytes > budget_) ++stats_.over_budget_reads;
+        resident_ += bytes;
+        stats_.peak_resident_bytes = std::max(stats_.peak_resident_bytes, resident_);
+        c.state = Chunk::State::reading;
+        std::vector<std::unique_ptr<std::byte[]>> data;
+        const std::vector<FieldInfo>& fields = source_.fields();
+        std::exception_ptr error;
+        lk.unlock();
+        try {
+            for (const FieldInfo& f : fields) {
+                data.emplace_back(new std::byte[std::max<std::uint64_t>(1, c.count * f.sample_bytes)]);
+            }
+            std::vector<std::uint64_t> ids(c.count);
+            for (std::uint64_t j = 0; j < c.count; ++j) ids[j] = c.first + j;
+            ChunkSink sink(data, fields);
+            source_.read(ids.data(), ids.size(), sink);  // consecutive ids: one read per field
+        } catch (...) {
+            error = std::current_exception();
+        }
+        lk.lock();
+        c.data = std::move(data);
+        c.error = error;
+        c.state = Chunk::State::resident;
+        ++stats_.chunks_read;
+        stats_.bytes_read += bytes;
+        cv_.notify_all();
+    }
+}
+
+void ChunkReadAhead::read(const std::uint64_t* ids, std::size_t count, BatchSink& sink) const {
+    const std::vector<FieldInfo>& fields = source_.fields();
+    for (std::size_t k = 0; k < count; ++k) {
+        const std::uint64_t id = ids[k];
+        std::unique_lock<std::mutex> lk(m_);
+        const auto it = chunks_.find(id / chunk_samples_);
+        if (it == chunks_.end() || it->second.state == Chunk::State::freed ||
+            it->second.uses == 0) {
+            lk.unlock();  // not planned (a retry): straight from the source
+            OffsetSink one(sink, k);
+            source_.read(&id, 1, one);
+            continue;
+        }
+        Chunk& c = it->second;
+        if (c.state != Chunk::State::resident) {
+            const auto t0 = Clock::now();
+            const auto waiting = waiting_.insert(c.order);
+            cv_.notify_all();
+            const bool ready = cv_.wait_for(lk, timeout_, [&] {
+                return c.state == Chunk::State::resident;
+            });
+            waiting_.erase(waiting);
+            stats_.wait_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+            if (!ready) {
+                throw IoError("loader: chunk read-ahead: chunk " + std::to_string(id / chunk_samples_) +
+                              " (samples " + std::to_string(c.first) + " to " +
+                              std::to_string(c.first + c.count - 1) + ") was not read within " +
+                              std::to_string(timeout_.count()) + " s");
+            }
+        }
+        if (c.error) std::rethrow_exception(c.error);
+        const std::uint64_t row = id - c.first;
+        for (std::size_t f = 0; f < fields.size(); ++f) {
+            const std::uint64_t b = fields[f].sample_bytes;
+            std::memcpy(sink.fixed(f, k), c.data[f].get() + row * b, b);
+        }
+        if (--c.uses == 0) {  // its last planned read: the memory goes back to the budget
+            c.data.clear();
+            c.state = Chunk::State::freed;
+            resident_ -= chunk_bytes(c);
+            cv_.notify_all();
+        }
+    }
+}
+
+ReadAheadStats ChunkReadAhead::stats() const {
+    std::lock_guard<std::mutex> lk(m_);
+    return stats_;
+}
+
+}  // namespace mpistage::detail

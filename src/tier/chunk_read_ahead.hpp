@@ -1,0 +1,102 @@
+#pragma once
+// Clairvoyant read-ahead for `Shuffle::chunks` (docs/shuffle.md, "Read-ahead"): the chunks of
+// one rank's epoch read in the order its plan will first need them, each in one large read per
+// field, into memory bounded by the stage budget, and freed after their last planned use.
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "mpistage/plan.hpp"
+#include "mpistage/source.hpp"
+
+namespace mpistage::detail {
+
+/// What one epoch's read-ahead did (this rank).
+struct ReadAheadStats {
+    std::uint64_t chunks_read = 0;
+    std::uint64_t bytes_read = 0;
+    /// The most bytes resident at once, and the budget they were held to.
+    std::uint64_t peak_resident_bytes = 0;
+    std::uint64_t budget_bytes = 0;
+    /// Chunks read beyond the budget because a read waited for them (a window larger than the
+    /// budget: progress over the bound, counted).
+    std::uint64_t over_budget_reads = 0;
+    /// Seconds the pipeline's reads waited for a chunk not yet in memory.
+    double wait_seconds = 0;
+};
+
+/// The samples of one rank's epoch as a `Source`, served from chunks of `chunk_samples`
+/// contiguous ids read ahead by `threads` background threads (NoPFS's clairvoyant
+/// prefetching, Dryden et al., SC'21: the access order is known before the epoch starts).
+/// The plan's slot ids give each chunk's first use (the reading order) and its number of
+/// uses; a chunk is freed once every planned read of it was served, and a chunk is read only
+/// while the resident bytes stay within `budget_bytes` (unless a read waits for it).
+/// Fixed-size fields only (`supports`). `read` is thread-safe and independent (no MPI);
+/// construction starts the threads, destruction stops and joins them. Borrows `source`.
+class ChunkReadAhead final : public Source {
+public:
+    /// Whether `source` can be read this way (every field of fixed size).
+    static bool supports(const Source& source);
+    /// `plan`: this rank's plan of the epoch (its slot ids are the planned reads, in order).
+    /// `timeout`: the longest a read waits for its chunk (then an IoError naming it).
+    ChunkReadAhead(const Source& source, const EpochPlan& plan, std::uint64_t chunk_samples,
+                   std::uint64_t budget_bytes, std::size_t threads, std::chrono::seconds timeout);
+    ~ChunkReadAhead() override;
+    ChunkReadAhead(const ChunkReadAhead&) = delete;
+    ChunkReadAhead& operator=(const ChunkReadAhead&) = delete;
+
+    const std::vector<FieldInfo>& fields() const override { return source_.fields(); }
+    std::uint64_t num_samples() const override { return source_.num_samples(); }
+    std::uint64_t records_in_cut(int rank, int world_size) const override {
+        return source_.records_in_cut(rank, world_size);
+    }
+    std::string fingerprint() const override { return source_.fingerprint(); }
+    std::uint64_t sample_bytes(std::uint64_t id) const override {
+        return source_.sample_bytes(id);
+    }
+    /// Copies each sample from its chunk (waiting for it to be read). An id the plan did not
+    /// list (a retry) is read from the source directly. @throws the chunk read's error
+    /// (IoError, FormatError, Hdf5Error naming file and offset), or IoError after `timeout`.
+    void read(const std::uint64_t* ids, std::size_t count, BatchSink& sink) const override;
+    ReadAheadStats stats() const;
+
+private:
+    struct Chunk {
+        std::uint64_t first = 0;  // first id
+        std::uint64_t count = 0;  // ids in the chunk
+        std::uint64_t uses = 0;   // planned reads not served yet
+        std::size_t order = 0;    // index in the reading order
+        enum class State { waiting, reading, resident, freed } state = State::waiting;
+        std::vector<std::unique_ptr<std::byte[]>> data;  // one buffer per field
+        std::exception_ptr error;
+    };
+    void reader();
+    std::uint64_t chunk_bytes(const Chunk& c) const noexcept { return c.count * row_bytes_; }
+
+    const Source& source_;
+    std::uint64_t chunk_samples_;
+    std::uint64_t budget_;
+    std::chrono::seconds timeout_;
+    std::uint64_t row_bytes_ = 0;
+    mutable std::mutex m_;
+    mutable std::condition_variable cv_;
+    mutable std::unordered_map<std::uint64_t, Chunk> chunks_;  // by chunk number
+    std::vector<std::uint64_t> order_;                         // chunk numbers, first use
+    std::size_t next_ = 0;                                     // next in order_ to read
+    mutable std::multiset<std::size_t> waiting_;  // orders of the chunks reads wait for
+    mutable std::uint64_t resident_ = 0;
+    bool stop_ = false;
+    mutable ReadAheadStats stats_;
+    std::vector<std::thread> threads_;
+};
+
+}  // namespace mpistage::detail
