@@ -241,6 +241,9 @@ struct ReadAheadCounters {
     std::uint64_t over_budget_reads = 0;
     /// Seconds the loader's reads waited for a chunk not yet in memory.
     double wait_seconds = 0;
+    /// The most chunk reads in flight at once in an epoch (the read-ahead adds one each time
+    /// a read waited, up to 16).
+    std::uint64_t readers = 0;
 };
 
 /// Counters of a loader over streams (zero for files), this rank's.

@@ -100,7 +100,13 @@ nlohmann::json rank_json(std::size_t rank, const RankTotals& t, const std::strin
             {"device", t.device < 0 ? std::string("cpu") : "cuda:" + std::to_string(t.device)},
             {"h2d_bytes", t.h2d_bytes},
             {"h2d_seconds", t.h2d_seconds},
-            {"cpu_seconds", t.cpu_seconds}};
+            {"cpu_seconds", t.cpu_seconds},
+            {"read_ahead",
+             {{"chunks", t.read_ahead_chunks},
+              {"peak_bytes", t.read_ahead_peak_bytes},
+              {"over_budget_chunks", t.read_ahead_over_budget},
+              {"readers", t.read_ahead_readers},
+              {"wait_seconds", t.read_ahead_wait_seconds}}}};
 }
 
 // The hosts in order of their first rank, each with its ranks (the ranks per host).

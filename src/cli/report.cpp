@@ -172,7 +172,12 @@ std::vector<RankTotals> gather_rank_totals(const Communicator& comm, const RankT
                                              static_cast<std::uint64_t>(t.device + 1),  // 0 = CPU
                                              t.h2d_bytes,
                                              us(t.h2d_seconds),
-                                             us(t.cpu_seconds)};
+                                             us(t.cpu_seconds),
+                                             t.read_ahead_chunks,
+                                             t.read_ahead_peak_bytes,
+                                             t.read_ahead_over_budget,
+                                             t.read_ahead_readers,
+                                             us(t.read_ahead_wait_seconds)};
     const std::vector<std::uint64_t> all = comm.allgather(mine);
     std::vector<RankTotals> out(static_cast<std::size_t>(comm.size()));
     for (std::size_t r = 0; r < out.size(); ++r) {
@@ -190,7 +195,12 @@ std::vector<RankTotals> gather_rank_totals(const Communicator& comm, const RankT
                   static_cast<int>(v[10]) - 1,
                   v[11],
                   v[12] / 1e6,
-                  v[13] / 1e6};
+                  v[13] / 1e6,
+                  v[14],
+                  v[15],
+                  v[16],
+                  v[17],
+                  v[18] / 1e6};
     }
     return out;
 }

@@ -51,6 +51,13 @@ struct RankTotals {
     /// CPU seconds (user + system, all threads) of the rank's process during the epochs'
     /// loops: what the loop cost the rank, whatever share of a core it got.
     double cpu_seconds = 0;
+    /// `--shuffle chunks` from the files (LoaderStats::read_ahead): chunks read, the most bytes
+    /// held at once, chunks read over the budget, the most reads in flight, waits for chunks.
+    std::uint64_t read_ahead_chunks = 0;
+    std::uint64_t read_ahead_peak_bytes = 0;
+    std::uint64_t read_ahead_over_budget = 0;
+    std::uint64_t read_ahead_readers = 0;
+    double read_ahead_wait_seconds = 0;
 };
 
 /// Collective (one allgather through `comm`): every rank's totals, indexed by rank.

@@ -139,6 +139,11 @@ RankTotals FileInput::totals() const {
     t.device = s.device.index;
     t.h2d_bytes = s.staging.bytes_copied;
     t.h2d_seconds = s.staging.copy_seconds;
+    t.read_ahead_chunks = s.read_ahead.chunks_read;
+    t.read_ahead_peak_bytes = s.read_ahead.peak_resident_bytes;
+    t.read_ahead_over_budget = s.read_ahead.over_budget_reads;
+    t.read_ahead_readers = s.read_ahead.readers;
+    t.read_ahead_wait_seconds = s.read_ahead.wait_seconds;
     return t;
 }
 

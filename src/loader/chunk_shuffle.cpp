@@ -44,10 +44,11 @@ void Loader::Impl::resolve_chunk_shuffle(const detail::TierStats& tier) {
     const std::uint64_t sample = mean_sample_bytes(source, num_samples);
     if (plan.window_chunks == 0) plan.window_chunks = kWindowChunks;
     if (plan.chunk_samples == 0) {
-        // A rank holds the window it draws from and the next one read ahead: two windows of K
-        // chunks within its budget.
-        const std::uint64_t chunk_bytes =
-            std::min(kMaxChunkBytes, std::max<std::uint64_t>(1, budget / (2 * plan.window_chunks)));
+        // A rank holds the window it draws from and the next one read ahead: two windows,
+        // each of up to K + 1 chunks (a window need not start at a chunk), and one chunk in
+        // flight more, within its budget.
+        const std::uint64_t chunk_bytes = std::min(
+            kMaxChunkBytes, std::max<std::uint64_t>(1, budget / (2 * plan.window_chunks + 3)));
         plan.chunk_samples = std::max<std::uint64_t>(1, chunk_bytes / sample);
     }
     if (chosen_by_auto) plan.shuffle = Shuffle::chunks;

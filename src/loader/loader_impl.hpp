@@ -264,6 +264,7 @@ struct EpochRange::Impl {
             c.budget_bytes = r.budget_bytes;
             c.over_budget_reads += r.over_budget_reads;
             c.wait_seconds += r.wait_seconds;
+            c.readers = std::max<std::uint64_t>(c.readers, r.readers);
             read_ahead.reset();
         }
         if (loader) {

@@ -80,31 +80,35 @@ ChunkReadAhead::ChunkReadAhead(const Source& source, const EpochPlan& plan,
         }
         ++it->second.uses;
     }
-    for (std::size_t t = 0; t < std::max<std::size_t>(1, threads); ++t) {
+    for (std::size_t t = 0; t < std::clamp<std::size_t>(threads, 1, kMaxReaders); ++t) {
         threads_.emplace_back([this] { reader(); });
     }
+    stats_.readers = threads_.size();
 }
 
 ChunkReadAhead::~ChunkReadAhead() {
+    std::vector<std::thread> threads;
     {
         std::lock_guard<std::mutex> lk(m_);
         stop_ = true;
+        threads.swap(threads_);  // no read runs now (the prefetcher stopped first)
     }
     cv_.notify_all();
-    for (auto& t : threads_) t.join();
+    for (auto& t : threads) t.join();
 }
 
-void ChunkReadAhead::reader() {
+void ChunkReadAhead::reader() const {
     std::unique_lock<std::mutex> lk(m_);
     for (;;) {
         if (stop_ || next_ >= order_.size()) return;
         const std::size_t i = next_;
         Chunk& c = chunks_.at(order_[i]);
         const std::uint64_t bytes = chunk_bytes(c);
-        // Within the budget, or a read waits for this chunk (progress over the bound).
+        // Within the budget, or the earliest chunk a read waits for is this one (progress over
+        // the bound; a read waiting for a later chunk waits for this one to be needed first).
         cv_.wait(lk, [&] {
             return stop_ || next_ != i || resident_ + bytes <= budget_ ||
-                   (!waiting_.empty() && *waiting_.begin() <= i);
+                   (!waiting_.empty() && *waiting_.begin() == i);
         });
         if (stop_) return;
         if (next_ != i) continue;  // another thread took it
@@ -140,21 +144,30 @@ void ChunkReadAhead::reader() {
 
 void ChunkReadAhead::read(const std::uint64_t* ids, std::size_t count, BatchSink& sink) const {
     const std::vector<FieldInfo>& fields = source_.fields();
+    // One lock for the batch (released while waiting for a chunk or reading a retry): the
+    // copies are a few hundred bytes each.
+    std::unique_lock<std::mutex> lk(m_);
     for (std::size_t k = 0; k < count; ++k) {
         const std::uint64_t id = ids[k];
-        std::unique_lock<std::mutex> lk(m_);
         const auto it = chunks_.find(id / chunk_samples_);
         if (it == chunks_.end() || it->second.state == Chunk::State::freed ||
             it->second.uses == 0) {
             lk.unlock();  // not planned (a retry): straight from the source
             OffsetSink one(sink, k);
             source_.read(&id, 1, one);
+            lk.lock();
             continue;
         }
         Chunk& c = it->second;
         if (c.state != Chunk::State::resident) {
             const auto t0 = Clock::now();
             const auto waiting = waiting_.insert(c.order);
+            // A read waited: one more chunk in flight, up to kMaxReaders (the file system's
+            // latency is hidden by reads in flight, as far as the budget leaves room for them).
+            if (threads_.size() < kMaxReaders && next_ < order_.size()) {
+                threads_.emplace_back([this] { reader(); });
+                stats_.readers = threads_.size();
+            }
             cv_.notify_all();
             const bool ready = cv_.wait_for(lk, timeout_, [&] {
                 return c.state == Chunk::State::resident;

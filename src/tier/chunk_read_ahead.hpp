@@ -32,11 +32,19 @@ struct ReadAheadStats {
     std::uint64_t over_budget_reads = 0;
     /// Seconds the pipeline's reads waited for a chunk not yet in memory.
     double wait_seconds = 0;
+    /// Reader threads at the end (chunks in flight at once): `threads` at the start, one more
+    /// each time a read waited, at most `kMaxReaders`.
+    std::size_t readers = 0;
 };
+
+/// The most chunk reads in flight at once (threads of one rank's read-ahead).
+constexpr std::size_t kMaxReaders = 16;
 
 /// The samples of one rank's epoch as a `Source`, served from chunks of `chunk_samples`
 /// contiguous ids read ahead by `threads` background threads (NoPFS's clairvoyant
 /// prefetching, Dryden et al., SC'21: the access order is known before the epoch starts).
+/// The depth adapts: each time a read has to wait for its chunk, one more reader thread
+/// (chunk in flight) is added, up to kMaxReaders, within the budget.
 /// The plan's slot ids give each chunk's first use (the reading order) and its number of
 /// uses; a chunk is freed once every planned read of it was served, and a chunk is read only
 /// while the resident bytes stay within `budget_bytes` (unless a read waits for it).
@@ -79,7 +87,7 @@ private:
         std::vector<std::unique_ptr<std::byte[]>> data;  // one buffer per field
         std::exception_ptr error;
     };
-    void reader();
+    void reader() const;
     std::uint64_t chunk_bytes(const Chunk& c) const noexcept { return c.count * row_bytes_; }
 
     const Source& source_;
@@ -91,12 +99,12 @@ private:
     mutable std::condition_variable cv_;
     mutable std::unordered_map<std::uint64_t, Chunk> chunks_;  // by chunk number
     std::vector<std::uint64_t> order_;                         // chunk numbers, first use
-    std::size_t next_ = 0;                                     // next in order_ to read
+    mutable std::size_t next_ = 0;  // next in order_ to read
     mutable std::multiset<std::size_t> waiting_;  // orders of the chunks reads wait for
     mutable std::uint64_t resident_ = 0;
     bool stop_ = false;
     mutable ReadAheadStats stats_;
-    std::vector<std::thread> threads_;
+    mutable std::vector<std::thread> threads_;  // grows in `read` (under m_)
 };
 
 }  // namespace mpistage::detail
