@@ -1,7 +1,10 @@
 // Clairvoyant chunk read-ahead (see chunk_read_ahead.hpp).
 #include "tier/chunk_read_ahead.hpp"
 
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 
 #include "mpistage/error.hpp"
@@ -12,13 +15,14 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-/// Writes a chunk's rows back to back, one buffer per field.
+/// Writes a chunk's rows back to back, field after field (field f at `offsets[f]`).
 class ChunkSink final : public BatchSink {
 public:
-    ChunkSink(std::vector<std::unique_ptr<std::byte[]>>& data, const std::vector<FieldInfo>& f)
-        : data_(data), fields_(f) {}
+    ChunkSink(std::byte* data, const std::vector<std::uint64_t>& offsets,
+              const std::vector<FieldInfo>& f)
+        : data_(data), offsets_(offsets), fields_(f) {}
     std::byte* fixed(std::size_t field, std::size_t slot) override {
-        return data_[field].get() + slot * fields_[field].sample_bytes;
+        return data_ + offsets_[field] + slot * fields_[field].sample_bytes;
     }
     std::byte* ragged(std::size_t, std::size_t, std::uint64_t) override {
         throw FormatError("chunk read-ahead: a ragged field (only fixed-size fields are read "
@@ -26,9 +30,22 @@ public:
     }
 
 private:
-    std::vector<std::unique_ptr<std::byte[]>>& data_;
+    std::byte* data_;
+    const std::vector<std::uint64_t>& offsets_;
     const std::vector<FieldInfo>& fields_;
 };
+
+/// Where each field's rows start in a chunk of `count` rows.
+std::vector<std::uint64_t> field_offsets(const std::vector<FieldInfo>& fields,
+                                         std::uint64_t count) {
+    std::vector<std::uint64_t> out;
+    std::uint64_t at = 0;
+    for (const FieldInfo& f : fields) {
+        out.push_back(at);
+        at += count * f.sample_bytes;
+    }
+    return out;
+}
 
 /// Slot `k + slot` of another sink: a one-sample read straight from the source.
 class OffsetSink final : public BatchSink {
@@ -47,6 +64,34 @@ private:
 };
 
 }  // namespace
+
+ChunkMemory::ChunkMemory(std::size_t bytes) : bytes_(std::max<std::size_t>(1, bytes)) {
+    void* p = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+        const int e = errno;
+        bytes_ = 0;
+        throw IoError("loader: chunk read-ahead: cannot map " + std::to_string(bytes) +
+                      " bytes for a chunk: " + std::strerror(e));
+    }
+    data_ = static_cast<std::byte*>(p);
+}
+
+ChunkMemory& ChunkMemory::operator=(ChunkMemory&& o) noexcept {
+    if (this != &o) {
+        reset();
+        data_ = o.data_;
+        bytes_ = o.bytes_;
+        o.data_ = nullptr;
+        o.bytes_ = 0;
+    }
+    return *this;
+}
+
+void ChunkMemory::reset() noexcept {
+    if (data_) ::munmap(data_, bytes_);
+    data_ = nullptr;
+    bytes_ = 0;
+}
 
 bool ChunkReadAhead::supports(const Source& source) {
     for (const FieldInfo& f : source.fields()) {
@@ -117,23 +162,22 @@ void ChunkReadAhead::reader() const {
         resident_ += bytes;
         stats_.peak_resident_bytes = std::max(stats_.peak_resident_bytes, resident_);
         c.state = Chunk::State::reading;
-        std::vector<std::unique_ptr<std::byte[]>> data;
+        ChunkMemory memory;
         const std::vector<FieldInfo>& fields = source_.fields();
         std::exception_ptr error;
         lk.unlock();
         try {
-            for (const FieldInfo& f : fields) {
-                data.emplace_back(new std::byte[std::max<std::uint64_t>(1, c.count * f.sample_bytes)]);
-            }
+            memory = ChunkMemory(bytes);
             std::vector<std::uint64_t> ids(c.count);
             for (std::uint64_t j = 0; j < c.count; ++j) ids[j] = c.first + j;
-            ChunkSink sink(data, fields);
+            const std::vector<std::uint64_t> offsets = field_offsets(fields, c.count);
+            ChunkSink sink(memory.data(), offsets, fields);
             source_.read(ids.data(), ids.size(), sink);  // consecutive ids: one read per field
         } catch (...) {
             error = std::current_exception();
         }
         lk.lock();
-        c.data = std::move(data);
+        c.memory = std::move(memory);
         c.error = error;
         c.state = Chunk::State::resident;
         ++stats_.chunks_read;
@@ -183,12 +227,14 @@ void ChunkReadAhead::read(const std::uint64_t* ids, std::size_t count, BatchSink
         }
         if (c.error) std::rethrow_exception(c.error);
         const std::uint64_t row = id - c.first;
+        std::uint64_t at = 0;
         for (std::size_t f = 0; f < fields.size(); ++f) {
             const std::uint64_t b = fields[f].sample_bytes;
-            std::memcpy(sink.fixed(f, k), c.data[f].get() + row * b, b);
+            std::memcpy(sink.fixed(f, k), c.memory.data() + at + row * b, b);
+            at += c.count * b;
         }
         if (--c.uses == 0) {  // its last planned read: the memory goes back to the budget
-            c.data.clear();
+            c.memory.reset();
             c.state = Chunk::State::freed;
             resident_ -= chunk_bytes(c);
             cv_.notify_all();

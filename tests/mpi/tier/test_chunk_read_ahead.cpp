@@ -1,0 +1,116 @@
+// The chunk read-ahead of Shuffle::chunks (src/tier/chunk_read_ahead.hpp) on data four times
+// the budget: every sample exactly once over the ranks, equal steps, each sample's bytes (the
+// writer's known pattern), chunks read in one read each, the resident chunks within the budget,
+// and the run's peak resident memory (VmHWM, reset through /proc/self/clear_refs) grown by no
+// more than budget + ring + a constant (the whole shard is 4 × the budget: holding it fails).
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "h5t_mpi.hpp"
+#include "mpistage/comm.hpp"
+#include "mpistage/loader.hpp"
+#include "mpistage/raw_source.hpp"
+#include "peak_rss.hpp"
+
+using namespace mpistage;
+
+namespace {
+
+constexpr std::uint64_t kRecordBytes = 4096;
+constexpr std::uint64_t kRecordsPerRank = 16384;       // 64 MiB per rank
+constexpr std::uint64_t kBudget = 16ull << 20;          // a quarter of it
+constexpr std::uint64_t kConstantBytes = 24ull << 20;  // allocator, MPI, thread stacks
+
+using mpistage::testing::reset_peak;
+using mpistage::testing::rss_measures_the_code;
+using mpistage::testing::status_bytes;
+
+}  // namespace
+
+TEST(ChunkReadAhead, ExactlyOnceWithinTheBudgetOnDataFourTimesIt) {
+    const bool peak_supported = reset_peak() && status_bytes("VmHWM") > 0;
+    h5t::TempDir dir;
+    const std::uint64_t n = kRecordsPerRank * static_cast<std::uint64_t>(h5t::size()) + 37;
+    const std::string path = dir.file("records.bin");
+    if (h5t::rank() == 0) {
+        std::ofstream out(path, std::ios::binary);
+        std::vector<char> rec(kRecordBytes);
+        for (std::uint64_t id = 0; id < n; ++id) {
+            for (std::uint64_t j = 0; j < kRecordBytes; ++j) rec[j] = static_cast<char>(id * 7 + j);
+            out.write(rec.data(), static_cast<std::streamsize>(rec.size()));
+        }
+    }
+    h5t::barrier();
+    Communicator comm(MPI_COMM_WORLD);
+    RawField f;
+    f.name = "x";
+    f.path = path;
+    f.sample_shape = {static_cast<std::int64_t>(kRecordBytes)};
+    RawSource src(comm, {f});
+    LoaderOptions o;
+    o.plan.batch_size = 32;
+    o.plan.sharding = Sharding::global;
+    o.plan.shuffle = Shuffle::chunks;
+    o.plan.remainder = Remainder::mask;
+    o.plan.seed = 3;
+    o.pipeline.prefetch = 4;
+    o.pipeline.io_threads = 2;
+    o.delivery.device = "cpu";
+    o.tier.stage_budget_bytes = kBudget;  // stage none: the budget sizes the chunks
+    const std::uint64_t ring = 4 * 32 * kRecordBytes;
+    reset_peak();
+    const std::uint64_t before = status_bytes("VmRSS");
+    std::uint64_t wrong = 0;
+    {
+        Loader loader(comm, src, o);
+        EXPECT_NE(loader.stats().shuffle_note.find("derived from the budget of 16777216"),
+                  std::string::npos)
+            << loader.stats().shuffle_note;
+        for (std::uint64_t e = 0; e < 2; ++e) {
+            std::vector<std::int64_t> ids;
+            std::uint64_t steps = 0;
+            for (const HostBatch& b : loader.epoch(e)) {
+                ++steps;
+                const auto* x = b.fields().at(0).as<std::uint8_t>();
+                for (std::size_t j = 0; j < b.size(); ++j) {
+                    if (!b.valid()[j]) continue;
+                    const auto id = static_cast<std::uint64_t>(b.index()[j]);
+                    ids.push_back(b.index()[j]);
+                    for (std::uint64_t k = 0; k < kRecordBytes; k += 511) {
+                        wrong += x[j * kRecordBytes + k] != static_cast<unsigned char>(id * 7 + k);
+                    }
+                }
+            }
+            EXPECT_TRUE(h5t::same_on_all_ranks(steps)) << "epoch " << e;
+            std::vector<std::int64_t> all = h5t::allgatherv(ids);
+            std::sort(all.begin(), all.end());
+            ASSERT_EQ(all.size(), n) << "epoch " << e;
+            for (std::uint64_t i = 0; i < n; ++i) {
+                ASSERT_EQ(all[i], static_cast<std::int64_t>(i)) << "epoch " << e << ": not once";
+            }
+        }
+        const ReadAheadCounters& r = loader.stats().read_ahead;
+        EXPECT_GT(r.chunks_read, 0u) << "the read-ahead did not run";
+        EXPECT_EQ(r.budget_bytes, kBudget);
+        EXPECT_LE(r.peak_resident_bytes, kBudget) << "chunks held beyond the budget";
+        EXPECT_EQ(r.over_budget_reads, 0u);
+        // A chunk is one read: at most the rank's share of chunks per epoch, plus the chunks
+        // its part shares with a neighbour's (2 per epoch).
+        const std::uint64_t per_chunk = o.plan.chunk_samples == 0
+                                            ? loader.options().plan.chunk_samples
+                                            : o.plan.chunk_samples;
+        EXPECT_LE(r.chunks_read, 2 * (n / per_chunk / static_cast<std::uint64_t>(h5t::size()) + 3));
+    }
+    EXPECT_EQ(wrong, 0u) << "bytes of samples read wrong";
+    const std::uint64_t growth = status_bytes("VmHWM") - std::min(before, status_bytes("VmHWM"));
+    if (peak_supported && rss_measures_the_code()) {
+        EXPECT_LE(growth, kBudget + ring + kConstantBytes)
+            << "peak RSS grew by " << growth << " bytes on a budget of " << kBudget;
+    }
+    comm.free();
+}
