@@ -97,6 +97,16 @@ def main():
     p.add_argument("--torch-threads", type=int, default=1)
     p.add_argument("--min-accuracy", type=float, default=0,
                    help="exit 1 unless the final test accuracy (percent) reaches it")
+    p.add_argument("--shuffle", choices=["local", "global", "chunks"], default="local",
+                   help="order of the training samples (mpistage.Loader shuffle=): local "
+                   "(each rank's byte-range shard), global, or chunks (data larger than memory, "
+                   "docs/shuffle.md)")
+    p.add_argument("--stage-budget", type=int, default=0,
+                   help="bytes of memory per rank for the training data (stage_budget_bytes): "
+                   "with --shuffle chunks it sizes the chunks read ahead")
+    p.add_argument("--window-chunks", type=int, default=0,
+                   help="--shuffle chunks: chunks shuffled together per rank (0: the loader's "
+                   "default)")
     a = p.parse_args()
     comm = MPI.COMM_WORLD
     torch.set_num_threads(a.torch_threads)
@@ -108,8 +118,13 @@ def main():
     opt = torch.optim.Adam(model.parameters(), lr=a.lr)
     common = dict(batch_size=a.batch_size, seed=a.seed, remainder="mask", prefetch=4,
                   device="cpu", log_device_fallback=False)
+    budget = dict(stage_budget_bytes=a.stage_budget) if a.stage_budget else {}
+    if a.window_chunks:
+        budget["window_chunks"] = a.window_chunks
     train_loader = mpistage.Loader(mpistage.open_source(a.train, fields=["images", "labels"]),
-                                   shuffle="local", **common)
+                                   shuffle=a.shuffle, **budget, **common)
+    if comm.rank == 0 and train_loader.stats["shuffle_note"]:
+        print(f"shuffle {a.shuffle}: {train_loader.stats['shuffle_note']}", flush=True)
     test_loader = mpistage.Loader(mpistage.open_source(a.test, fields=["images", "labels"]),
                                   shuffle="none", **common)
     accuracy = 0.0

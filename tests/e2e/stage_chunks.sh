@@ -13,7 +13,7 @@ mpiexec="${MPIEXEC:-mpirun}"
 mkdir -p "$work"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 h5="$work/rows.h5"
-n=4003
+n=40003
 
 "${PYTHON:-/usr/bin/python3}" - "$h5" "$n" <<'PY'  # Debian's, with h5py (install-deps.sh)
 import sys
@@ -35,19 +35,19 @@ r = json.load(open(path))
 o = r["options"]
 assert o["shuffle"] == "chunks" and o["sharding"] == "global", o
 chunk = o["chunk_samples"]
-# Two windows of up to 17 chunks and one in flight within the budget: budget / 35 bytes per
+# Two windows of up to 257 chunks and one in flight within the budget: budget / 515 bytes per
 # chunk, 72 bytes a sample.
-assert chunk == max(1, (budget // 35) // 72), (chunk, budget)
-assert o["window_chunks"] == 16, o
+assert chunk == max(1, (budget // 515) // 72), (chunk, budget)
+assert o["window_chunks"] == 256, o
 assert "derived from the budget" in r["stage"]["shuffle_note"], r["stage"]
 for e in r["epochs"]:
     assert e["exactly_once"], e
     assert len(set(e["batches_per_rank"])) == 1, e
     q = e["shuffle_quality"]
     assert q["chunk_samples"] == chunk, q
-    # Each batch draws from one or two windows of 16 chunks of its rank.
-    assert q["chunks_per_batch"] <= 2 * 16 + 2, q
-    assert q["chunks_per_batch"] < 0.9 * q["full_shuffle_chunks_per_batch"], q
+    # Each batch draws from one or two windows of 256 chunks of its rank.
+    assert q["chunks_per_batch"] <= 2 * 256 + 2, q
+    assert q["chunks_per_batch"] < q["full_shuffle_chunks_per_batch"], q
     if remainder == "mask":
         assert sum(e["valid_samples_per_rank"]) == n, e
 PY
@@ -71,7 +71,7 @@ done
 common="--shuffle chunks --stage-budget $budget --batch-size 24 --epochs 2"
 # shellcheck disable=SC2086
 timeout 300 "$mpiexec" -np 4 --oversubscribe "$cli" stage "$h5" $common \
-    --save-state "$work/s.json" --stop-after-steps 50 --verify >"$work/out.txt" 2>&1 \
+    --save-state "$work/s.json" --stop-after-steps 450 --verify >"$work/out.txt" 2>&1 \
     || { cat "$work/out.txt"; fail "save at 4 ranks exited non-zero"; }
 grep -q '^exactly-once so far: OK' "$work/out.txt" || { cat "$work/out.txt"; fail "4 ranks: verify"; }
 python3 - "$work/s.json" <<'PY' || fail "state at 4 ranks"
@@ -79,7 +79,7 @@ import json, sys
 s = json.load(open(sys.argv[1]))["loader"]
 assert s["epoch"] == 1 and s["steps_consumed"] > 0, s
 assert s["order_world_size"] == 4 and s["world_size"] == 4, s
-assert s["shuffle"] == "chunks" and s["chunk_samples"] >= 1 and s["window_chunks"] == 16, s
+assert s["shuffle"] == "chunks" and s["chunk_samples"] >= 1 and s["window_chunks"] == 256, s
 PY
 # shellcheck disable=SC2086
 timeout 300 "$mpiexec" -np 3 --oversubscribe "$cli" stage "$h5" $common --resume "$work/s.json" \
