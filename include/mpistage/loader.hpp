@@ -226,26 +226,6 @@ struct LoaderOptions {
     void validate() const;
 };
 
-/// The read-ahead of `Shuffle::chunks` over files (docs/shuffle.md, "Read-ahead"), this rank's,
-/// over the epochs so far; zero when it did not run (another shuffle, a memory tier, ragged
-/// fields, two-phase reads).
-struct ReadAheadCounters {
-    /// Chunks read (each in one read per field) and their bytes.
-    std::uint64_t chunks_read = 0;
-    std::uint64_t bytes_read = 0;
-    /// The most bytes held at once, and the budget it keeps to (the stage budget per rank).
-    std::uint64_t peak_resident_bytes = 0;
-    std::uint64_t budget_bytes = 0;
-    /// Chunks read beyond the budget because a read waited for them (a window of
-    /// `window_chunks` chunks larger than the budget).
-    std::uint64_t over_budget_reads = 0;
-    /// Seconds the loader's reads waited for a chunk not yet in memory.
-    double wait_seconds = 0;
-    /// The most chunk reads in flight at once in an epoch (the read-ahead adds one each time
-    /// a read waited, up to 16).
-    std::uint64_t readers = 0;
-};
-
 /// Counters of a loader over streams (zero for files), this rank's.
 struct StreamCounters {
     /// With a token budget: tokens of the valid samples, and the padding a trainer padding each

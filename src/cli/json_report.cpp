@@ -70,8 +70,7 @@ nlohmann::json epoch_json(const EpochReport& r, bool verify) {
         if (f.chunk_samples > 0) {
             e["shuffle_quality"]["chunk_samples"] = f.chunk_samples;
             e["shuffle_quality"]["chunks_per_batch"] = f.chunks_per_batch;
-            e["shuffle_quality"]["full_shuffle_chunks_per_batch"] =
-                f.full_shuffle_chunks_per_batch;
+            e["shuffle_quality"]["full_shuffle_chunks_per_batch"] = f.full_shuffle_chunks_per_batch;
         }
     }
     if (r.step_ratio_worst > 0) {
@@ -172,8 +171,8 @@ void write_stage_json(const StageArgs& a, const StageOutcome& o) {
     }
     j["hosts"] = hosts_json(o.hosts);
     write_output_file(a.json,
-                          j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n",
-                          "--json file");
+                      j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n",
+                      "--json file");
 }
 
 void write_error_json(const std::string& path, int world_size, const Error& error) {
@@ -182,9 +181,8 @@ void write_error_json(const std::string& path, int world_size, const Error& erro
     j["status"] = "error";
     j["world_size"] = world_size;
     j["error"] = {{"kind", error_kind_name(error.kind())}, {"message", error.what()}};
-    write_output_file(path,
-                          j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n",
-                          "--json file");
+    write_output_file(path, j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n",
+                      "--json file");
 }
 
 }  // namespace mpistage::cli

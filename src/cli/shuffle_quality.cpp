@@ -74,7 +74,8 @@ ShuffleFigure ShuffleQuality::finish(const Communicator& comm) const {
         f.chunks_per_batch = static_cast<double>(sums[3]) / 1e6 / nb;
         f.full_shuffle_chunks_per_batch = static_cast<double>(sums[4]) / 1e6 / nb;
     }
-    if (sums[6] > 0) f.mean_jump = static_cast<double>(sums[5]) / 1e6 / static_cast<double>(sums[6]);
+    if (sums[6] > 0)
+        f.mean_jump = static_cast<double>(sums[5]) / 1e6 / static_cast<double>(sums[6]);
     return f;
 }
 

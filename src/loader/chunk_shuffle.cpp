@@ -64,9 +64,9 @@ void Loader::Impl::resolve_chunk_shuffle(const detail::TierStats& tier) {
         "chunks of " + std::to_string(plan.chunk_samples) + " samples (" +
         std::to_string(plan.chunk_samples * sample) + " bytes), windows of " +
         std::to_string(plan.window_chunks) + " chunks per rank" +
-        (chunk_params_derived ? ", derived from the budget of " + std::to_string(budget) +
-                                    " bytes per rank"
-                              : "");
+        (chunk_params_derived
+             ? ", derived from the budget of " + std::to_string(budget) + " bytes per rank"
+             : "");
 }
 
 }  // namespace mpistage

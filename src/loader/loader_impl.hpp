@@ -256,7 +256,7 @@ struct EpochRange::Impl {
             prefetch->shutdown();
         }
         if (read_ahead && loader) {  // its counters into the loader's, once
-            const detail::ReadAheadStats r = read_ahead->stats();
+            const ReadAheadCounters r = read_ahead->stats();
             ReadAheadCounters& c = loader->stats.read_ahead;
             c.chunks_read += r.chunks_read;
             c.bytes_read += r.bytes_read;

@@ -63,8 +63,8 @@ std::uint64_t global_positions_digest(std::uint64_t num_samples, const PlanOptio
     rule.perm = Permutation(num_samples, epoch_permutation_key(options, epoch, 0));
     rule.width = 1;
     if (options.shuffle == Shuffle::chunks) {
-        rule.chunks = std::make_shared<const ChunkOrder>(chunk_order(
-            num_samples, options, epoch, static_cast<std::uint64_t>(order_world_size)));
+        rule.chunks = std::make_shared<const ChunkOrder>(
+            chunk_order(num_samples, options, epoch, static_cast<std::uint64_t>(order_world_size)));
     }
     std::uint64_t sum = 0;
     for (std::uint64_t p = begin; p < end && p < num_samples; ++p) {

@@ -25,7 +25,9 @@ struct GlobalSlot {
 class GlobalOrder {
 public:
     GlobalOrder(std::uint64_t n, const PlanOptions& o, std::uint64_t epoch, int order_world_size)
-        : n_(n), shuffle_(o.shuffle == Shuffle::global), mask_(o.remainder == Remainder::mask),
+        : n_(n),
+          shuffle_(o.shuffle == Shuffle::global),
+          mask_(o.remainder == Remainder::mask),
           perm_(n, epoch_permutation_key(o, epoch, 0)) {
         if (o.shuffle == Shuffle::chunks) {
             chunks_ = std::make_shared<const ChunkOrder>(
@@ -149,9 +151,8 @@ void plan_global(std::uint64_t num_samples, int world_size, int rank, const Plan
         rule->width = width;
         rule->rank_offset = r * b;
         if (options.shuffle == Shuffle::chunks) {
-            rule->chunks = GlobalOrder(num_samples, options, epoch,
-                                       order_world(start, world_size))
-                               .chunks();
+            rule->chunks =
+                GlobalOrder(num_samples, options, epoch, order_world(start, world_size)).chunks();
             rule->rank_offset = r;
             rule->slot_stride = w;
         }

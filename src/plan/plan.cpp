@@ -38,12 +38,14 @@ std::uint64_t Permutation::operator()(std::uint64_t i) const {
 void PlanOptions::validate() const {
     if (batch_size == 0) throw ConfigError("plan: batch_size must be at least 1");
     if (sharding == Sharding::byte_range && shuffle == Shuffle::global) {
-        throw ConfigError("plan: shuffle 'global' needs sharding 'global' (byte_range shards are "
-                          "shuffled with 'local')");
+        throw ConfigError(
+            "plan: shuffle 'global' needs sharding 'global' (byte_range shards are "
+            "shuffled with 'local')");
     }
     if (sharding == Sharding::byte_range && shuffle == Shuffle::chunks) {
-        throw ConfigError("plan: shuffle 'chunks' needs sharding 'global' (its chunks are dealt "
-                          "to the ranks each epoch)");
+        throw ConfigError(
+            "plan: shuffle 'chunks' needs sharding 'global' (its chunks are dealt "
+            "to the ranks each epoch)");
     }
     if (shuffle == Shuffle::chunks && budget.active()) {
         throw ConfigError(
@@ -57,17 +59,20 @@ void PlanOptions::validate() const {
             "the chunks a rank holds; it does not combine with shuffle 'chunks'");
     }
     if (shuffle != Shuffle::chunks && (chunk_samples != 0 || window_chunks != 0)) {
-        throw ConfigError("plan: chunk_samples and window_chunks are parameters of shuffle "
-                          "'chunks'; this shuffle is '" +
-                          to_string(shuffle) + "'");
+        throw ConfigError(
+            "plan: chunk_samples and window_chunks are parameters of shuffle "
+            "'chunks'; this shuffle is '" +
+            to_string(shuffle) + "'");
     }
     if (sharding == Sharding::global && shuffle == Shuffle::local) {
-        throw ConfigError("plan: shuffle 'local' needs sharding 'byte_range' (global sharding is "
-                          "shuffled with 'global')");
+        throw ConfigError(
+            "plan: shuffle 'local' needs sharding 'byte_range' (global sharding is "
+            "shuffled with 'global')");
     }
     if (balance_steps && sharding != Sharding::global) {
-        throw ConfigError("plan: balance_steps needs sharding 'global' (byte_range shards are "
-                          "balanced by bytes already)");
+        throw ConfigError(
+            "plan: balance_steps needs sharding 'global' (byte_range shards are "
+            "balanced by bytes already)");
     }
     if (budget.active() && budget.max_batch_samples == 0) {
         throw ConfigError("plan: max_batch_samples (--max-batch-samples) must be ≥ 1");
@@ -79,7 +84,9 @@ void PlanOptions::validate() const {
     }
 }
 
-std::string to_string(Sharding s) { return s == Sharding::byte_range ? "byte_range" : "global"; }
+std::string to_string(Sharding s) {
+    return s == Sharding::byte_range ? "byte_range" : "global";
+}
 std::string to_string(Shuffle s) {
     switch (s) {
         case Shuffle::none:
@@ -124,14 +131,17 @@ void check_world(std::uint64_t num_samples, int world_size) {
     if (num_samples == 0) throw ConfigError("plan: the dataset has no samples: nothing to shard");
 }
 
-std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) { return a / b + (a % b != 0); }
+std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) {
+    return a / b + (a % b != 0);
+}
 
 }  // namespace detail
 
 using detail::ceil_div;
 
 std::uint64_t epoch_permutation_key(const PlanOptions& o, std::uint64_t epoch, std::uint64_t salt) {
-    return mix64(mix64(o.seed) ^ mix64(epoch + 0x51ed270b27a1f5a3ULL) ^ mix64(salt * 0x2545f491ULL + 7));
+    return mix64(mix64(o.seed) ^ mix64(epoch + 0x51ed270b27a1f5a3ULL) ^
+                 mix64(salt * 0x2545f491ULL + 7));
 }
 
 std::vector<std::uint64_t> balanced_shard_begins(std::uint64_t num_samples, int world_size) {
@@ -140,7 +150,8 @@ std::vector<std::uint64_t> balanced_shard_begins(std::uint64_t num_samples, int 
     }
     const auto w = static_cast<std::uint64_t>(world_size);
     std::vector<std::uint64_t> begins(w + 1);
-    for (std::uint64_t r = 0; r <= w; ++r) begins[r] = r * (num_samples / w) + std::min(r, num_samples % w);
+    for (std::uint64_t r = 0; r <= w; ++r)
+        begins[r] = r * (num_samples / w) + std::min(r, num_samples % w);
     return begins;
 }
 
@@ -167,8 +178,8 @@ EpochTotals plan_totals(std::uint64_t num_samples, int world_size, const PlanOpt
         const std::uint64_t steps = drop ? n_min / b : ceil_div(n_max, b);
         if (start.step > steps) {
             throw ConfigError("plan: resume at step " + std::to_string(start.step) +
-                              " but the epoch has " + std::to_string(steps) + " steps at W=" +
-                              std::to_string(w));
+                              " but the epoch has " + std::to_string(steps) +
+                              " steps at W=" + std::to_string(w));
         }
         t.steps = steps - start.step;
         // Valid samples of the remaining steps: rank r holds n_r samples in its first slots.

@@ -25,8 +25,9 @@ public:
         return data_ + offsets_[field] + slot * fields_[field].sample_bytes;
     }
     std::byte* ragged(std::size_t, std::size_t, std::uint64_t) override {
-        throw FormatError("chunk read-ahead: a ragged field (only fixed-size fields are read "
-                          "ahead by chunks)");
+        throw FormatError(
+            "chunk read-ahead: a ragged field (only fixed-size fields are read "
+            "ahead by chunks)");
     }
 
 private:
@@ -213,14 +214,14 @@ void ChunkReadAhead::read(const std::uint64_t* ids, std::size_t count, BatchSink
                 stats_.readers = threads_.size();
             }
             cv_.notify_all();
-            const bool ready = cv_.wait_for(lk, timeout_, [&] {
-                return c.state == Chunk::State::resident;
-            });
+            const bool ready =
+                cv_.wait_for(lk, timeout_, [&] { return c.state == Chunk::State::resident; });
             waiting_.erase(waiting);
             stats_.wait_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
             if (!ready) {
-                throw IoError("loader: chunk read-ahead: chunk " + std::to_string(id / chunk_samples_) +
-                              " (samples " + std::to_string(c.first) + " to " +
+                throw IoError("loader: chunk read-ahead: chunk " +
+                              std::to_string(id / chunk_samples_) + " (samples " +
+                              std::to_string(c.first) + " to " +
                               std::to_string(c.first + c.count - 1) + ") was not read within " +
                               std::to_string(timeout_.count()) + " s");
             }
@@ -242,7 +243,7 @@ void ChunkReadAhead::read(const std::uint64_t* ids, std::size_t count, BatchSink
     }
 }
 
-ReadAheadStats ChunkReadAhead::stats() const {
+ReadAheadCounters ChunkReadAhead::stats() const {
     std::lock_guard<std::mutex> lk(m_);
     return stats_;
 }

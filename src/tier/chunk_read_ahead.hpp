@@ -17,25 +17,9 @@
 
 #include "mpistage/plan.hpp"
 #include "mpistage/source.hpp"
+#include "mpistage/tier.hpp"
 
 namespace mpistage::detail {
-
-/// What one epoch's read-ahead did (this rank).
-struct ReadAheadStats {
-    std::uint64_t chunks_read = 0;
-    std::uint64_t bytes_read = 0;
-    /// The most bytes resident at once, and the budget they were held to.
-    std::uint64_t peak_resident_bytes = 0;
-    std::uint64_t budget_bytes = 0;
-    /// Chunks read beyond the budget because a read waited for them (a window larger than the
-    /// budget: progress over the bound, counted).
-    std::uint64_t over_budget_reads = 0;
-    /// Seconds the pipeline's reads waited for a chunk not yet in memory.
-    double wait_seconds = 0;
-    /// Reader threads at the end (chunks in flight at once): `threads` at the start, one more
-    /// each time a read waited, at most `kMaxReaders`.
-    std::size_t readers = 0;
-};
 
 /// The most chunk reads in flight at once (threads of one rank's read-ahead).
 constexpr std::size_t kMaxReaders = 16;
@@ -90,14 +74,13 @@ public:
         return source_.records_in_cut(rank, world_size);
     }
     std::string fingerprint() const override { return source_.fingerprint(); }
-    std::uint64_t sample_bytes(std::uint64_t id) const override {
-        return source_.sample_bytes(id);
-    }
+    std::uint64_t sample_bytes(std::uint64_t id) const override { return source_.sample_bytes(id); }
     /// Copies each sample from its chunk (waiting for it to be read). An id the plan did not
     /// list (a retry) is read from the source directly. @throws the chunk read's error
     /// (IoError, FormatError, Hdf5Error naming file and offset), or IoError after `timeout`.
     void read(const std::uint64_t* ids, std::size_t count, BatchSink& sink) const override;
-    ReadAheadStats stats() const;
+    /// This epoch's counters so far (LoaderStats::read_ahead sums the epochs').
+    ReadAheadCounters stats() const;
 
 private:
     struct Chunk {
@@ -121,11 +104,11 @@ private:
     mutable std::condition_variable cv_;
     mutable std::unordered_map<std::uint64_t, Chunk> chunks_;  // by chunk number
     std::vector<std::uint64_t> order_;                         // chunk numbers, first use
-    mutable std::size_t next_ = 0;  // next in order_ to read
+    mutable std::size_t next_ = 0;                             // next in order_ to read
     mutable std::multiset<std::size_t> waiting_;  // orders of the chunks reads wait for
     mutable std::uint64_t resident_ = 0;
     bool stop_ = false;
-    mutable ReadAheadStats stats_;
+    mutable ReadAheadCounters stats_;
     mutable std::vector<std::thread> threads_;  // grows in `read` (under m_)
 };
 

@@ -16,6 +16,7 @@
 #include "mpistage/loader.hpp"
 #include "mpistage/raw_source.hpp"
 #include "peak_rss.hpp"
+#include "record_file.hpp"
 
 using namespace mpistage;
 
@@ -23,7 +24,7 @@ namespace {
 
 constexpr std::uint64_t kRecordBytes = 4096;
 constexpr std::uint64_t kRecordsPerRank = 16384;       // 64 MiB per rank
-constexpr std::uint64_t kBudget = 16ull << 20;          // a quarter of it
+constexpr std::uint64_t kBudget = 16ull << 20;         // a quarter of it
 constexpr std::uint64_t kConstantBytes = 24ull << 20;  // allocator, MPI, thread stacks
 
 using mpistage::testing::reset_peak;
@@ -37,21 +38,9 @@ TEST(ChunkReadAhead, ExactlyOnceWithinTheBudgetOnDataFourTimesIt) {
     h5t::TempDir dir;
     const std::uint64_t n = kRecordsPerRank * static_cast<std::uint64_t>(h5t::size()) + 37;
     const std::string path = dir.file("records.bin");
-    if (h5t::rank() == 0) {
-        std::ofstream out(path, std::ios::binary);
-        std::vector<char> rec(kRecordBytes);
-        for (std::uint64_t id = 0; id < n; ++id) {
-            for (std::uint64_t j = 0; j < kRecordBytes; ++j) rec[j] = static_cast<char>(id * 7 + j);
-            out.write(rec.data(), static_cast<std::streamsize>(rec.size()));
-        }
-    }
-    h5t::barrier();
+    tier_test::write_pattern_records(path, n, kRecordBytes, 7);
     Communicator comm(MPI_COMM_WORLD);
-    RawField f;
-    f.name = "x";
-    f.path = path;
-    f.sample_shape = {static_cast<std::int64_t>(kRecordBytes)};
-    RawSource src(comm, {f});
+    RawSource src(comm, {tier_test::record_field(path, kRecordBytes)});
     LoaderOptions o;
     o.plan.batch_size = 32;
     o.plan.sharding = Sharding::global;
@@ -101,9 +90,8 @@ TEST(ChunkReadAhead, ExactlyOnceWithinTheBudgetOnDataFourTimesIt) {
         EXPECT_EQ(r.over_budget_reads, 0u);
         // A chunk is one read: at most the rank's share of chunks per epoch, plus the chunks
         // its part shares with a neighbour's (2 per epoch).
-        const std::uint64_t per_chunk = o.plan.chunk_samples == 0
-                                            ? loader.options().plan.chunk_samples
-                                            : o.plan.chunk_samples;
+        const std::uint64_t per_chunk =
+            o.plan.chunk_samples == 0 ? loader.options().plan.chunk_samples : o.plan.chunk_samples;
         EXPECT_LE(r.chunks_read, 2 * (n / per_chunk / static_cast<std::uint64_t>(h5t::size()) + 3));
     }
     EXPECT_EQ(wrong, 0u) << "bytes of samples read wrong";

@@ -14,6 +14,7 @@
 #include "mpistage/loader.hpp"
 #include "mpistage/raw_source.hpp"
 #include "peak_rss.hpp"
+#include "record_file.hpp"
 
 using namespace mpistage;
 
@@ -64,21 +65,9 @@ TEST(MemoryTierBound, PeakResidentMemoryIsStagedBytesPlusRingPlusConstant) {
     h5t::TempDir dir;
     const std::uint64_t n = kRecordsPerRank * static_cast<std::uint64_t>(h5t::size());
     const std::string path = dir.file("records.bin");
-    if (h5t::rank() == 0) {
-        std::ofstream out(path, std::ios::binary);
-        std::vector<char> rec(kRecordBytes);
-        for (std::uint64_t id = 0; id < n; ++id) {
-            for (std::uint64_t j = 0; j < kRecordBytes; ++j) rec[j] = static_cast<char>(id + j);
-            out.write(rec.data(), static_cast<std::streamsize>(rec.size()));
-        }
-    }
-    h5t::barrier();
+    tier_test::write_pattern_records(path, n, kRecordBytes, 1);
     Communicator comm(MPI_COMM_WORLD);
-    RawField f;
-    f.name = "x";
-    f.path = path;
-    f.sample_shape = {static_cast<std::int64_t>(kRecordBytes)};
-    RawSource src(comm, {f});
+    RawSource src(comm, {tier_test::record_field(path, kRecordBytes)});
     const std::uint64_t ring = 4 * 64 * kRecordBytes;
     const Peak staged = run(comm, src, Stage::memory);
     EXPECT_EQ(staged.tier, "memory");

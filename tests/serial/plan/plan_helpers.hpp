@@ -88,7 +88,9 @@ inline WorldPlan plan_world(const Case& c, std::uint64_t epoch) {
     return wp;
 }
 
-inline std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) { return (a + b - 1) / b; }
+inline std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) {
+    return (a + b - 1) / b;
+}
 
 /// Steps per epoch as the contract states them, computed independently of the planner:
 /// byte_range: drop floor(floor(N/W)/B), pad/mask ceil(ceil(N/W)/B);

@@ -45,8 +45,8 @@ TEST(PlanChunks, TheOrderIsABijectionOfEveryEpoch) {
             for (const std::uint64_t c : {1u, 3u, 50u, 2000u}) {
                 for (const std::uint64_t k : {1u, 2u, 5u}) {
                     for (std::uint64_t e = 0; e < 2; ++e) {
-                        const auto order = mpistage::detail::chunk_order(
-                            n, chunked(1, c, k), e, pieces);
+                        const auto order =
+                            mpistage::detail::chunk_order(n, chunked(1, c, k), e, pieces);
                         std::vector<char> seen(n, 0);
                         for (std::uint64_t p = 0; p < n; ++p) {
                             const std::uint64_t id = order.id_at(p);
@@ -170,8 +170,7 @@ TEST(PlanChunks, OptionsThatDoNotFitAreRefusedByName) {
     } catch (const mpistage::ConfigError& e) {
         EXPECT_NE(std::string(e.what()).find("chunk_samples"), std::string::npos) << e.what();
     }
-    EXPECT_THROW((void)mpistage::plan_epoch(100, 2, 0, chunked(4, 0, 2), 0),
-                 mpistage::ConfigError);
+    EXPECT_THROW((void)mpistage::plan_epoch(100, 2, 0, chunked(4, 0, 2), 0), mpistage::ConfigError);
     EXPECT_EQ(mpistage::parse_shuffle("chunks"), Shuffle::chunks);
 }
 

@@ -126,8 +126,8 @@ TEST_P(PlanProperties, PaddingSemantics) {
                                 const std::uint64_t pos = mpistage_test_plan::global_position(
                                     k, r, c.world_size, b, strided);
                                 const std::uint64_t head = (pos - n) % n;
-                                const auto [head_rank, head_slot] = mpistage_test_plan::global_slot(
-                                    head, c.world_size, b, strided);
+                                const auto [head_rank, head_slot] =
+                                    mpistage_test_plan::global_slot(head, c.world_size, b, strided);
                                 const auto& owner = wp.ranks[static_cast<std::size_t>(head_rank)];
                                 const auto hk = static_cast<std::size_t>(head_slot);
                                 v.check(
