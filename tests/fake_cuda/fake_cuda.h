@@ -58,6 +58,9 @@ void mpistage_fake_cuda_reset_contexts(void);
 unsigned long long mpistage_fake_cuda_pageable_copies(void);
 /// Sets the delay before each queued copy runs, microseconds.
 void mpistage_fake_cuda_set_copy_delay_us(unsigned delay_us);
+/// 0: cudaFree of device memory no longer synchronises; the block is poisoned (0xDD) and kept
+/// mapped, so work still queued that reads it sees poison. 1 (default): the runtime's way.
+void mpistage_fake_cuda_set_free_syncs(int syncs);
 /// Blocks until every stream of every device finished its queued work.
 void mpistage_fake_cuda_drain(void);
 /// CUDA calls made from inside a host function (cudaLaunchHostFunc's callback, where the

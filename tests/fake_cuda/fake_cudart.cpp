@@ -93,6 +93,12 @@ cudaError_t free_alloc(void* p, bool device_memory) {
     // Inside a host function that wait would never end (the runtime's documented deadlock);
     // the double counts the call (Engine::get) and frees without it, so a test fails instead
     // of hanging.
+    if (device_memory && !e.free_syncs) {  // freed at once: what is still queued reads poison
+        std::memset(p, 0xDD, it->second.size_bytes);
+        e.allocations.erase(reinterpret_cast<std::uintptr_t>(p));
+        e.quarantine.push_back(p);
+        return cudaSuccess;
+    }
     if (!mpistage_fake::in_host_function()) e.drain(lk, device_memory ? it->second.device : -1);
     e.allocations.erase(reinterpret_cast<std::uintptr_t>(p));
     std::free(p);
@@ -173,6 +179,12 @@ unsigned long long mpistage_fake_cuda_pageable_copies(void) {
     Engine& e = Engine::get();
     std::lock_guard<std::mutex> lk(e.m);
     return e.pageable_copies;
+}
+
+void mpistage_fake_cuda_set_free_syncs(int syncs) {
+    Engine& e = Engine::get();
+    std::lock_guard<std::mutex> lk(e.m);
+    e.free_syncs = syncs != 0;
 }
 
 void mpistage_fake_cuda_set_copy_delay_us(unsigned delay_us) {

@@ -91,6 +91,12 @@ struct Engine {
     /// Sticky errors set so far (see `Op::generation`).
     std::uint64_t sticky_generation = 0;
     std::chrono::microseconds copy_delay{3000};
+    /// cudaFree synchronises (the runtime's behaviour); off (mpistage_fake_cuda_set_free_syncs),
+    /// it frees at once and poisons the bytes (0xDD), kept mapped until exit, so work still
+    /// queued on a stream reads poison: code that relies on cudaFree's synchronisation instead
+    /// of its own fences (a stream-ordered allocator's semantics) is caught.
+    bool free_syncs = true;
+    std::vector<void*> quarantine;
     // Before each host function (the runtime calls them from its own thread, some time after
     // the work queued before them completed: an event recorded just before one completes
     // first).

@@ -3,7 +3,8 @@
 //    device memory limit) ends the job with the same CudaError on every rank, naming the pool's
 //    blocks and what to do, within the timeout;
 //  - blocks the trainer held beyond the window are freed at the epoch's end (without `trim` the
-//    pool keeps its largest size for the rest of the job);
+//    pool keeps its largest size for the rest of the job), and only after the kernels that read
+//    them ran (a cudaFree that does not synchronise: the double's poison);
 //  - injected failures of cudaMalloc, cudaMemcpyAsync and cudaLaunchHostFunc on one rank are
 //    the same CudaError on every rank, never a hang.
 #include <mpi.h>
@@ -78,6 +79,7 @@ protected:
     }
     void TearDown() override {
         mpistage_fake_cuda_set_device_memory_limit(0);
+        mpistage_fake_cuda_set_free_syncs(1);
         for (const char* call : {"cudaMalloc", "cudaMemcpyAsync", "cudaLaunchHostFunc"}) {
             mpistage_fake_cuda_fail_next(call, 0, 0);
         }
@@ -119,6 +121,37 @@ TEST_F(DevicePoolTest, BlocksHeldBeyondTheWindowAreFreedAtTheEpochsEnd) {
             << "the pool kept the blocks of the batches held in epoch 0";
     }
     ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+}
+
+TEST_F(DevicePoolTest, ABlockIsFreedOnlyAfterTheKernelsThatReadItRan) {
+    // cudaFree that does not synchronise (the double poisons the block at once): the pool's
+    // trim at the epoch's end must wait for its own release fences. Every batch is kept and
+    // read by a slow kernel on the consumer's stream (2 ms each, queued far behind the loop),
+    // then dropped just before the epoch's last next(), which frees the blocks beyond the base.
+    // Without the fence waits in DevicePool::trim: kernels read poison (mismatches).
+    mpistage_fake_cuda_set_free_syncs(0);
+    cudaStream_t stream = nullptr;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    GeneratedSource source(200);
+    std::atomic<int> mismatches{0};
+    {
+        Loader loader(comm, source, cuda_options(stream));
+        EpochRange range = loader.epoch(0);
+        std::vector<HostBatch> kept;
+        HostBatch b;
+        while (kept.size() < range.steps() && range.next(b)) {
+            launch_kernel(stream, b, std::chrono::milliseconds(2), mismatches);
+            kept.push_back(b);
+        }
+        ASSERT_GT(kept.size(), 4u) << "the pool never grew beyond its base";
+        kept.clear();
+        b = HostBatch();
+        EXPECT_FALSE(range.next(b));  // the end: trim() frees the blocks beyond the base
+    }
+    EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+    mpistage_fake_cuda_set_free_syncs(1);
+    EXPECT_EQ(mismatches.load(), 0) << "a kernel read a block the pool had already freed";
 }
 
 TEST_F(DevicePoolTest, InjectedFailuresOnOneRankAreTheSameCudaErrorOnEveryRank) {
