@@ -59,6 +59,7 @@ nlohmann::json epoch_json(const EpochReport& r, bool verify) {
     e["waited_on_rank"] =
         r.waited_on_rank < 0 ? nlohmann::json() : nlohmann::json(r.waited_on_rank);
     e["others_waited_seconds"] = r.others_waited_seconds;
+    e["shuffle_quality"] = nullptr;  // streams: rows in query order, nothing to measure
     if (r.shuffle) {
         const ShuffleFigure& f = *r.shuffle;
         e["shuffle_quality"] = {{"blocks", f.blocks},

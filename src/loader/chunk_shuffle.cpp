@@ -32,11 +32,14 @@ std::uint64_t mean_sample_bytes(const Source& source, std::uint64_t n) {
 
 void Loader::Impl::resolve_chunk_shuffle(const detail::TierStats& tier) {
     PlanOptions& plan = options.plan;
+    requested_shuffle = plan.shuffle;
     const bool chosen_by_auto = tier.over_budget && options.tier.stage == Stage::automatic &&
                                 plan.shuffle == Shuffle::global && !plan.budget.active() &&
                                 !plan.balance_steps;
     if (plan.shuffle != Shuffle::chunks && !chosen_by_auto) return;
-    chunk_params_derived = plan.chunk_samples == 0 || plan.window_chunks == 0;
+    chunk_samples_derived = plan.chunk_samples == 0;
+    window_chunks_derived = plan.window_chunks == 0;
+    const bool derived = chunk_samples_derived || window_chunks_derived;
     std::uint64_t budget = tier.budget_bytes;
     if (budget == 0) budget = options.tier.stage_budget_bytes;  // stage none, a budget given
     if (budget == 0) {  // stage none: the default share of the node's memory
@@ -64,9 +67,8 @@ void Loader::Impl::resolve_chunk_shuffle(const detail::TierStats& tier) {
         "chunks of " + std::to_string(plan.chunk_samples) + " samples (" +
         std::to_string(plan.chunk_samples * sample) + " bytes), windows of " +
         std::to_string(plan.window_chunks) + " chunks per rank" +
-        (chunk_params_derived
-             ? ", derived from the budget of " + std::to_string(budget) + " bytes per rank"
-             : "");
+        (derived ? ", derived from the budget of " + std::to_string(budget) + " bytes per rank"
+                 : "");
 }
 
 }  // namespace mpistage

@@ -71,6 +71,8 @@ void Loader::Impl::require_same_options() const {
                   {"plan.shuffle", to_string(p.shuffle)},
                   {"plan.remainder", to_string(p.remainder)},
                   {"plan.balance_steps", p.balance_steps ? "true" : "false"},
+                  {"plan.chunk_samples", std::to_string(p.chunk_samples)},
+                  {"plan.window_chunks", std::to_string(p.window_chunks)},
                   {"plan.budget.batch_bytes", std::to_string(p.budget.batch_bytes)},
                   {"plan.budget.batch_tokens", std::to_string(p.budget.batch_tokens)},
                   {"plan.budget.max_batch_samples", std::to_string(p.budget.max_batch_samples)},
@@ -476,7 +478,7 @@ EpochRange Loader::epoch(std::uint64_t e, EpochOptions eo) {
     if (d.options.plan.shuffle == Shuffle::chunks && !d.tier && !d.stats.two_phase &&
         impl->limit > 0 && detail::ChunkReadAhead::supports(d.source)) {
         impl->read_ahead = std::make_unique<detail::ChunkReadAhead>(
-            d.source, impl->plan, d.options.plan.chunk_samples, d.read_ahead_budget,
+            d.source, impl->plan, impl->limit, d.options.plan.chunk_samples, d.read_ahead_budget,
             std::max<std::size_t>(1, d.options.pipeline.io_threads), d.options.safety.timeout);
         reader = impl->read_ahead.get();
     }

@@ -124,8 +124,11 @@ struct Loader::Impl {
     /// budget and a global shuffle switches it to `chunks`. Sets `stats.shuffle_note`. Called
     /// once, after the tier is built (src/loader/chunk_shuffle.cpp).
     void resolve_chunk_shuffle(const detail::TierStats& tier);
-    /// Whether the chunk parameters were derived (a restore then takes the state's).
-    bool chunk_params_derived = false;
+    /// Whether chunk_samples and window_chunks were derived (a restore then takes the
+    /// state's), and the shuffle the caller asked for (stage auto may have chosen chunks).
+    bool chunk_samples_derived = false;
+    bool window_chunks_derived = false;
+    Shuffle requested_shuffle = Shuffle::none;
     /// Shuffle::chunks: the bytes per rank its read-ahead may hold (the stage budget).
     std::uint64_t read_ahead_budget = 0;
     /// Not collective: the cost functions of a batch budget (`sample_bytes`, `sample_tokens`).

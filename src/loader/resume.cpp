@@ -28,6 +28,10 @@ void require_option(bool same, const char* name, const std::string& saved, const
 }
 
 // The options that decide the sequence, as saved in `state`, against the loader's `o`.
+bool o_is_chunks(const PlanOptions& o) {
+    return o.shuffle == Shuffle::chunks;
+}
+
 void require_same_sequence(const LoaderState& state, const PlanOptions& o, int world_size) {
     const std::string origin = "the saved state";
     const PlanOptions& s = state.plan;
@@ -103,10 +107,24 @@ void Loader::Impl::apply_resume(const LoaderState& state) {
                 to_string(state.fingerprint_level) +
                 "); docs/resume.md, \"Fingerprint levels\", says what each level compares)");
         }
-        if (chunk_params_derived && state.plan.shuffle == Shuffle::chunks) {
-            // Derived from this job's budget: the saved epoch's order keeps the saved sizes.
-            options.plan.chunk_samples = state.plan.chunk_samples;
-            options.plan.window_chunks = state.plan.window_chunks;
+        // Stage auto chooses between the global and the chunk order by the data per rank
+        // against the budget, which changes with W: a resume keeps the saved job's choice.
+        const bool auto_order =
+            options.tier.stage == Stage::automatic && requested_shuffle == Shuffle::global;
+        const Shuffle saved = state.plan.shuffle;
+        if (auto_order && saved != options.plan.shuffle &&
+            (saved == Shuffle::global || saved == Shuffle::chunks)) {
+            options.plan.shuffle = saved;
+            chunk_samples_derived = window_chunks_derived = saved == Shuffle::chunks;
+            options.plan.chunk_samples = 0;
+            options.plan.window_chunks = 0;
+            stats.shuffle_note = "resumed in shuffle '" + to_string(saved) +
+                                 "', which stage auto chose for the saved job";
+        }
+        // Sizes derived from this job's budget: the saved epoch's order keeps the saved ones.
+        if (state.plan.shuffle == Shuffle::chunks) {
+            if (chunk_samples_derived) options.plan.chunk_samples = state.plan.chunk_samples;
+            if (window_chunks_derived) options.plan.window_chunks = state.plan.window_chunks;
         }
         require_same_sequence(state, options.plan, comm.size());
         // The state's numbers against each other (at the world size that saved it), then
@@ -154,8 +172,8 @@ LoaderState Loader::state() const {
     s.fingerprint_level = d.options.safety.fingerprint;
     s.plan = d.options.plan;
     s.world_size = d.comm.size();
-    // The chunk order of the epoch stays the one its first run made (at any later W).
-    if (s.plan.shuffle == Shuffle::chunks) s.order_world_size = d.comm.size();
+    // Shuffle::chunks: order_world_size is 0 at an epoch's start (the next epoch is made for
+    // whatever world size starts it) and, inside an epoch, the world size of its first run.
     if (!d.progress.started) {
         // Nothing consumed since the restore: the job stands where the state says (its world
         // size included: the steps it counts were made there).
@@ -173,7 +191,10 @@ LoaderState Loader::state() const {
     s.steps_consumed = p.start.step + p.consumed;
     s.run_start_steps = p.start.step;  // this run's steps were all at this world size
     s.run_start_samples = p.start.position;
-    if (p.start.order_world_size > 0) s.order_world_size = p.start.order_world_size;
+    if (o_is_chunks(d.options.plan)) {
+        s.order_world_size =
+            p.start.order_world_size > 0 ? p.start.order_world_size : d.comm.size();
+    }
     const PlanOptions& o = d.options.plan;
     if (!p.job_samples_before.empty()) {  // budget batches: counted by the plan
         s.samples_consumed = p.job_samples_before[p.consumed];

@@ -192,14 +192,17 @@ LoaderState LoaderState::from_json(const std::string& text, const std::string& o
     }
     s.world_size = detail::json_int(j, "world_size", where, 1, kMaxStateWorldSize);
     if (s.plan.shuffle == Shuffle::chunks) {  // bounded before they size anything
-        s.plan.chunk_samples = detail::json_unsigned(j, "chunk_samples", where, s.num_samples);
-        s.plan.window_chunks = detail::json_unsigned(j, "window_chunks", where, s.num_samples);
+        s.plan.chunk_samples =
+            detail::json_unsigned(j, "chunk_samples", where, std::uint64_t{1} << 40);
+        s.plan.window_chunks =
+            detail::json_unsigned(j, "window_chunks", where, std::uint64_t{1} << 32);
         if (s.plan.chunk_samples == 0 || s.plan.window_chunks == 0) {
             detail::json_bad_value(s.plan.chunk_samples == 0 ? "chunk_samples" : "window_chunks",
                                    j[s.plan.chunk_samples == 0 ? "chunk_samples" : "window_chunks"],
                                    where, "at least 1");
         }
-        s.order_world_size = detail::json_int(j, "order_world_size", where, 1, kMaxStateWorldSize);
+        // 0 at an epoch's start (the next epoch's order is made for the resuming world).
+        s.order_world_size = detail::json_int(j, "order_world_size", where, 0, kMaxStateWorldSize);
     }
     s.epoch = detail::json_unsigned(j, "epoch", where);
     s.steps_consumed = detail::json_unsigned(j, "steps_consumed", where);
@@ -218,6 +221,11 @@ LoaderState LoaderState::from_json(const std::string& text, const std::string& o
             detail::json_bad_value("consumed_digest", j["consumed_digest"], where,
                                    "16 lowercase hex digits");
         }
+    }
+    if (s.plan.shuffle == Shuffle::chunks && s.steps_consumed > 0 && s.order_world_size == 0) {
+        detail::json_bad_value("order_world_size", j["order_world_size"], where,
+                               "the world size the epoch's order was made for (≥ 1) inside an "
+                               "epoch");
     }
     s.format_version = kFormatVersion;
     detail::check_state_numbers(s, origin);

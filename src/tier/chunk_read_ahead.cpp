@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <system_error>
 
 #include "mpistage/error.hpp"
 
@@ -19,10 +20,10 @@ using Clock = std::chrono::steady_clock;
 class ChunkSink final : public BatchSink {
 public:
     ChunkSink(std::byte* data, const std::vector<std::uint64_t>& offsets,
-              const std::vector<FieldInfo>& f)
-        : data_(data), offsets_(offsets), fields_(f) {}
+              const std::vector<FieldInfo>& f, std::uint64_t first_row)
+        : data_(data), offsets_(offsets), fields_(f), first_(first_row) {}
     std::byte* fixed(std::size_t field, std::size_t slot) override {
-        return data_ + offsets_[field] + slot * fields_[field].sample_bytes;
+        return data_ + offsets_[field] + (first_ + slot) * fields_[field].sample_bytes;
     }
     std::byte* ragged(std::size_t, std::size_t, std::uint64_t) override {
         throw FormatError(
@@ -34,7 +35,11 @@ private:
     std::byte* data_;
     const std::vector<std::uint64_t>& offsets_;
     const std::vector<FieldInfo>& fields_;
+    std::uint64_t first_;
 };
+
+/// Ids per source read of a chunk: 512 KiB of ids at most.
+constexpr std::uint64_t kIdsPerRead = 65536;
 
 /// Where each field's rows start in a chunk of `count` rows.
 std::vector<std::uint64_t> field_offsets(const std::vector<FieldInfo>& fields,
@@ -101,7 +106,7 @@ bool ChunkReadAhead::supports(const Source& source) {
     return !source.fields().empty();
 }
 
-ChunkReadAhead::ChunkReadAhead(const Source& source, const EpochPlan& plan,
+ChunkReadAhead::ChunkReadAhead(const Source& source, const EpochPlan& plan, std::uint64_t steps,
                                std::uint64_t chunk_samples, std::uint64_t budget_bytes,
                                std::size_t threads, std::chrono::seconds timeout)
     : source_(source),
@@ -112,7 +117,7 @@ ChunkReadAhead::ChunkReadAhead(const Source& source, const EpochPlan& plan,
     stats_.budget_bytes = budget_bytes;
     // The planned reads: each chunk's uses, and the chunks in the order of their first use.
     const std::uint64_t n = source.num_samples();
-    const std::uint64_t slots = plan.batch_begin(plan.steps);
+    const std::uint64_t slots = plan.batch_begin(std::min(steps, plan.steps));
     for (std::uint64_t k = 0; k < slots; ++k) {
         const std::int64_t id = plan.slot_id(k);
         if (id < 0) continue;
@@ -127,7 +132,12 @@ ChunkReadAhead::ChunkReadAhead(const Source& source, const EpochPlan& plan,
         ++it->second.uses;
     }
     for (std::size_t t = 0; t < std::clamp<std::size_t>(threads, 1, kMaxReaders); ++t) {
-        threads_.emplace_back([this] { reader(); });
+        try {
+            threads_.emplace_back([this] { reader(); });
+        } catch (const std::system_error&) {
+            if (threads_.empty()) throw;  // none started: nothing to join
+            break;                        // fewer chunks in flight, the same bytes
+        }
     }
     stats_.readers = threads_.size();
 }
@@ -169,11 +179,17 @@ void ChunkReadAhead::reader() const {
         lk.unlock();
         try {
             memory = ChunkMemory(bytes);
-            std::vector<std::uint64_t> ids(c.count);
-            for (std::uint64_t j = 0; j < c.count; ++j) ids[j] = c.first + j;
             const std::vector<std::uint64_t> offsets = field_offsets(fields, c.count);
-            ChunkSink sink(memory.data(), offsets, fields);
-            source_.read(ids.data(), ids.size(), sink);  // consecutive ids: one read per field
+            // Consecutive ids: one read per field (per kIdsPerRead ids, so the id list stays
+            // small against samples of a few bytes).
+            std::vector<std::uint64_t> ids;
+            for (std::uint64_t j = 0; j < c.count; j += kIdsPerRead) {
+                const std::uint64_t k = std::min<std::uint64_t>(kIdsPerRead, c.count - j);
+                ids.resize(k);
+                for (std::uint64_t q = 0; q < k; ++q) ids[q] = c.first + j + q;
+                ChunkSink sink(memory.data(), offsets, fields, j);
+                source_.read(ids.data(), ids.size(), sink);
+            }
         } catch (...) {
             error = std::current_exception();
         }
@@ -210,13 +226,17 @@ void ChunkReadAhead::read(const std::uint64_t* ids, std::size_t count, BatchSink
             // A read waited: one more chunk in flight, up to kMaxReaders (the file system's
             // latency is hidden by reads in flight, as far as the budget leaves room for them).
             if (threads_.size() < kMaxReaders && next_ < order_.size()) {
-                threads_.emplace_back([this] { reader(); });
-                stats_.readers = threads_.size();
+                try {
+                    threads_.emplace_back([this] { reader(); });
+                    stats_.readers = threads_.size();
+                } catch (const std::system_error&) {  // no more threads: as many in flight
+                }
             }
             cv_.notify_all();
             const bool ready =
                 cv_.wait_for(lk, timeout_, [&] { return c.state == Chunk::State::resident; });
             waiting_.erase(waiting);
+            cv_.notify_all();  // the earliest waited-for chunk may be another now (reader)
             stats_.wait_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
             if (!ready) {
                 throw IoError("loader: chunk read-ahead: chunk " +

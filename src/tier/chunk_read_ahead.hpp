@@ -60,10 +60,13 @@ class ChunkReadAhead final : public Source {
 public:
     /// Whether `source` can be read this way (every field of fixed size).
     static bool supports(const Source& source);
-    /// `plan`: this rank's plan of the epoch (its slot ids are the planned reads, in order).
+    /// `plan`: this rank's plan of the epoch (its slot ids are the planned reads, in order);
+    /// `steps`: the steps of it the range yields (an early end reads no chunk beyond them).
     /// `timeout`: the longest a read waits for its chunk (then an IoError naming it).
-    ChunkReadAhead(const Source& source, const EpochPlan& plan, std::uint64_t chunk_samples,
-                   std::uint64_t budget_bytes, std::size_t threads, std::chrono::seconds timeout);
+    /// @throws std::system_error when not even one reader thread starts.
+    ChunkReadAhead(const Source& source, const EpochPlan& plan, std::uint64_t steps,
+                   std::uint64_t chunk_samples, std::uint64_t budget_bytes, std::size_t threads,
+                   std::chrono::seconds timeout);
     ~ChunkReadAhead() override;
     ChunkReadAhead(const ChunkReadAhead&) = delete;
     ChunkReadAhead& operator=(const ChunkReadAhead&) = delete;

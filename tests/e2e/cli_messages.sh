@@ -114,7 +114,7 @@ expect_error "--field on TFRecord" 2 "stage: --field does not apply to tfrecord 
 
 echo "== 5. choices"
 help=$("$cli" stage --help)
-for choices in "{auto,hdf5,idx,tfrecord}" "{none,local,global}" "{byte_range,global}" \
+for choices in "{auto,hdf5,idx,tfrecord}" "{none,local,global,chunks}" "{byte_range,global}" \
                "{drop,pad,mask}" "{error,skip}" "{off,on,auto}"; do
     grep -q -F -e "$choices" <<<"$help" || { echo "$help"; fail "stage --help lacks $choices"; }
 done

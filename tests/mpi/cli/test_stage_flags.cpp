@@ -439,6 +439,21 @@ const std::map<std::string, Spec>& spec() {
               return Args{"--balance-steps", "--sharding", "global"};
           },
           [](const Context& c) { return c.r["epochs"][0].contains("step_byte_ratio"); }}},
+        {"--chunk-samples",
+         {[](const std::string&, const std::string&) {
+              return Args{"--chunk-samples", "50", "--shuffle", "chunks"};
+          },
+          [](const Context& c) {
+              return c.r["options"]["chunk_samples"] == 50 &&
+                     c.r["epochs"][0]["shuffle_quality"]["chunk_samples"] == 50;
+          }}},
+        {"--window-chunks",
+         {[](const std::string&, const std::string&) {
+              return Args{"--window-chunks", "8", "--shuffle", "chunks"};
+          },
+          [](const Context& c) {
+              return c.r["options"]["window_chunks"] == 8 && c.r["options"]["shuffle"] == "chunks";
+          }}},
         {"--compute-ms",
          {[](const std::string&, const std::string&) {
               return Args{"--compute-ms", "2"};

@@ -89,7 +89,7 @@ TEST(Suggest, ValidCommandLinesPass) {
 TEST(Suggest, ChoicesAreListedInHelpAndCheckedWithSuggestion) {
     mpistage::cli::CommandLine cl;
     const std::string help = cl.app().get_subcommand("stage")->help();
-    for (const char* choices : {"{auto,hdf5,idx,tfrecord}", "{none,local,global}",
+    for (const char* choices : {"{auto,hdf5,idx,tfrecord}", "{none,local,global,chunks}",
                                 "{byte_range,global}", "{drop,pad,mask}", "{error,skip}"}) {
         EXPECT_NE(help.find(choices), std::string::npos) << choices << "\n" << help;
     }
