@@ -84,7 +84,7 @@ void add_stage_plan_options(CLI::App& cmd, StageArgs& a) {
               "--shuffle chunks: samples per chunk, read together (default: from the stage "
               "budget, two windows of chunks per rank)");
     add_count(cmd, "--window-chunks", a.window_chunks,
-              "--shuffle chunks: chunks per window, shuffled together on one rank (default 16)");
+              "--shuffle chunks: chunks per window, shuffled together on one rank (default 256)");
     cmd.add_option("--sharding", a.sharding, "byte_range or global")->capture_default_str();
     add_count(cmd, "--seed", a.seed, "Shuffle seed");
     cmd.add_option("--remainder", a.remainder, "drop, pad or mask")->capture_default_str();
