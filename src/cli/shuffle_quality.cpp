@@ -30,7 +30,8 @@ ShuffleQuality::ShuffleQuality(std::uint64_t num_samples, std::uint64_t chunk_sa
       chunk_(chunk_samples) {}
 
 void ShuffleQuality::add(const HostBatch& batch) {
-    std::vector<std::uint64_t> ids;
+    std::vector<std::uint64_t>& ids = ids_;  // reused: no allocation per batch
+    ids.clear();
     for (std::size_t j = 0; j < batch.size(); ++j) {
         if (!batch.valid()[j]) continue;
         const std::int64_t id = batch.index()[j];

@@ -48,6 +48,7 @@ private:
     double jump_sum_ = 0;
     std::uint64_t pairs_ = 0;
     std::int64_t last_ = -1;
+    std::vector<std::uint64_t> ids_;
     std::vector<std::uint64_t> scratch_;
 };
 
