@@ -170,6 +170,9 @@ public:
     std::unique_ptr<StreamReader> open(std::size_t stream) const override;
     /// Path, query, key column, typing options and file size.
     std::string fingerprint() const override;
+    /// True with a key column (`SqliteOptions::key_column`): a reader skips a row another rank
+    /// owns after reading only its key (`HashReading::keys`, the default of `hash` sharding).
+    bool keys_first() const override { return key_column_ >= 0; }
     /// Local: the number of rows of the query in the source's snapshot: the sum of
     /// `count_rows(s)` over every stream. @throws IoError naming the path and SQLite's message.
     std::uint64_t count_rows() const;

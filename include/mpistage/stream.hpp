@@ -30,16 +30,27 @@ enum class StreamSharding {
     /// rank (c + s) mod W. Every rank walks every stream and skips others' chunks (a cursor
     /// read with fetchmany).
     chunk,
-    /// Rank mix64(key) mod W owns the item; the rank that read it forwards it with MPI.
+    /// Rank mix64(key) mod W owns the item (`StreamSample::key`); `hash_reading` says who
+    /// reads it and whether it is forwarded with MPI.
     hash,
     /// Whole streams are assigned to ranks, balanced by `StreamSource::weight`.
     source,
 };
 
-/// How `hash` reads before it forwards: who reads which item of a stream.
+/// How `hash` reads: who reads which item of a stream, and whether items are forwarded.
 enum class HashReading {
-    chunks,   ///< as `chunk` (every rank walks every stream, reads its own chunks)
-    sources,  ///< as `source` (one rank reads a whole stream)
+    /// As `chunk` (every rank walks every stream, reads its own chunks), then forwards each
+    /// item to its owner with MPI.
+    chunks,
+    /// As `source` (one rank reads a whole stream), then forwards each item to its owner.
+    sources,
+    /// Every rank walks every stream and reads only the items it owns
+    /// (`StreamReader::next_kept`): nothing is forwarded. Cheap where a reader finds a key
+    /// without the item (`StreamSource::keys_first`, e.g. SQLite's key column); otherwise
+    /// every rank reads every item whole.
+    keys,
+    /// `keys` for a source whose `keys_first()` is true, else `chunks`.
+    automatic,
 };
 
 /// What happens once some ranks run dry while others still hold items.
@@ -62,7 +73,7 @@ struct StreamPlanOptions {
     StreamSharding sharding = StreamSharding::chunk;
     /// Items per chunk (K) of `chunk` sharding and of `HashReading::chunks`.
     std::uint64_t chunk_size = 64;
-    HashReading hash_reading = HashReading::chunks;
+    HashReading hash_reading = HashReading::automatic;
     StreamRemainder remainder = StreamRemainder::rebalance;
     /// Optional length buckets: ascending upper bounds of a sample's length (tokens with a
     /// token budget, else bytes); a batch takes samples from one bucket only (the fullest), so

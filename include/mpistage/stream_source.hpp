@@ -37,6 +37,16 @@ public:
     /// or samples a resumed state has consumed). Returns how many were skipped (fewer only at
     /// the end of the stream). The default reads and discards; a cursor can step cheaper.
     virtual std::uint64_t skip(std::uint64_t count);
+    /// Local: steps on to the next sample whose key `keep` accepts and delivers it into `out`
+    /// (as `next`); the samples before it are skipped. `keep` is called once per sample
+    /// stepped over, in stream order, with that sample's key (`StreamSample::key`), and may
+    /// keep state (the loader counts positions with it). Returns false when the stream ended
+    /// before a sample was accepted. Used by `HashReading::keys`, where every rank steps every
+    /// stream and keeps the items it owns. The default reads each sample whole (`next`) and
+    /// tests its key; a reader that can tell a key before reading the fields (SQLite: the key
+    /// column) reads only the key of a sample `keep` rejects, and should say so with
+    /// `StreamSource::keys_first`. @throws what `next` throws.
+    virtual bool next_kept(StreamSample& out, const std::function<bool(std::uint64_t key)>& keep);
 };
 
 /// A set of sub-streams of samples with the same fields, e.g. one database query (one stream),
@@ -63,6 +73,11 @@ public:
     /// `HashReading::chunks`) and resuming are refused for such a source: one reader per
     /// stream (`source`, or `hash` with `HashReading::sources`) still yields each item once.
     virtual std::string unstable_order() const;
+    /// True when this source's readers find a sample's key without reading its fields (their
+    /// `StreamReader::next_kept` skips a rejected sample at the cost of its key); false (the
+    /// default) when a key costs the whole sample. `HashReading::automatic` picks `keys` for
+    /// such a source and `chunks` otherwise. Equal on every rank.
+    virtual bool keys_first() const;
 };
 
 /// Local: a 64-bit identity of a sample's content: FNV-1a 64 over every field's byte count

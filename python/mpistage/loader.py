@@ -331,7 +331,10 @@ class Loader(_lifetime.Tracked):
     UserWarning and the "mpistage" logger).
 
     Over a ``StreamSource`` (``stream_source``, ``per_rank_stream``, ``open_sqlite``): options
-    sharding ("chunk" | "hash" | "source"), chunk_size, hash_reading ("chunks" | "sources"),
+    sharding ("chunk" | "hash" | "source"), chunk_size, hash_reading ("auto" | "keys" |
+    "chunks" | "sources"; "auto" is "keys" for ``open_sqlite`` with a key column: each rank
+    reads only the rows it owns, nothing forwarded; otherwise "chunks": read as "chunk", then
+    each item sent to its owner),
     remainder ("rebalance" | "mask"), length_buckets, window_steps (steps per agreement),
     window_bytes, batch_size (or a budget: batch_bytes / batch_tokens with max_batch_samples,
     token_field), prefetch and io_threads (items read ahead by that many I/O threads while

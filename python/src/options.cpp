@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "bindings.hpp"
+#include "loader/stream/stream_config.hpp"
 #include "plan/implied_sharding.hpp"
 
 namespace mpistage::python {
@@ -133,10 +134,15 @@ const Setters<LoaderOptions>& loader_setters() {
         {"hash_reading",
          [](O& o, V v) {
              const auto r = text(v);
-             if (r != "chunks" && r != "sources") {
-                 throw ConfigError("hash_reading '" + r + "' is not one of chunks, sources");
+             for (HashReading h : {HashReading::chunks, HashReading::sources, HashReading::keys,
+                                   HashReading::automatic}) {
+                 if (r == detail::hash_reading_name(h)) {
+                     o.stream.hash_reading = h;
+                     return;
+                 }
              }
-             o.stream.hash_reading = r == "chunks" ? HashReading::chunks : HashReading::sources;
+             throw ConfigError("hash_reading '" + r +
+                               "' is not one of chunks, sources, keys, auto");
          }},
         {"stream_remainder",
          [](O& o, V v) {

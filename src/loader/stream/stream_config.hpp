@@ -29,6 +29,16 @@ struct StreamConfig : StreamPlanOptions {
     std::string describe() const;
 };
 
+/// True when every rank opens every stream and picks its items by position or key (`chunk`,
+/// `hash` with `HashReading::chunks` or `keys`): such reading needs the same order on every
+/// rank. `hash_reading` must be resolved (not `automatic`).
+bool walks_every_stream(const StreamConfig& o);
+/// True when a rank forwards the items it reads to their owners (`hash` with `chunks` or
+/// `sources` reading).
+bool forwards_items(const StreamConfig& o);
+/// Name of a `HashReading` value as the options spell it ("chunks", "sources", "keys", "auto").
+const char* hash_reading_name(HashReading r);
+
 /// Local: the settings of a loader over streams from its options. @throws ConfigError naming
 /// the option for a file-only option set away from its default (a shuffle, global sharding,
 /// balance_steps, bucket_window, a memory tier, two-phase reads, verify_files, a `full`

@@ -54,9 +54,14 @@ std::vector<NamedValue> option_values(const detail::StreamConfig& o) {
 std::string detail::StreamEngine::state_fingerprint() const {
     // Batching and the timeout do not decide who reads or owns what, so a state may be resumed
     // with other batch sizes or budgets.
+    // `keys` reading yields the same items at the same positions with the same owners as
+    // `chunks` (only who reads differs), so a state of one resumes with the other: both are
+    // written as `chunks` (0), as states were before `keys` existed.
+    const HashReading reading =
+        options.hash_reading == HashReading::keys ? HashReading::chunks : options.hash_reading;
     const std::string own = std::to_string(static_cast<int>(options.sharding)) + "/" +
                             std::to_string(options.chunk_size) + "/" +
-                            std::to_string(static_cast<int>(options.hash_reading));
+                            std::to_string(static_cast<int>(reading));
     return std::to_string(fnv1a64(source.fingerprint() + "|" + fields_text(source.fields()) + "|" +
                                   std::to_string(source.num_streams()) + "|" + own));
 }
@@ -64,6 +69,9 @@ std::string detail::StreamEngine::state_fingerprint() const {
 void detail::StreamEngine::check_agreement(const LoaderState* resume) {
     run_agreed(comm, [&] {
         options = detail::stream_config(loader_options);
+        if (options.hash_reading == HashReading::automatic) {
+            options.hash_reading = source.keys_first() ? HashReading::keys : HashReading::chunks;
+        }
         const auto& f = source.fields();
         if (f.empty()) throw ConfigError("stream: the source declares no fields");
         if (options.batch_tokens > 0 &&
@@ -74,10 +82,7 @@ void detail::StreamEngine::check_agreement(const LoaderState* resume) {
             throw ConfigError("stream: at most 2^23 sub-streams (item ids are stream << 40)");
         }
         const std::string unstable = source.unstable_order();
-        const bool by_position = options.sharding == StreamSharding::chunk ||
-                                 (options.sharding == StreamSharding::hash &&
-                                  options.hash_reading == HashReading::chunks);
-        if (!unstable.empty() && by_position) {
+        if (!unstable.empty() && detail::walks_every_stream(options)) {
             throw ConfigError("stream: " + unstable +
                               ", so every rank would see its rows in another order and reading "
                               "by position would yield some twice and others never; order it "
@@ -237,7 +242,7 @@ bool detail::StreamEngine::step(HostBatch& out, bool stop) {
         const LocalStatus status =
             device_failure ? *device_failure
                            : capture([&] { fill(extra, outgoing, windowed && extra == 0); });
-        if (options.sharding == StreamSharding::hash) {
+        if (detail::forwards_items(options)) {
             for (const auto& msg : comm.alltoallv(outgoing)) detail::decode_items(msg, queue);
         }
         const std::vector<detail::SampleCost> costs =
@@ -288,7 +293,7 @@ bool detail::StreamEngine::step(HostBatch& out, bool stop) {
         const bool moves = options.remainder == StreamRemainder::rebalance;
         const std::uint64_t uncovered =
             moves ? (deficit > surplus ? deficit - surplus : 0) : deficit;
-        const bool route = options.sharding == StreamSharding::hash;
+        const bool route = detail::forwards_items(options);
         // A round in which no rank read anything cannot be followed by a better one.
         const bool stalled = extra > 0 && read == read_before;
         read_before = read;

@@ -50,7 +50,7 @@ const char* sharding_name(StreamSharding s) {
 std::string StreamPlanOptions::describe() const {
     std::ostringstream os;
     os << "sharding=" << sharding_name(sharding) << " chunk_size=" << chunk_size
-       << " hash_reading=" << (hash_reading == HashReading::chunks ? "chunks" : "sources")
+       << " hash_reading=" << detail::hash_reading_name(hash_reading)
        << " remainder=" << (remainder == StreamRemainder::rebalance ? "rebalance" : "mask")
        << " length_buckets=";
     for (auto b : length_buckets) os << b << ',';
@@ -59,6 +59,29 @@ std::string StreamPlanOptions::describe() const {
 }
 
 namespace detail {
+
+const char* hash_reading_name(HashReading r) {
+    switch (r) {
+        case HashReading::chunks:
+            return "chunks";
+        case HashReading::sources:
+            return "sources";
+        case HashReading::keys:
+            return "keys";
+        case HashReading::automatic:
+            return "auto";
+    }
+    return "auto";
+}
+
+bool walks_every_stream(const StreamConfig& o) {
+    return o.sharding == StreamSharding::chunk ||
+           (o.sharding == StreamSharding::hash && o.hash_reading != HashReading::sources);
+}
+
+bool forwards_items(const StreamConfig& o) {
+    return o.sharding == StreamSharding::hash && o.hash_reading != HashReading::keys;
+}
 
 std::string StreamConfig::describe() const {
     std::ostringstream os;

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <numeric>
 
+#include "mpistage/hash.hpp"
+
 namespace mpistage::detail {
 
 std::vector<int> assign_streams(const std::vector<double>& weights, int world_size) {
@@ -28,12 +30,19 @@ int chunk_owner(std::uint64_t stream, std::uint64_t position, std::uint64_t chun
 }
 
 PositionFilter::PositionFilter(std::uint64_t stream, std::uint64_t chunk_size, int rank,
-                               int world_size, StreamPosition resumed)
+                               int world_size, StreamPosition resumed, bool by_key)
     : stream_(stream),
       chunk_size_(chunk_size),
       rank_(rank),
       world_size_(world_size),
-      resumed_(std::move(resumed)) {}
+      resumed_(std::move(resumed)),
+      by_key_(by_key) {}
+
+bool PositionFilter::keeps(std::uint64_t p, std::uint64_t key) const {
+    if (consumed(p)) return false;
+    return !by_key_ || mix64(key) % static_cast<std::uint64_t>(world_size_) ==
+                           static_cast<std::uint64_t>(rank_);
+}
 
 bool PositionFilter::consumed(std::uint64_t p) const {
     if (p >= resumed_.next) return false;

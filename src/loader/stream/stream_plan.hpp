@@ -22,17 +22,22 @@ int chunk_owner(std::uint64_t stream, std::uint64_t position, std::uint64_t chun
                 int world_size);
 
 /// Which positions of one stream a rank reads: its own chunks (or all, `chunk_size` 0) minus
-/// those a resumed state marks consumed.
+/// those a resumed state marks consumed; `by_key`: of those, the items whose key it owns
+/// (mix64(key) mod W, `hash` sharding reading keys).
 class PositionFilter {
 public:
     PositionFilter() = default;
-    /// `chunk_size` 0: every position is this rank's.
+    /// `chunk_size` 0: every position is this rank's (before the key test of `by_key`).
     PositionFilter(std::uint64_t stream, std::uint64_t chunk_size, int rank, int world_size,
-                   StreamPosition resumed);
-    /// The first position ≥ `p` this rank must read.
+                   StreamPosition resumed, bool by_key = false);
+    /// The first position ≥ `p` this rank must read (or, `by_key`, test the key of).
     std::uint64_t next_wanted(std::uint64_t p) const;
     /// True when a resumed state says `p` was already yielded.
     bool consumed(std::uint64_t p) const;
+    /// True when this rank keeps the item at position `p` with key `key`: not consumed and,
+    /// `by_key`, owned by this rank (positions outside `next_wanted` are never asked).
+    bool keeps(std::uint64_t p, std::uint64_t key) const;
+    bool by_key() const { return by_key_; }
 
 private:
     std::uint64_t stream_ = 0;
@@ -40,6 +45,7 @@ private:
     int rank_ = 0;
     int world_size_ = 1;
     StreamPosition resumed_;
+    bool by_key_ = false;
 };
 
 /// The limits of one stream batch: `batch_size` samples, `batch_bytes`, `batch_tokens`.

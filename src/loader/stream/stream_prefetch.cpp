@@ -17,6 +17,17 @@ bool read_cursor(StreamCursor& c, StreamSample& scratch, const std::vector<Field
         c.position += c.reader->skip(want - c.position);
         if (c.position < want) return false;
     }
+    if (c.filter.by_key()) {
+        // Every position is stepped; the reader reads the key of each and the whole item of
+        // the first this rank keeps (positions counted here, one per `keep` call).
+        std::uint64_t at = c.position;
+        const bool got = c.reader->next_kept(
+            scratch, [&](std::uint64_t key) { return c.filter.keeps(at++, key); });
+        c.position = at;
+        if (!got) return false;
+        out = make_item(std::move(scratch), fields, c.stream, at - 1, options);
+        return true;
+    }
     if (!c.reader->next(scratch)) return false;
     out = make_item(std::move(scratch), fields, c.stream, c.position, options);
     ++c.position;

@@ -7,19 +7,10 @@
 
 namespace mpistage {
 
-namespace {
-
-bool reads_by_chunks(const detail::StreamConfig& o) {
-    return o.sharding == StreamSharding::chunk ||
-           (o.sharding == StreamSharding::hash && o.hash_reading == HashReading::chunks);
-}
-
-}  // namespace
-
 void detail::StreamEngine::open_cursors() {
     const std::size_t n = source.num_streams();
     std::vector<int> owner;
-    if (!reads_by_chunks(options)) {
+    if (!detail::walks_every_stream(options)) {
         std::vector<double> w(n);
         for (std::size_t s = 0; s < n; ++s) w[s] = source.weight(s);
         owner = detail::assign_streams(w, comm.size());
@@ -28,10 +19,15 @@ void detail::StreamEngine::open_cursors() {
         if (!owner.empty() && owner[s] != comm.rank()) continue;
         detail::StreamCursor c;
         c.stream = s;
-        const std::uint64_t k = reads_by_chunks(options) ? options.chunk_size : 0;
-        c.filter =
-            detail::PositionFilter(s, k, comm.rank(), comm.size(),
-                                   resumed.streams.empty() ? StreamPosition{} : resumed.streams[s]);
+        // Chunks of positions (`chunk`, `hash` reading chunks), or every position with the
+        // owner test on each item's key (`hash` reading keys), or every position.
+        const bool by_key =
+            options.sharding == StreamSharding::hash && options.hash_reading == HashReading::keys;
+        const std::uint64_t k =
+            detail::walks_every_stream(options) && !by_key ? options.chunk_size : 0;
+        c.filter = detail::PositionFilter(
+            s, k, comm.rank(), comm.size(),
+            resumed.streams.empty() ? StreamPosition{} : resumed.streams[s], by_key);
         c.reader = source.open(s);
         cursors.push_back(std::move(c));
     }
@@ -89,7 +85,7 @@ bool detail::StreamEngine::read_one(detail::StreamItem& out) {
 
 void detail::StreamEngine::fill(std::uint64_t extra, std::vector<std::string>& outgoing,
                                 bool ahead) {
-    if (options.sharding == StreamSharding::hash) {
+    if (detail::forwards_items(options)) {
         const bool short_now = !detail::choose_batch(queue_costs(), options).full;
         // What this step needs: a batch's worth when the own queue is short, plus `extra`.
         std::uint64_t need = (short_now ? options.batch_size : 0) + extra;

@@ -27,6 +27,23 @@ public:
         ++row_;
         return true;
     }
+    bool next_kept(StreamSample& out, const std::function<bool(std::uint64_t key)>& keep) override {
+        if (key_column_ < 0) return StreamReader::next_kept(out, keep);
+        for (;;) {
+            if (!step()) return false;
+            // The key column only; the row's other values are read when it is kept.
+            const std::uint64_t key = key_of(key_column_);
+            if (!keep(key)) {
+                ++row_;
+                continue;
+            }
+            out.fields.resize(num_fields_);
+            for (std::size_t c = 0; c < columns_.size(); ++c) read_column(static_cast<int>(c), out);
+            out.key = key;
+            ++row_;
+            return true;
+        }
+    }
     std::uint64_t skip(std::uint64_t count) override {
         std::uint64_t n = 0;
         while (n < count && step()) {

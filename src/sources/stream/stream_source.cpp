@@ -1,5 +1,5 @@
-// The stream source interface's defaults (StreamReader::skip, StreamSource::weight and
-// unstable_order), a sample's content hash and CallableStreamSource.
+// The stream source interface's defaults (StreamReader::skip and next_kept, StreamSource::weight,
+// unstable_order and keys_first), a sample's content hash and CallableStreamSource.
 #include "mpistage/stream_source.hpp"
 
 #include <cmath>
@@ -17,12 +17,24 @@ std::uint64_t StreamReader::skip(std::uint64_t count) {
     return n;
 }
 
+bool StreamReader::next_kept(StreamSample& out,
+                             const std::function<bool(std::uint64_t key)>& keep) {
+    while (next(out)) {
+        if (keep(out.key)) return true;
+    }
+    return false;
+}
+
 double StreamSource::weight(std::size_t) const {
     return 1.0;
 }
 
 std::string StreamSource::unstable_order() const {
     return {};
+}
+
+bool StreamSource::keys_first() const {
+    return false;
 }
 
 std::uint64_t sample_content_hash(const StreamSample& sample) noexcept {

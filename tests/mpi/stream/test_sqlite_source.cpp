@@ -11,6 +11,7 @@
 #include <fstream>
 #include <random>
 
+#include "mpistage/hash.hpp"
 #include "mpistage/sqlite_source.hpp"
 #include "stream_test_util.hpp"
 
@@ -119,7 +120,9 @@ TEST(SqliteSource, UnionOfDeliveredRowsEqualsSelectAll) {
         const std::string path = make_db(n);
         const auto expected = select_all(path);
         EXPECT_EQ(expected.size(), n);
-        for (const std::string shard : {"chunk", "hash:id"}) {
+        // hash:id reads keys by default (each rank steps every row, reads the rows it owns);
+        // hash:id/chunks reads chunks and forwards each row to its owner.
+        for (const std::string shard : {"chunk", "hash:id", "hash:id/chunks"}) {
             SqliteOptions so{path, "SELECT id, payload FROM t", shard == "chunk" ? "" : "id"};
             SqliteSource source(comm, so);
             EXPECT_EQ(source.count_rows(), n);
@@ -128,6 +131,7 @@ TEST(SqliteSource, UnionOfDeliveredRowsEqualsSelectAll) {
             EXPECT_TRUE(source.fields()[1].ragged);
             LoaderOptions o;
             o.stream.sharding = shard == "chunk" ? StreamSharding::chunk : StreamSharding::hash;
+            if (shard == "hash:id/chunks") o.stream.hash_reading = HashReading::chunks;
             o.plan.batch_size = o.plan.budget.max_batch_samples = 64;
             o.stream.chunk_size = 100;
             if (n == 999) o.plan.budget.batch_bytes = 65536;
@@ -135,6 +139,16 @@ TEST(SqliteSource, UnionOfDeliveredRowsEqualsSelectAll) {
             std::uint64_t steps = 0;
             const auto rows = consume_rows(loader, steps);
             EXPECT_EQ(gather_rows(rows), expected) << shard << " N=" << n;
+            if (shard == "hash:id") {
+                // Reading keys, a rank reads exactly the rows it owns: none is forwarded.
+                std::uint64_t owned = 0;
+                const auto w = static_cast<std::uint64_t>(world_size());
+                for (const auto& r : expected) {
+                    owned += mix64(static_cast<std::uint64_t>(r.first)) % w ==
+                             static_cast<std::uint64_t>(rank_of_world());
+                }
+                EXPECT_EQ(loader.stats().stream.items_read, owned) << "N=" << n;
+            }
             const auto s = min_max(steps);
             EXPECT_EQ(s.first, s.second) << shard << " N=" << n;
         }

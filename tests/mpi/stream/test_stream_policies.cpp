@@ -19,6 +19,8 @@ const Policy kPolicies[] = {
     {StreamSharding::chunk, HashReading::chunks, "chunk"},
     {StreamSharding::hash, HashReading::chunks, "hash(chunks)"},
     {StreamSharding::hash, HashReading::sources, "hash(sources)"},
+    {StreamSharding::hash, HashReading::keys, "hash(keys)"},
+    {StreamSharding::hash, HashReading::automatic, "hash(auto)"},
     {StreamSharding::source, HashReading::chunks, "source"},
 };
 

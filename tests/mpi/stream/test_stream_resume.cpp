@@ -13,6 +13,7 @@ struct ResumeCase {
     StreamSharding sharding;
     StreamRemainder remainder;
     std::uint64_t batch_bytes;
+    HashReading reading = HashReading::automatic;
 };
 
 TEST(StreamResume, StopAfterKStepsThenResumeDeliversTheRestExactlyOnce) {
@@ -26,6 +27,8 @@ TEST(StreamResume, StopAfterKStepsThenResumeDeliversTheRestExactlyOnce) {
         {StreamSharding::chunk, StreamRemainder::mask, 2000},
         {StreamSharding::hash, StreamRemainder::mask, 0},
         {StreamSharding::source, StreamRemainder::mask, 3000},
+        {StreamSharding::hash, StreamRemainder::rebalance, 0, HashReading::keys},
+        {StreamSharding::hash, StreamRemainder::mask, 2500, HashReading::keys},
     };
     for (const auto& c : cases) {
         std::vector<std::uint64_t> lengths(static_cast<std::size_t>(w) + 1);
@@ -33,6 +36,7 @@ TEST(StreamResume, StopAfterKStepsThenResumeDeliversTheRestExactlyOnce) {
         const auto source = make_source(lengths);
         LoaderOptions o;
         o.stream.sharding = c.sharding;
+        o.stream.hash_reading = c.reading;
         o.stream.remainder = c.remainder;
         o.plan.batch_size = o.plan.budget.max_batch_samples = 1 + rng() % 7;
         o.plan.budget.batch_bytes = c.batch_bytes;
@@ -69,9 +73,14 @@ TEST(StreamResume, ResumeOnFewerRanks) {
     Communicator comm(MPI_COMM_WORLD);
     const std::vector<std::uint64_t> lengths{150, 0, 77, 31};
     const auto source = make_source(lengths);
-    for (auto sharding : {StreamSharding::chunk, StreamSharding::hash, StreamSharding::source}) {
+    for (int policy = 0; policy < 4; ++policy) {
+        const StreamSharding sharding = policy == 0   ? StreamSharding::chunk
+                                        : policy == 3 ? StreamSharding::source
+                                                      : StreamSharding::hash;
         LoaderOptions o;
         o.stream.sharding = sharding;
+        // hash reading chunks (1) and keys (2): a state of one resumes with the other.
+        o.stream.hash_reading = policy == 2 ? HashReading::keys : HashReading::chunks;
         o.plan.batch_size = o.plan.budget.max_batch_samples = 4;
         o.stream.chunk_size = 3;
         Seen before;
@@ -90,6 +99,8 @@ TEST(StreamResume, ResumeOnFewerRanks) {
         Seen after;
         if (stays) {
             Communicator small(sub);
+            if (policy == 1) o.stream.hash_reading = HashReading::keys;
+            if (policy == 2) o.stream.hash_reading = HashReading::chunks;
             Stream resumed(small, source, o, &state);
             after = consume(resumed);
             MPI_Comm_free(&sub);
