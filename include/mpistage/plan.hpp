@@ -42,7 +42,9 @@ enum class Shuffle {
     /// rank's samples shuffled inside windows of `window_chunks` chunks (CorgiPile's two-level
     /// shuffle, Xu et al., SIGMOD 2022; docs/shuffle.md). The order depends on the world size
     /// the epoch started at (`EpochStart::order_world_size`); rank r's slot j of a global batch
-    /// is its position r + j·W (strided), so each rank reads only its own chunks.
+    /// is its position r + j·W (strided), so each rank reads only its own chunks. With a
+    /// batch budget each rank's part is packed into batches in position order, batch j of
+    /// part r being entry j·P + r of the epoch's batch list (P the order's world size).
     chunks,
 };
 
@@ -130,8 +132,8 @@ struct PlanOptions {
 
     /// @throws ConfigError for a zero batch size, a shuffle that does not fit the sharding,
     ///         `balance_steps` with `byte_range` sharding or with a budget, or a budget with
-    ///         `max_batch_samples` 0; `chunks` with a budget or `balance_steps` (both move
-    ///         samples across ranks' chunks), or chunk parameters with another shuffle.
+    ///         `max_batch_samples` 0; `chunks` with `balance_steps` (it moves samples
+    ///         across ranks' chunks), or chunk parameters with another shuffle.
     void validate() const;
 };
 
@@ -262,7 +264,8 @@ struct EpochStart {
     /// job (at any world size); the plan covers positions from here. ≤ N. With a budget the
     /// order is the batch order (the epoch order with each bucketing window sorted by length)
     /// and `position` must be the end of a batch: the samples of a prefix of the epoch's
-    /// W-independent batch list.
+    /// W-independent batch list (with `Shuffle::chunks`, of the order's world size, whose
+    /// empty entries hold no sample).
     std::uint64_t position = 0;
     /// `Shuffle::chunks`: the world size the epoch's order was made for (the epoch's first
     /// run; a saved state's `order_world_size`); 0: the planning world size.

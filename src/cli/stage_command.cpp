@@ -192,7 +192,7 @@ public:
     std::uint64_t saves() const noexcept { return saver_.saves(); }
     std::uint64_t steps() const noexcept { return steps_; }
 
-    /// Collective: the final --save-state write; returns the final state (none: budget).
+    /// Collective: the final --save-state write; returns the final state.
     std::optional<SavedState> finish() {
         std::optional<SavedState> s = input_.snapshot();
         if (s && saver_.enabled()) saver_.save(comm_, *s, last_epoch_, last_ids_);

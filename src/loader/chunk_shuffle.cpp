@@ -34,8 +34,7 @@ void Loader::Impl::resolve_chunk_shuffle(const detail::TierStats& tier) {
     PlanOptions& plan = options.plan;
     requested_shuffle = plan.shuffle;
     const bool chosen_by_auto = tier.over_budget && options.tier.stage == Stage::automatic &&
-                                plan.shuffle == Shuffle::global && !plan.budget.active() &&
-                                !plan.balance_steps;
+                                plan.shuffle == Shuffle::global && !plan.balance_steps;
     if (plan.shuffle != Shuffle::chunks && !chosen_by_auto) return;
     chunk_samples_derived = plan.chunk_samples == 0;
     window_chunks_derived = plan.window_chunks == 0;

@@ -255,7 +255,17 @@ Loader::Loader(CommRef comm, const Source& source, LoaderOptions options)
         if (d.options.plan.budget.active()) {
             // Budget batches: the ring's slots hold the largest batch of epoch 0's plan (of
             // any rank); an epoch with a larger batch reallocates the ring (see `epoch`).
-            const EpochPlan first = d.plan_of(0, {});
+            // With Shuffle::chunks the chunk sizes may come from the tier's budget, known only
+            // after staging: the global order's batches size the ring until then (the same
+            // samples and budget; the epoch's own plan reallocates it if it needs more).
+            PlanOptions sizing = d.options.plan;
+            if (sizing.shuffle == Shuffle::chunks) {
+                sizing.shuffle = Shuffle::global;
+                sizing.chunk_samples = sizing.window_chunks = 0;
+            }
+            const EpochPlan first =
+                plan_epoch_on_demand(d.num_samples, d.comm.size(), d.comm.rank(), sizing, 0, {},
+                                     d.sample_bytes, d.sample_tokens);
             d.totals = first.totals;
             capacity = first.batch_size;
         } else {
@@ -293,6 +303,10 @@ Loader::Loader(CommRef comm, const Source& source, LoaderOptions options)
                                        detail::ring_bytes(*d.ring), tier_stats);
     copy_tier_stats(tier_stats, d.stats);
     d.resolve_chunk_shuffle(tier_stats);
+    if (d.options.plan.budget.active() && d.options.plan.shuffle == Shuffle::chunks) {
+        d.comm.set_context({"loader: budget batches of the chunk order", -1, -1, "", -1});
+        run_agreed(d.comm, [&] { d.totals = d.plan_of(0, {}).totals; });
+    }
     // After the staging, so the fingerprint's 1026 sample reads (half of a file of 2000 150 KB
     // rows) come from the staged pages instead of caching the file first in readahead folios
     // (benchmarks/README.md, "Huge pages of the page cache").

@@ -65,8 +65,8 @@ void check_state_numbers(const LoaderState& s, const std::string& origin) {
         throw ConfigError("state " + origin + ": " + e.what());
     }
     if (s.samples_consumed > s.num_samples) {
-        inconsistent(origin, "samples_consumed " + n(s.samples_consumed) +
-                                 " exceeds num_samples " + n(s.num_samples));
+        inconsistent(origin, "samples_consumed " + n(s.samples_consumed) + " exceeds num_samples " +
+                                 n(s.num_samples));
     }
     if ((s.steps_consumed == 0) != (s.samples_consumed == 0)) {
         inconsistent(origin, "steps_consumed " + n(s.steps_consumed) + " with samples_consumed " +
@@ -98,7 +98,8 @@ void check_resume_point(const LoaderState& s, const SampleBytesFn& sample_bytes,
         const bool global = p.sharding == Sharding::global;
         // global: the run's plan from its start; byte_range: the epoch's plan from step 0.
         const EpochStart from =
-            global ? EpochStart{s.run_start_steps, s.run_start_samples} : EpochStart{};
+            global ? EpochStart{s.run_start_steps, s.run_start_samples, s.order_world_size}
+                   : EpochStart{};
         EpochPlan plan;
         try {
             plan = plan_epoch(n, w, 0, p, s.epoch, from, sample_bytes, sample_tokens);
@@ -131,9 +132,8 @@ void check_resume_point(const LoaderState& s, const SampleBytesFn& sample_bytes,
     require_steps_left(s, all.steps);
     const EpochTotals left = plan_totals(n, w, p, {s.steps_consumed, 0});
     require_samples(s, all.valid_samples - left.valid_samples,
-                    "the valid samples of the first steps_consumed steps of " +
-                        std::to_string(w) + " ranks with batch_size " +
-                        std::to_string(p.batch_size));
+                    "the valid samples of the first steps_consumed steps of " + std::to_string(w) +
+                        " ranks with batch_size " + std::to_string(p.batch_size));
 }
 
 }  // namespace mpistage::detail

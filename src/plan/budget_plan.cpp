@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "mpistage/error.hpp"
+#include "plan/chunk_order.hpp"
 #include "plan/plan_detail.hpp"
 
 namespace mpistage {
@@ -99,6 +100,7 @@ std::vector<std::uint64_t> shard_order(const std::vector<std::uint64_t>& begins,
 void add_totals(BudgetTotals& t, const std::vector<BudgetBatch>& batches, const BatchBudget& budget,
                 const SampleCostFn& cost) {
     for (const BudgetBatch& b : batches) {
+        if (b.ids.empty()) continue;  // Shuffle::chunks: a part that ran out (no batch)
         const std::uint64_t n = b.ids.size();
         t.min_batch_samples = t.batches == 0 ? n : std::min(t.min_batch_samples, n);
         t.max_batch_samples = std::max(t.max_batch_samples, n);
@@ -133,8 +135,56 @@ struct Dealt {
     std::uint64_t padding_steps = 0;
 };
 
-/// Global sharding: the W-independent batch list of the whole epoch order, from the batch that
-/// follows `start.position` samples, dealt in turn from rank 0.
+/// The samples of `all[k]` for k in [begin, end).
+std::uint64_t samples_in(const std::vector<BudgetBatch>& all, std::uint64_t begin,
+                         std::uint64_t end) {
+    std::uint64_t n = 0;
+    for (std::uint64_t k = begin; k < std::min<std::uint64_t>(all.size(), end); ++k) {
+        n += all[k].ids.size();
+    }
+    return n;
+}
+
+/// Global sharding: the W-independent batch list `all` of the whole epoch, from the batch that
+/// follows `start.position` samples, dealt in turn from rank 0 (an entry without a batch is a
+/// masked padding batch). `align`: with Shuffle::chunks, the world size the list's parts were
+/// made for (a resume skips empty entries to a multiple of it, so that each rank keeps its
+/// part); 0 otherwise.
+Dealt deal_list(std::vector<BudgetBatch>& all, int world_size, int rank, std::uint64_t epoch,
+                const EpochStart& start, std::uint64_t align, BudgetTotals& t) {
+    const auto w = static_cast<std::uint64_t>(world_size);
+    std::uint64_t held = 0;  // entries that are batches
+    for (const BudgetBatch& b : all) held += b.ids.empty() ? 0 : 1;
+    t.padding_steps = ceil_div(all.size(), w) * w - held;
+    std::uint64_t k0 = 0;
+    std::uint64_t done = 0;
+    while (k0 < all.size() && done < start.position) done += all[k0++].ids.size();
+    if (done != start.position) {
+        throw ConfigError("plan: resume position " + std::to_string(start.position) + " of epoch " +
+                          std::to_string(epoch) +
+                          " is not the end of a budget batch (the state was saved with other "
+                          "budget options or another dataset)");
+    }
+    if (align > 0 && start.position > 0) {
+        while (k0 < all.size() && all[k0].ids.empty() && k0 % align != 0) ++k0;
+    }
+    Dealt d;
+    const std::uint64_t left = all.size() - k0;
+    std::uint64_t held_left = 0;
+    for (std::uint64_t k = k0; k < all.size(); ++k) held_left += all[k].ids.empty() ? 0 : 1;
+    d.steps = ceil_div(left, w);
+    d.padding_steps = d.steps * w - held_left;
+    d.before.assign(d.steps + 1, start.position);
+    for (std::uint64_t s = 0; s < d.steps; ++s) {
+        d.before[s + 1] = d.before[s] + samples_in(all, k0 + s * w, k0 + (s + 1) * w);
+    }
+    for (std::uint64_t k = k0 + static_cast<std::uint64_t>(rank); k < all.size(); k += w) {
+        d.mine.push_back(std::move(all[k]));
+    }
+    return d;
+}
+
+/// Global sharding: the epoch order (ids, or a permutation of them) packed into one list.
 Dealt deal_global(std::uint64_t n, int world_size, int rank, const PlanOptions& options,
                   std::uint64_t epoch, const EpochStart& start, const SampleCostFn& cost,
                   BudgetTotals& t) {
@@ -146,34 +196,49 @@ Dealt deal_global(std::uint64_t n, int world_size, int rank, const PlanOptions& 
     std::vector<BudgetBatch> all = pack_budget_batches(order, budget, cost);
     add_totals(t, all, budget, cost);
     t.unbucketed_waste = budget.bucket_window > 1 ? unbucketed(order, budget, cost) : t.waste;
-    const auto w = static_cast<std::uint64_t>(world_size);
-    t.padding_steps = ceil_div(all.size(), w) * w - all.size();
-    std::uint64_t k0 = 0;
-    std::uint64_t done = 0;
-    while (k0 < all.size() && done < start.position) done += all[k0++].ids.size();
-    if (done != start.position) {
-        throw ConfigError("plan: resume position " + std::to_string(start.position) + " of epoch " +
-                          std::to_string(epoch) +
-                          " is not the end of a budget batch (the state was saved with other "
-                          "budget options or another dataset)");
+    return deal_list(all, world_size, rank, epoch, start, 0, t);
+}
+
+/// Shuffle::chunks: part r of the epoch's chunk order (its positions p ≡ r mod P, P the world
+/// size the order was made for: `start.order_world_size`, else W) packed in position order;
+/// batch j of part r is entry j·P + r of the list (an empty entry where part r ran out first).
+/// At W = P rank r is dealt exactly part r's batches, so it reads only its own chunks, as with
+/// fixed batches; at another world size (a resume) the list is dealt without its empty
+/// entries: exactly once, less local.
+Dealt deal_chunks(std::uint64_t n, int world_size, int rank, const PlanOptions& options,
+                  std::uint64_t epoch, const EpochStart& start, const SampleCostFn& cost,
+                  BudgetTotals& t) {
+    const BatchBudget& budget = options.budget;
+    const std::uint64_t pieces = start.order_world_size > 0
+                                     ? static_cast<std::uint64_t>(start.order_world_size)
+                                     : static_cast<std::uint64_t>(world_size);
+    const ChunkOrder co = chunk_order(n, options, epoch, pieces);
+    std::vector<std::vector<BudgetBatch>> parts(pieces);
+    std::vector<std::uint64_t> order;
+    for (std::uint64_t r = 0; r < pieces && r < n; ++r) {
+        order.clear();
+        for (std::uint64_t p = r; p < n; p += pieces) order.push_back(co.id_at(p));
+        parts[r] = pack_budget_batches(order, budget, cost);
+        add_totals(t, parts[r], budget, cost);
+        add_waste(t.unbucketed_waste, budget.bucket_window > 1
+                                          ? unbucketed(order, budget, cost)
+                                          : padding_waste(parts[r], budget, cost));
     }
-    Dealt d;
-    const std::uint64_t left = all.size() - k0;
-    d.steps = ceil_div(left, w);
-    d.padding_steps = d.steps * w - left;
-    d.before.assign(d.steps + 1, start.position);
-    for (std::uint64_t s = 0; s < d.steps; ++s) {
-        std::uint64_t step_samples = 0;
-        for (std::uint64_t k = k0 + s * w;
-             k < std::min<std::uint64_t>(all.size(), k0 + (s + 1) * w); ++k) {
-            step_samples += all[k].ids.size();
+    std::uint64_t rows = 0;
+    for (const auto& part : parts) rows = std::max<std::uint64_t>(rows, part.size());
+    const bool aligned = static_cast<std::uint64_t>(world_size) == pieces;
+    std::vector<BudgetBatch> all;
+    all.reserve(aligned ? rows * pieces : t.batches);
+    for (std::uint64_t j = 0; j < rows; ++j) {
+        for (std::uint64_t r = 0; r < pieces; ++r) {
+            if (j < parts[r].size()) {
+                all.push_back(std::move(parts[r][j]));
+            } else if (aligned) {
+                all.emplace_back();
+            }
         }
-        d.before[s + 1] = d.before[s] + step_samples;
     }
-    for (std::uint64_t k = k0 + static_cast<std::uint64_t>(rank); k < all.size(); k += w) {
-        d.mine.push_back(std::move(all[k]));
-    }
-    return d;
+    return deal_list(all, world_size, rank, epoch, start, aligned ? pieces : 0, t);
 }
 
 /// Byte-range sharding: each rank's shard packed in its order, from step `start.step`.
@@ -297,16 +362,18 @@ void plan_budget(std::uint64_t num_samples, int world_size, int rank, const Plan
                           " of an epoch of " + std::to_string(num_samples) + " samples");
     }
     Dealt d =
-        options.sharding == Sharding::global
-            ? deal_global(num_samples, world_size, rank, options, epoch, start, cost, t)
-            : deal_byte_range(num_samples, world_size, rank, options, epoch, start, cost, t, plan);
+        options.sharding == Sharding::byte_range
+            ? deal_byte_range(num_samples, world_size, rank, options, epoch, start, cost, t, plan)
+        : options.shuffle == Shuffle::chunks
+            ? deal_chunks(num_samples, world_size, rank, options, epoch, start, cost, t)
+            : deal_global(num_samples, world_size, rank, options, epoch, start, cost, t);
     plan.steps = d.steps;
     plan.batch_size = std::max<std::uint64_t>(1, t.max_batch_samples);
     plan.job_samples_before = std::move(d.before);
     plan.batch_offsets.assign(1, 0);
     plan.oversize.assign(d.steps, 0);
     for (std::uint64_t s = 0; s < d.steps; ++s) {
-        if (s < d.mine.size()) {
+        if (s < d.mine.size() && !d.mine[s].ids.empty()) {
             for (std::uint64_t id : d.mine[s].ids) {
                 plan.ids.push_back(static_cast<std::int64_t>(id));
                 plan.valid.push_back(1);

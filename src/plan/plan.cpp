@@ -47,12 +47,6 @@ void PlanOptions::validate() const {
             "plan: shuffle 'chunks' needs sharding 'global' (its chunks are dealt "
             "to the ranks each epoch)");
     }
-    if (shuffle == Shuffle::chunks && budget.active()) {
-        throw ConfigError(
-            "plan: shuffle 'chunks' takes fixed batches (batch_size); a batch budget "
-            "(batch_bytes/batch_tokens) is not supported with it yet: use shuffle 'global' for "
-            "budget batches");
-    }
     if (shuffle == Shuffle::chunks && balance_steps) {
         throw ConfigError(
             "plan: balance_steps moves samples between ranks inside each global batch, away from "

@@ -5,7 +5,8 @@
 # budget, each batch from far fewer chunks than a full shuffle's; a state saved at 4 ranks
 # mid-epoch resumes at 3 and then at 2 exactly once, keeping the epoch's order (order_world_size
 # 4); `--stage auto` over budget turns `--shuffle global` into chunks and says so; budget batches
-# and chunk flags with another shuffle are refused by name.
+# (--batch-bytes) at 1-4 ranks and resumed 4 -> 3 -> 2; chunk flags with another shuffle and
+# --balance-steps are refused by name.
 # Usage: stage_chunks.sh MPISTAGE_CLI WORK_DIR [TEST_DATA_DIR FASHION_MNIST_DIR (unused)]
 set -euo pipefail
 cli="$1"; work="$2"
@@ -116,6 +117,54 @@ assert r["options"]["shuffle"] == "chunks" and r["stage"]["tier"] == "file", r["
 assert r["epochs"][0]["exactly_once"], r["epochs"][0]
 PY
 
+# Budget batches (--batch-bytes): each rank's part of the chunk order packed into batches of
+# at most 4096 bytes (56 samples of 72 bytes), at 1-4 ranks for 3 epochs, exactly once, equal
+# steps, read through the chunk read-ahead; a state saved at 4 ranks mid-epoch resumes at 3,
+# saved again there, and resumes at 2.
+for np in 1 2 3 4; do
+    timeout 300 "$mpiexec" -np "$np" --oversubscribe "$cli" stage "$h5" --shuffle chunks \
+        --stage-budget "$budget" --batch-bytes 4096 --max-batch-samples 64 --epochs 3 --verify \
+        --json "$work/budget.json" >"$work/out.txt" 2>&1 \
+        || { cat "$work/out.txt"; fail "budget batches -np $np exited non-zero"; }
+    grep -q '^exactly-once: OK$' "$work/out.txt" \
+        || { cat "$work/out.txt"; fail "budget batches -np $np: not exactly once"; }
+    python3 - "$work/budget.json" "$np" "$n" <<'PY' || { cat "$work/out.txt"; fail "budget -np $np: JSON"; }
+import json, sys
+r = json.load(open(sys.argv[1]))
+np_, n = int(sys.argv[2]), int(sys.argv[3])
+assert r["options"]["shuffle"] == "chunks" and r["input"]["batching"] == "budget", r["options"]
+reads = [k["read_ahead"]["chunks"] for k in r["ranks"]]
+assert all(c > 0 for c in reads), ("read through the chunk read-ahead", reads)
+assert len(r["epochs"]) == 3, r["epochs"]
+for e in r["epochs"]:
+    assert e["exactly_once"] and sum(e["valid_samples_per_rank"]) == n, e
+    assert len(set(e["batches_per_rank"])) == 1 and e["batches_per_rank"][0] == e["steps"], e
+    assert e["max_batch_samples"] == 56, e  # 4096 // 72
+    assert e["real_batches"] + e["padding_steps"] == e["steps"] * np_, e
+PY
+done
+budget_common="--shuffle chunks --stage-budget $budget --batch-bytes 4096 --max-batch-samples 64 --epochs 2"
+# shellcheck disable=SC2086
+timeout 300 "$mpiexec" -np 4 --oversubscribe "$cli" stage "$h5" $budget_common \
+    --save-state "$work/b.json" --stop-after-steps 250 --verify >"$work/out.txt" 2>&1 \
+    || { cat "$work/out.txt"; fail "budget: save at 4 ranks exited non-zero"; }
+# shellcheck disable=SC2086
+timeout 300 "$mpiexec" -np 3 --oversubscribe "$cli" stage "$h5" $budget_common \
+    --resume "$work/b.json" --save-state "$work/b3.json" --stop-after-steps 10 --verify \
+    >"$work/out.txt" 2>&1 || { cat "$work/out.txt"; fail "budget: resume at 3 ranks exited non-zero"; }
+python3 - "$work/b3.json" <<'PY' || fail "budget: state at 3 ranks"
+import json, sys
+s = json.load(open(sys.argv[1]))["loader"]
+assert s["epoch"] == 1 and s["world_size"] == 3 and s["order_world_size"] == 4, s
+assert s["run_start_samples"] > 0 and s["batch_bytes"] == 4096, s
+PY
+# shellcheck disable=SC2086
+timeout 300 "$mpiexec" -np 2 --oversubscribe "$cli" stage "$h5" $budget_common \
+    --resume "$work/b3.json" --verify >"$work/out.txt" 2>&1 \
+    || { cat "$work/out.txt"; fail "budget: resume at 2 ranks exited non-zero"; }
+grep -q '^exactly-once: OK$' "$work/out.txt" \
+    || { cat "$work/out.txt"; fail "budget batches 4 -> 3 -> 2 ranks: not exactly once across the runs"; }
+
 # Refusals, the same on every rank, naming what does not fit.
 refuse() {  # pattern args...
     local pattern="$1"; shift
@@ -125,7 +174,6 @@ refuse() {  # pattern args...
     fi
     grep -q "$pattern" "$work/out.txt" || { cat "$work/out.txt"; fail "no clear error for: $*"; }
 }
-refuse "batch budget .* is not supported with it" --shuffle chunks --batch-bytes 4096
 refuse "chunk_samples and window_chunks are parameters of shuffle 'chunks'" --shuffle global \
     --chunk-samples 10
 refuse "does not combine with shuffle 'chunks'" --shuffle chunks --balance-steps

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # End to end for dynamic batching of files (issue 10): a TFRecord file with heavy-tailed record
-# sizes written by Python (its own CRC32C), staged with `--batch-bytes` at 1-3 ranks with
+# sizes written by Python (its own CRC32C), staged with `--batch-bytes` at 1-4 ranks with
 # --verify: exactly once, equal steps, the oversize count equal to the records over the budget
 # (counted by Python), every JSON key documented in the README; flags that do not combine are a
 # ConfigError; --stage memory, --prefetch, --threads and a 4 -> 3 rank resume work.
@@ -44,9 +44,13 @@ print(n, over)
 PY
 read -r records oversize <"$work/expected.txt"
 
-for np in 1 2 3; do
+# --shuffle chunks with a stage budget of a quarter of the file: each rank's part of the chunk
+# order packed into budget batches (records of every size, read from the file directly).
+quarter=$(( $(stat -c %s "$tfr") / 4 ))
+for np in 1 2 3 4; do
     for mode in "--sharding byte_range --shuffle local --seed 3" \
-                "--sharding global --shuffle global --bucket-window 8"; do
+                "--sharding global --shuffle global --bucket-window 8" \
+                "--sharding global --shuffle chunks --stage-budget $quarter --bucket-window 4"; do
         # shellcheck disable=SC2086
         timeout 300 "$mpiexec" -np "$np" --oversubscribe "$cli" stage "$tfr" \
             --batch-bytes "$budget" --max-batch-samples 512 $mode --epochs 2 --verify \
@@ -102,6 +106,34 @@ timeout 300 "$mpiexec" -np 3 --oversubscribe "$cli" stage "$tfr" $common --prefe
     >"$work/out.txt" 2>&1 || { cat "$work/out.txt"; fail "resume at 3 ranks exited non-zero"; }
 grep -q '^exactly-once: OK$' "$work/out.txt" \
     || { cat "$work/out.txt"; fail "4 -> 3 ranks: not exactly once across both runs"; }
+# The same with --shuffle chunks: the order made for 4 ranks finishes at 3 and then at 2
+# (the state saved at 3 is checked against the order of 4), exactly once.
+chunks="--batch-bytes $budget --max-batch-samples 512 --shuffle chunks --stage-budget $quarter"
+# shellcheck disable=SC2086
+timeout 300 "$mpiexec" -np 4 --oversubscribe "$cli" stage "$tfr" $chunks --epochs 2 \
+    --save-state "$work/c.json" --stop-after-steps 10 --verify >"$work/out.txt" 2>&1 \
+    || { cat "$work/out.txt"; fail "chunks: save at 4 ranks exited non-zero"; }
+python3 - "$work/c.json" <<'PY' || fail "chunks: state at 4 ranks"
+import json, sys
+s = json.load(open(sys.argv[1]))["loader"]
+assert s["shuffle"] == "chunks" and s["order_world_size"] == 4 and s["steps_consumed"] > 0, s
+assert s["batch_bytes"] > 0, s
+PY
+# shellcheck disable=SC2086
+timeout 300 "$mpiexec" -np 3 --oversubscribe "$cli" stage "$tfr" $chunks --epochs 2 \
+    --resume "$work/c.json" --save-state "$work/c3.json" --stop-after-steps 2 --verify \
+    >"$work/out.txt" 2>&1 || { cat "$work/out.txt"; fail "chunks: resume at 3 ranks exited non-zero"; }
+python3 - "$work/c3.json" <<'PY' || fail "chunks: state at 3 ranks"
+import json, sys
+s = json.load(open(sys.argv[1]))["loader"]
+assert s["world_size"] == 3 and s["order_world_size"] == 4 and s["run_start_samples"] > 0, s
+PY
+# shellcheck disable=SC2086
+timeout 300 "$mpiexec" -np 2 --oversubscribe "$cli" stage "$tfr" $chunks --epochs 2 \
+    --resume "$work/c3.json" --verify >"$work/out.txt" 2>&1 \
+    || { cat "$work/out.txt"; fail "chunks: resume at 2 ranks exited non-zero"; }
+grep -q '^exactly-once: OK$' "$work/out.txt" \
+    || { cat "$work/out.txt"; fail "chunks 4 -> 3 -> 2 ranks: not exactly once across the runs"; }
 python3 - "$work/resumed.json" "$records" <<'PY' || fail "resumed JSON report"
 import json, sys
 r = json.load(open(sys.argv[1]))

@@ -84,14 +84,17 @@ def test_errors_are_raised_on_every_rank(small_h5, workdir):
     assert issubclass(mpistage.Error, RuntimeError)
 
 
-@pytest.mark.parametrize("shuffle", ["global", "chunks"])
+@pytest.mark.parametrize("shuffle", ["global", "chunks", "chunks-budget"])
 def test_resume_at_another_world_size(small_h5, shuffle):
     """Consume 3 steps at W ranks, save the state as JSON text, restore it on a communicator of
     W - 1 ranks (W at 1 rank): consumed + rest is every sample exactly once (chunks: in the
-    order made for W, order_world_size)."""
+    order made for W, order_world_size; chunks-budget: with budget batches of 7 samples)."""
     source = mpistage.open_source(small_h5)
-    opts = dict(batch_size=4, sharding="global", shuffle=shuffle, seed=11, remainder="mask",
-                **(CHUNKS if shuffle == "chunks" else {}))
+    if shuffle == "chunks-budget":
+        opts = dict(batch_bytes=7 * 20, sharding="global", shuffle="chunks", seed=11, **CHUNKS)
+    else:
+        opts = dict(batch_size=4, sharding="global", shuffle=shuffle, seed=11, remainder="mask",
+                    **(CHUNKS if shuffle == "chunks" else {}))
     loader = load(source, **opts)
     consumed = []
     epoch = loader.epoch(0, max_steps=3)
@@ -99,7 +102,7 @@ def test_resume_at_another_world_size(small_h5, shuffle):
         consumed.extend(batch.index[batch.valid].tolist())
     state = json.loads(json.dumps(loader.state()))  # plain data, survives JSON
     assert state["steps_consumed"] == 3 and state["world_size"] == COMM.size
-    if shuffle == "chunks":
+    if shuffle != "global":
         assert state["order_world_size"] == COMM.size and state["chunk_samples"] == 4
     del epoch, loader
     smaller = COMM.Split(0 if COMM.rank < max(COMM.size - 1, 1) else 1, COMM.rank)
