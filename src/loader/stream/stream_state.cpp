@@ -30,6 +30,34 @@ void add_range(std::map<std::uint64_t, std::uint64_t>& r, std::uint64_t b, std::
     r.emplace(b, e);
 }
 
+/// (first id, count) runs of one step, rank after rank, sorted by id and merged where one ends
+/// at the next one's start. Under `hash` each rank's ids of a step are scattered over a range
+/// that the ranks fill together (about one run per id of a rank alone, a few runs merged):
+/// merged, the bookkeeping of a step is a few range insertions instead of one per id (at 2
+/// ranks and 10^6 rows, 2·10^6 map updates per rank, as long as the reading itself).
+std::vector<std::uint64_t> coalesce_runs(std::vector<std::uint64_t> runs) {
+    const std::size_t n = runs.size() / 2;
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> r(n);
+    bool sorted = true;
+    for (std::size_t i = 0; i < n; ++i) {
+        r[i] = {runs[2 * i], runs[2 * i + 1]};
+        if (i > 0 && r[i].first < r[i - 1].first) sorted = false;
+    }
+    if (!sorted) std::sort(r.begin(), r.end());
+    runs.clear();
+    for (const auto& [first, count] : r) {
+        // Ids carry the stream in their top bits: a run never reaches into another stream.
+        if (!runs.empty() && runs[runs.size() - 2] + runs.back() == first &&
+            (first >> 40) == (runs[runs.size() - 2] >> 40)) {
+            runs.back() += count;
+        } else {
+            runs.push_back(first);
+            runs.push_back(count);
+        }
+    }
+    return runs;
+}
+
 }  // namespace
 
 void detail::StreamEngine::reset_yielded() {
@@ -124,7 +152,7 @@ void detail::StreamEngine::announce(std::uint64_t batches) {
             at += 2 * runs;
         }
     }
-    for (auto& s : steps_ids) announced.push_back(std::move(s));
+    for (auto& s : steps_ids) announced.push_back(coalesce_runs(std::move(s)));
 }
 
 void detail::StreamEngine::record_step() {
