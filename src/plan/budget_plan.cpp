@@ -146,13 +146,18 @@ std::uint64_t samples_in(const std::vector<BudgetBatch>& all, std::uint64_t begi
 }
 
 /// Global sharding: the W-independent batch list `all` of the whole epoch, from the batch that
-/// follows `start.position` samples, dealt in turn from rank 0 (an entry without a batch is a
-/// masked padding batch). `align`: with Shuffle::chunks, the world size the list's parts were
-/// made for (a resume skips empty entries to a multiple of it, so that each rank keeps its
-/// part); 0 otherwise.
+/// follows `start.position` samples (an entry without a batch is a masked padding batch).
+/// `align` 0: the rest is dealt in turn from rank 0 (entry k0 + j to rank j mod W).
+/// `align` = W (Shuffle::chunks at the order's world size, the list in rows of W entries, one
+/// per part): entry k goes to rank k mod W, step by step along the rows from the row holding
+/// the first entry not consumed, so rank r keeps part r and a resume at this W continues slot
+/// for slot however the runs before it were dealt (entries of that first row before it are
+/// padding; empty entries after the resume point are passed over first, so that row holds a
+/// batch and no step is padding on every rank).
 Dealt deal_list(std::vector<BudgetBatch>& all, int world_size, int rank, std::uint64_t epoch,
                 const EpochStart& start, std::uint64_t align, BudgetTotals& t) {
     const auto w = static_cast<std::uint64_t>(world_size);
+    const auto r = static_cast<std::uint64_t>(rank);
     std::uint64_t held = 0;  // entries that are batches
     for (const BudgetBatch& b : all) held += b.ids.empty() ? 0 : 1;
     t.padding_steps = ceil_div(all.size(), w) * w - held;
@@ -165,21 +170,26 @@ Dealt deal_list(std::vector<BudgetBatch>& all, int world_size, int rank, std::ui
                           " is not the end of a budget batch (the state was saved with other "
                           "budget options or another dataset)");
     }
-    if (align > 0 && start.position > 0) {
-        while (k0 < all.size() && all[k0].ids.empty() && k0 % align != 0) ++k0;
-    }
-    Dealt d;
-    const std::uint64_t left = all.size() - k0;
+    while (align > 0 && k0 < all.size() && all[k0].ids.empty()) ++k0;
+    // The first entry of step 0: k0 itself, or the start of its row.
+    const std::uint64_t first = align > 0 ? k0 - k0 % w : k0;
     std::uint64_t held_left = 0;
     for (std::uint64_t k = k0; k < all.size(); ++k) held_left += all[k].ids.empty() ? 0 : 1;
-    d.steps = ceil_div(left, w);
+    Dealt d;
+    d.steps = k0 < all.size() ? ceil_div(all.size() - first, w) : 0;
     d.padding_steps = d.steps * w - held_left;
     d.before.assign(d.steps + 1, start.position);
     for (std::uint64_t s = 0; s < d.steps; ++s) {
-        d.before[s + 1] = d.before[s] + samples_in(all, k0 + s * w, k0 + (s + 1) * w);
+        d.before[s + 1] =
+            d.before[s] + samples_in(all, std::max(k0, first + s * w), first + (s + 1) * w);
     }
-    for (std::uint64_t k = k0 + static_cast<std::uint64_t>(rank); k < all.size(); k += w) {
-        d.mine.push_back(std::move(all[k]));
+    for (std::uint64_t s = 0; s < d.steps; ++s) {
+        const std::uint64_t k = first + s * w + r;
+        if (k >= k0 && k < all.size()) {
+            d.mine.push_back(std::move(all[k]));
+        } else {
+            d.mine.emplace_back();  // consumed before the resume point, or past the end
+        }
     }
     return d;
 }
