@@ -21,8 +21,9 @@ TEST(StreamErrors, OneStreamThrowsEveryRankEndsWithTheSameError) {
         const std::uint64_t at = rng() % lengths[static_cast<std::size_t>(bad)];
         const auto source = make_source(lengths, bad, at);
         LoaderOptions o;
-        o.stream.sharding = trial % 2 ? StreamSharding::source : StreamSharding::hash;
-        o.stream.hash_reading = HashReading::sources;
+        // source; hash reading by sources (forwarded); hash reading keys (every rank reads).
+        o.stream.sharding = trial % 3 == 0 ? StreamSharding::source : StreamSharding::hash;
+        o.stream.hash_reading = trial % 3 == 2 ? HashReading::keys : HashReading::sources;
         o.plan.batch_size = o.plan.budget.max_batch_samples = 1 + rng() % 5;
         o.safety.timeout = std::chrono::seconds(20);  // a hang ends with the watchdog's report
         Stream loader(comm, source, o);
