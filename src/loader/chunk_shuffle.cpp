@@ -5,6 +5,7 @@
 #include <string>
 
 #include "loader/loader_impl.hpp"
+#include "tier/chunk_read_ahead.hpp"
 #include "util/memory_budget.hpp"
 
 namespace mpistage {
@@ -67,7 +68,11 @@ void Loader::Impl::resolve_chunk_shuffle(const detail::TierStats& tier) {
         std::to_string(plan.chunk_samples * sample) + " bytes), windows of " +
         std::to_string(plan.window_chunks) + " chunks per rank" +
         (derived ? ", derived from the budget of " + std::to_string(budget) + " bytes per rank"
-                 : "");
+                 : "") +
+        (detail::ChunkReadAhead::supports(source)
+             ? ""
+             : "; not read ahead by chunks (fields of varying size, e.g. TFRecord records): "
+               "samples are read one by one in this order, each batch's reads coalesced");
 }
 
 }  // namespace mpistage

@@ -113,6 +113,8 @@ chunks="--batch-bytes $budget --max-batch-samples 512 --shuffle chunks --stage-b
 timeout 300 "$mpiexec" -np 4 --oversubscribe "$cli" stage "$tfr" $chunks --epochs 2 \
     --save-state "$work/c.json" --stop-after-steps 10 --verify >"$work/out.txt" 2>&1 \
     || { cat "$work/out.txt"; fail "chunks: save at 4 ranks exited non-zero"; }
+grep -q 'not read ahead by chunks (fields of varying size' "$work/out.txt" \
+    || { cat "$work/out.txt"; fail "chunks over TFRecord: the shuffle line does not say it reads per sample"; }
 python3 - "$work/c.json" <<'PY' || fail "chunks: state at 4 ranks"
 import json, sys
 s = json.load(open(sys.argv[1]))["loader"]
