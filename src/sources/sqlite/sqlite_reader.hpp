@@ -21,10 +21,8 @@ public:
 
     bool next(StreamSample& out) override {
         if (!step()) return false;
-        out.fields.resize(num_fields_);
-        for (std::size_t c = 0; c < columns_.size(); ++c) read_column(static_cast<int>(c), out);
+        read_row(out);
         out.key = key_column_ < 0 ? 0 : key_of(key_column_);
-        ++row_;
         return true;
     }
     bool next_kept(StreamSample& out, const std::function<bool(std::uint64_t key)>& keep) override {
@@ -37,10 +35,8 @@ public:
                 ++row_;
                 continue;
             }
-            out.fields.resize(num_fields_);
-            for (std::size_t c = 0; c < columns_.size(); ++c) read_column(static_cast<int>(c), out);
+            read_row(out);
             out.key = key;
-            ++row_;
             return true;
         }
     }
@@ -54,6 +50,12 @@ public:
     }
 
 private:
+    /// The current row's fields into `out`; on to the next row's number.
+    void read_row(StreamSample& out) {
+        out.fields.resize(num_fields_);
+        for (std::size_t c = 0; c < columns_.size(); ++c) read_column(static_cast<int>(c), out);
+        ++row_;
+    }
     bool step() {
         const int rc = sqlite3_step(stmt_.get());
         if (rc == SQLITE_ROW) return true;
