@@ -71,8 +71,7 @@ void Loader::Impl::resolve_chunk_shuffle(const detail::TierStats& tier) {
                  : "") +
         (detail::ChunkReadAhead::supports(source)
              ? ""
-             : "; not read ahead by chunks (fields of varying size, e.g. TFRecord records): "
-               "samples are read one by one in this order, each batch's reads coalesced");
+             : "; not read ahead by chunks (a source without fields)");
 }
 
 }  // namespace mpistage

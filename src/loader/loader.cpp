@@ -487,7 +487,7 @@ EpochRange Loader::epoch(std::uint64_t e, EpochOptions eo) {
                                                     e, start, impl->plan);
     }
     // Shuffle::chunks from the files: chunks read ahead in the plan's order, within the budget
-    // (fixed fields; a memory tier or two-phase reads serve the epoch without it).
+    // (a memory tier or two-phase reads serve the epoch without it).
     const Source* reader = &d.reader();
     if (d.options.plan.shuffle == Shuffle::chunks && !d.tier && !d.stats.two_phase &&
         impl->limit > 0 && detail::ChunkReadAhead::supports(d.source)) {

@@ -16,28 +16,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-/// Writes a chunk's rows back to back, field after field (field f at `offsets[f]`).
-class ChunkSink final : public BatchSink {
-public:
-    ChunkSink(std::byte* data, const std::vector<std::uint64_t>& offsets,
-              const std::vector<FieldInfo>& f, std::uint64_t first_row)
-        : data_(data), offsets_(offsets), fields_(f), first_(first_row) {}
-    std::byte* fixed(std::size_t field, std::size_t slot) override {
-        return data_ + offsets_[field] + (first_ + slot) * fields_[field].sample_bytes;
-    }
-    std::byte* ragged(std::size_t, std::size_t, std::uint64_t) override {
-        throw FormatError(
-            "chunk read-ahead: a ragged field (only fixed-size fields are read "
-            "ahead by chunks)");
-    }
-
-private:
-    std::byte* data_;
-    const std::vector<std::uint64_t>& offsets_;
-    const std::vector<FieldInfo>& fields_;
-    std::uint64_t first_;
-};
-
 /// Ids per source read of a chunk: 512 KiB of ids at most.
 constexpr std::uint64_t kIdsPerRead = 65536;
 
@@ -69,7 +47,63 @@ private:
     std::size_t k_;
 };
 
+/// The first mapping for a chunk's values of varying size is its estimate; one that runs out
+/// is followed by another of at least this many bytes (or the value's size).
+constexpr std::uint64_t kMinValueBlock = 64 * 1024;
+
 }  // namespace
+
+/// Where a source read of chunk rows writes: the fixed fields' rows back to back, field after
+/// field (field f at `offsets[f]`), and each value of a field of varying size in the chunk's
+/// value mappings, appended (a mapping never moves, so each value's span stays valid).
+class ChunkReadAhead::Sink final : public BatchSink {
+public:
+    Sink(const ChunkReadAhead& owner, std::byte* rows, const std::vector<std::uint64_t>& offsets,
+         std::vector<ChunkMemory>& values, std::vector<Span>& spans, std::uint64_t estimate)
+        : owner_(owner),
+          rows_(rows),
+          offsets_(offsets),
+          values_(values),
+          spans_(spans),
+          next_block_(std::max<std::uint64_t>(estimate, 1)) {}
+    /// Slot 0 of the next source read is chunk row `row`.
+    void start_at(std::uint64_t row) noexcept { first_ = row; }
+    std::byte* fixed(std::size_t field, std::size_t slot) override {
+        return rows_ + offsets_[field] +
+               (first_ + slot) * owner_.source_.fields()[field].sample_bytes;
+    }
+    std::byte* ragged(std::size_t field, std::size_t slot, std::uint64_t size_bytes) override {
+        const std::size_t r = owner_.ragged_index_.at(field);
+        if (r == kFixed) {
+            throw FormatError("chunk read-ahead: field '" + owner_.source_.fields()[field].name +
+                              "' of fixed size was written as one of varying size");
+        }
+        if (size_bytes > left_) {
+            const std::uint64_t b = std::max(size_bytes, next_block_);
+            values_.emplace_back(b);
+            at_ = values_.back().data();
+            left_ = b;
+            next_block_ = kMinValueBlock;  // the estimate fell short: top up
+        }
+        std::byte* dst = at_;
+        at_ += size_bytes;
+        left_ -= size_bytes;
+        spans_.at((first_ + slot) * owner_.ragged_fields_ + r) = Span{dst, size_bytes};
+        return dst != nullptr ? dst : reinterpret_cast<std::byte*>(&left_);  // empty values
+    }
+    static constexpr std::size_t kFixed = static_cast<std::size_t>(-1);
+
+private:
+    const ChunkReadAhead& owner_;
+    std::byte* rows_;
+    const std::vector<std::uint64_t>& offsets_;
+    std::vector<ChunkMemory>& values_;
+    std::vector<Span>& spans_;
+    std::uint64_t next_block_;
+    std::uint64_t first_ = 0;
+    std::byte* at_ = nullptr;
+    std::uint64_t left_ = 0;
+};
 
 ChunkMemory::ChunkMemory(std::size_t bytes) : bytes_(std::max<std::size_t>(1, bytes)) {
     void* p = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -100,10 +134,16 @@ void ChunkMemory::reset() noexcept {
 }
 
 bool ChunkReadAhead::supports(const Source& source) {
-    for (const FieldInfo& f : source.fields()) {
-        if (f.ragged) return false;
-    }
     return !source.fields().empty();
+}
+
+std::uint64_t ChunkReadAhead::estimate_bytes(std::uint64_t first, std::uint64_t count) const {
+    std::uint64_t bytes = count * row_bytes_;
+    if (ragged_fields_ == 0) return bytes;
+    // The stored bytes of the samples (TFRecord: payloads), and the spans that index them.
+    bytes += count * ragged_fields_ * sizeof(Span);
+    for (std::uint64_t id = first; id < first + count; ++id) bytes += source_.sample_bytes(id);
+    return bytes;
 }
 
 ChunkReadAhead::ChunkReadAhead(const Source& source, const EpochPlan& plan, std::uint64_t steps,
@@ -113,7 +153,10 @@ ChunkReadAhead::ChunkReadAhead(const Source& source, const EpochPlan& plan, std:
       chunk_samples_(std::max<std::uint64_t>(1, chunk_samples)),
       budget_(budget_bytes),
       timeout_(timeout) {
-    for (const FieldInfo& f : source.fields()) row_bytes_ += f.sample_bytes;
+    for (const FieldInfo& f : source.fields()) {
+        row_bytes_ += f.ragged ? 0 : f.sample_bytes;
+        ragged_index_.push_back(f.ragged ? ragged_fields_++ : Sink::kFixed);
+    }
     stats_.budget_bytes = budget_bytes;
     // The planned reads: each chunk's uses, and the chunks in the order of their first use.
     const std::uint64_t n = source.num_samples();
@@ -131,6 +174,7 @@ ChunkReadAhead::ChunkReadAhead(const Source& source, const EpochPlan& plan, std:
         }
         ++it->second.uses;
     }
+    for (auto& [number, c] : chunks_) c.bytes = estimate_bytes(c.first, c.count);
     for (std::size_t t = 0; t < std::clamp<std::size_t>(threads, 1, kMaxReaders); ++t) {
         try {
             threads_.emplace_back([this] { reader(); });
@@ -159,7 +203,7 @@ void ChunkReadAhead::reader() const {
         if (stop_ || next_ >= order_.size()) return;
         const std::size_t i = next_;
         Chunk& c = chunks_.at(order_[i]);
-        const std::uint64_t bytes = chunk_bytes(c);
+        const std::uint64_t bytes = c.bytes;  // the estimate (exact for fixed fields)
         // Within the budget, or the earliest chunk a read waits for is this one (progress over
         // the bound; a read waiting for a later chunk waits for this one to be needed first).
         cv_.wait(lk, [&] {
@@ -173,32 +217,47 @@ void ChunkReadAhead::reader() const {
         resident_ += bytes;
         stats_.peak_resident_bytes = std::max(stats_.peak_resident_bytes, resident_);
         c.state = Chunk::State::reading;
+        const std::uint64_t first = c.first;
+        const std::uint64_t count = c.count;
         ChunkMemory memory;
-        const std::vector<FieldInfo>& fields = source_.fields();
+        std::vector<ChunkMemory> values;
+        std::vector<Span> spans;
         std::exception_ptr error;
         lk.unlock();
         try {
-            memory = ChunkMemory(bytes);
-            const std::vector<std::uint64_t> offsets = field_offsets(fields, c.count);
-            // Consecutive ids: one read per field (per kIdsPerRead ids, so the id list stays
-            // small against samples of a few bytes).
+            if (row_bytes_ > 0) memory = ChunkMemory(count * row_bytes_);
+            spans.resize(count * ragged_fields_);
+            const std::vector<std::uint64_t> offsets = field_offsets(source_.fields(), count);
+            const std::uint64_t fixed = count * (row_bytes_ + ragged_fields_ * sizeof(Span));
+            Sink sink(*this, memory.data(), offsets, values, spans, bytes - std::min(bytes, fixed));
+            // Consecutive ids: one read per field, or per run of adjacent records (per
+            // kIdsPerRead ids, so the id list stays small against samples of a few bytes).
             std::vector<std::uint64_t> ids;
-            for (std::uint64_t j = 0; j < c.count; j += kIdsPerRead) {
-                const std::uint64_t k = std::min<std::uint64_t>(kIdsPerRead, c.count - j);
+            for (std::uint64_t j = 0; j < count; j += kIdsPerRead) {
+                const std::uint64_t k = std::min<std::uint64_t>(kIdsPerRead, count - j);
                 ids.resize(k);
-                for (std::uint64_t q = 0; q < k; ++q) ids[q] = c.first + j + q;
-                ChunkSink sink(memory.data(), offsets, fields, j);
+                for (std::uint64_t q = 0; q < k; ++q) ids[q] = first + j + q;
+                sink.start_at(j);
                 source_.read(ids.data(), ids.size(), sink);
             }
         } catch (...) {
             error = std::current_exception();
         }
+        // What the chunk holds: the estimate is exact for fixed fields and stored payloads,
+        // and corrected here where decoding changed the size (ragged Example features).
+        std::uint64_t held = memory.bytes() + spans.size() * sizeof(Span);
+        for (const ChunkMemory& v : values) held += v.bytes();
         lk.lock();
         c.memory = std::move(memory);
+        c.values = std::move(values);
+        c.spans = std::move(spans);
         c.error = error;
         c.state = Chunk::State::resident;
+        resident_ = resident_ - bytes + held;
+        c.bytes = held;
+        stats_.peak_resident_bytes = std::max(stats_.peak_resident_bytes, resident_);
         ++stats_.chunks_read;
-        stats_.bytes_read += bytes;
+        stats_.bytes_read += held;
         cv_.notify_all();
     }
 }
@@ -250,14 +309,23 @@ void ChunkReadAhead::read(const std::uint64_t* ids, std::size_t count, BatchSink
         const std::uint64_t row = id - c.first;
         std::uint64_t at = 0;
         for (std::size_t f = 0; f < fields.size(); ++f) {
+            const std::size_t r = ragged_index_[f];
+            if (r != Sink::kFixed) {
+                const Span& v = c.spans[row * ragged_fields_ + r];
+                std::byte* dst = sink.ragged(f, k, v.bytes);
+                if (v.bytes > 0) std::memcpy(dst, v.data, v.bytes);
+                continue;
+            }
             const std::uint64_t b = fields[f].sample_bytes;
             std::memcpy(sink.fixed(f, k), c.memory.data() + at + row * b, b);
             at += c.count * b;
         }
         if (--c.uses == 0) {  // its last planned read: the memory goes back to the budget
             c.memory.reset();
+            std::vector<ChunkMemory>().swap(c.values);
+            std::vector<Span>().swap(c.spans);
             c.state = Chunk::State::freed;
-            resident_ -= chunk_bytes(c);
+            resident_ -= c.bytes;
             cv_.notify_all();
         }
     }

@@ -1,7 +1,8 @@
 #pragma once
 // Clairvoyant read-ahead for `Shuffle::chunks` (docs/shuffle.md, "Read-ahead"): the chunks of
 // one rank's epoch read in the order its plan will first need them, each in one large read per
-// field, into memory bounded by the stage budget, and freed after their last planned use.
+// field (one per file run of records for TFRecord), into memory bounded by the stage budget,
+// and freed after their last planned use.
 
 #include <chrono>
 #include <condition_variable>
@@ -39,6 +40,8 @@ public:
     ChunkMemory& operator=(ChunkMemory&& o) noexcept;
     ~ChunkMemory() { reset(); }
     std::byte* data() const noexcept { return data_; }
+    /// The bytes asked for (0 once reset).
+    std::size_t bytes() const noexcept { return data_ ? bytes_ : 0; }
     void reset() noexcept;
 
 private:
@@ -54,11 +57,14 @@ private:
 /// The plan's slot ids give each chunk's first use (the reading order) and its number of
 /// uses; a chunk is freed once every planned read of it was served, and a chunk is read only
 /// while the resident bytes stay within `budget_bytes` (unless a read waits for it).
-/// Fixed-size fields only (`supports`). `read` is thread-safe and independent (no MPI);
-/// construction starts the threads, destruction stops and joins them. Borrows `source`.
+/// Fields of fixed size are held as rows back to back; fields of varying size (TFRecord
+/// payloads, ragged Example features) as values in mappings of the chunk's own, a chunk
+/// charged the source's `sample_bytes` of its samples before its read and the bytes it holds
+/// after it. `read` is thread-safe and independent (no MPI); construction starts the threads,
+/// destruction stops and joins them. Borrows `source`.
 class ChunkReadAhead final : public Source {
 public:
-    /// Whether `source` can be read this way (every field of fixed size).
+    /// Whether `source` can be read this way (it has fields).
     static bool supports(const Source& source);
     /// `plan`: this rank's plan of the epoch (its slot ids are the planned reads, in order);
     /// `steps`: the steps of it the range yields (an early end reads no chunk beyond them).
@@ -86,23 +92,35 @@ public:
     ReadAheadCounters stats() const;
 
 private:
+    /// One sample's value of a field of varying size, in one of the chunk's mappings.
+    struct Span {
+        const std::byte* data = nullptr;
+        std::uint64_t bytes = 0;
+    };
     struct Chunk {
         std::uint64_t first = 0;  // first id
         std::uint64_t count = 0;  // ids in the chunk
         std::uint64_t uses = 0;   // planned reads not served yet
+        std::uint64_t bytes = 0;  // charged to the budget (an estimate until read)
         std::size_t order = 0;    // index in the reading order
         enum class State { waiting, reading, resident, freed } state = State::waiting;
-        ChunkMemory memory;  // the fields' rows, field after field
+        ChunkMemory memory;               // the fixed fields' rows, field after field
+        std::vector<ChunkMemory> values;  // the values of fields of varying size
+        std::vector<Span> spans;          // row-major: row · ragged fields + ragged field
         std::exception_ptr error;
     };
+    class Sink;
     void reader() const;
-    std::uint64_t chunk_bytes(const Chunk& c) const noexcept { return c.count * row_bytes_; }
+    /// The bytes a chunk of `count` samples from `first` is charged before its read.
+    std::uint64_t estimate_bytes(std::uint64_t first, std::uint64_t count) const;
 
     const Source& source_;
     std::uint64_t chunk_samples_;
     std::uint64_t budget_;
     std::chrono::seconds timeout_;
-    std::uint64_t row_bytes_ = 0;
+    std::uint64_t row_bytes_ = 0;            // the fixed fields' bytes of one sample
+    std::vector<std::size_t> ragged_index_;  // per field: its index among the ragged, or npos
+    std::size_t ragged_fields_ = 0;
     mutable std::mutex m_;
     mutable std::condition_variable cv_;
     mutable std::unordered_map<std::uint64_t, Chunk> chunks_;  // by chunk number
