@@ -13,9 +13,12 @@ outside; the unstaged global shuffle, which takes minutes per epoch under the mo
 --stop-after-steps GLOBAL_STEPS of one epoch instead). `--compute-ms` sleeps per step as a
 trainer computes (0: the loader alone, bound by the modelled link).
 
+FILE is any input `mpistage stage` takes (HDF5, TFRecord, ...). `--baseline OTHER_CLI` adds
+`--shuffle chunks` of another build, interleaved with the rest (e.g. the build before a change).
+
 Usage: chunk_shuffle_pfs.py MPISTAGE_CLI PFS_SHIM.so FILE [--np 2] [--runs 3] [--epochs 3]
                             [--batch-size 64] [--compute-ms 0,2] [--global-steps 40]
-                            [--threads 4] [--out PREFIX]
+                            [--threads 4] [--baseline OTHER_CLI] [--out PREFIX]
 Prints a Markdown table; with --out writes PREFIX.md and PREFIX.json.
 """
 import argparse
@@ -37,11 +40,13 @@ def run(a, method, compute_ms, work):
     flags = {
         "memory": ["--shuffle", "global", "--stage", "memory"],
         "chunks": ["--shuffle", "chunks", "--stage-budget", str(budget)],
+        "baseline": ["--shuffle", "chunks", "--stage-budget", str(budget)],
         "global": ["--shuffle", "global", "--stage", "none", "--stop-after-steps",
                    str(a.global_steps)],
     }[method]
     epochs = 1 if method == "global" else a.epochs
-    cmd = ["mpirun", "-np", str(a.np), "--oversubscribe", "--bind-to", "none", *env, a.cli,
+    cli = a.baseline if method == "baseline" else a.cli
+    cmd = ["mpirun", "-np", str(a.np), "--oversubscribe", "--bind-to", "none", *env, cli,
            "stage", a.file, "--batch-size", str(a.batch_size), "--epochs", str(epochs),
            "--threads", str(a.threads), "--device", "cpu", "--quiet", "--json", out,
            "--compute-ms", str(compute_ms), *flags]
@@ -51,7 +56,7 @@ def run(a, method, compute_ms, work):
     eps = j["epochs"] if method == "global" else j["epochs"][1:]
     rate = sum(e["valid_samples"] for e in eps) / sum(e["seconds"] for e in eps)
     extra = {}
-    if method == "chunks":
+    if method in ("chunks", "baseline"):
         extra = {"read_ahead": [r["read_ahead"] for r in j["ranks"]],
                  "shuffle_note": j["stage"]["shuffle_note"],
                  "quality": j["epochs"][-1].get("shuffle_quality")}
@@ -70,9 +75,10 @@ def main():
     p.add_argument("--compute-ms", default="0,2")
     p.add_argument("--global-steps", type=int, default=40)
     p.add_argument("--threads", type=int, default=4)
+    p.add_argument("--baseline", default="")
     p.add_argument("--out", default="")
     a = p.parse_args()
-    methods = ["memory", "chunks", "global"]
+    methods = ["memory", "chunks", "global"] + (["baseline"] if a.baseline else [])
     results = []
     with tempfile.TemporaryDirectory() as work:
         for compute in [int(c) for c in a.compute_ms.split(",")]:
@@ -88,15 +94,18 @@ def main():
                             "chunks_vs_memory": med["chunks"] / med["memory"],
                             "chunks_vs_global": med["chunks"] / med["global"],
                             "budget_bytes_per_rank": budget, "data_bytes": os.path.getsize(a.file),
-                            "chunks": extras["chunks"]})
+                            "chunks": extras["chunks"], "baseline": extras.get("baseline")})
+    base_head = " | chunks, baseline build | chunks × baseline" if a.baseline else ""
     lines = ["| compute ms/step | staged in memory (samples/s) | chunks, budget ¼ of the data "
-             "| unstaged global | chunks × memory | chunks × global |",
-             "|---:|---:|---:|---:|---:|---:|"]
+             "| unstaged global | chunks × memory | chunks × global" + base_head + " |",
+             "|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if a.baseline else "")]
     for r in results:
         m = r["median"]
+        base = (f" | {m['baseline']:.0f} | {m['chunks'] / m['baseline']:.2f}"
+                if a.baseline else "")
         lines.append(f"| {r['compute_ms']} | {m['memory']:.0f} | {m['chunks']:.0f} | "
                      f"{m['global']:.0f} | {r['chunks_vs_memory']:.2f} | "
-                     f"{r['chunks_vs_global']:.1f} |")
+                     f"{r['chunks_vs_global']:.1f}{base} |")
     table = "\n".join(lines)
     print(table)
     for r in results:

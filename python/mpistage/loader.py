@@ -203,9 +203,19 @@ class Epoch(_lifetime.Tracked):
     yielded once over all ranks, equal batch counts; ``verified`` is then the verdict (a dict,
     identical on every rank: ok, batches and valid per rank, expected, duplicates, missing,
     out_of_range), and a failed check raises ``mpistage.Error`` on every rank at the end.
+
+    With ``shuffle_quality`` (``Loader(shuffle_quality=True)`` or ``epoch(e,
+    shuffle_quality=True)``) the epoch's shuffle-quality figure is measured on the ids it
+    yields, as ``mpistage stage`` reports it (the same code; docs/shuffle.md, "How good a
+    shuffle is"): ``shuffle_quality`` is then, after the last batch (a collective sum at
+    ``StopIteration``), a dict identical on every rank with the JSON report's keys: blocks,
+    blocks_per_batch and full_shuffle_blocks_per_batch (distinct blocks of N/256 ids per batch,
+    and a full shuffle's expectation), mean_jump and full_shuffle_mean_jump (mean distance of
+    consecutive ids over N), batches; with shuffle="chunks" also chunk_samples,
+    chunks_per_batch and full_shuffle_chunks_per_batch. ``None`` before the end.
     """
 
-    def __init__(self, loader, core, epoch=0, max_steps=0, verify=False):
+    def __init__(self, loader, core, epoch=0, max_steps=0, verify=False, shuffle_quality=False):
         if loader._stream:
             from . import streams
             del streams._raised[:]
@@ -215,6 +225,8 @@ class Epoch(_lifetime.Tracked):
         self._partial = core.steps < core.totals["steps"]  # max_steps ended it early
         self._check = _core.EpochCheck(loader._core) if verify else None
         self.verified = None
+        self._quality = _core.ShuffleQuality(loader._core) if shuffle_quality else None
+        self.shuffle_quality = None
         self._track()
 
     def __iter__(self):
@@ -228,6 +240,9 @@ class Epoch(_lifetime.Tracked):
             else:  # ordered on the consumer's stream (torch's current one by default)
                 raw = self._core.next(loader._core, loader._consumer_stream())
         except StopIteration:
+            if self._quality is not None:  # before the check, which may raise
+                quality, self._quality = self._quality, None
+                self.shuffle_quality = quality.finish()
             if self._check is not None:
                 self._finish_check()
             raise
@@ -245,6 +260,8 @@ class Epoch(_lifetime.Tracked):
             raise
         if self._check is not None:
             self._check.add(raw[3], raw[4])
+        if self._quality is not None:
+            self._quality.add(raw[3], raw[4])
         return make_batch(raw, self._loader._names, self._loader._tensors,
                           self._loader._dtypes)
 
@@ -325,7 +342,8 @@ class Loader(_lifetime.Tracked):
     CUDA, stage on the CPU: "auto" means the CPU there, and "cuda" is refused. ``state``: a dict from ``state()`` of
     an earlier run (any world size with ``sharding="global"``): the loader continues where it
     stopped.
-    ``verify``: check every epoch exactly once (see ``Epoch``). torch's idiom: ``set_epoch(e)``
+    ``verify``: check every epoch exactly once (see ``Epoch``). ``shuffle_quality``: measure
+    every epoch's shuffle-quality figure (``Epoch.shuffle_quality``). torch's idiom: ``set_epoch(e)``
     + ``for batch in loader`` + ``len(loader)``, ``state_dict()`` / ``load_state_dict()``.
     remainder="drop" that leaves samples out of every epoch is reported once (rank 0, a
     UserWarning and the "mpistage" logger).
@@ -353,10 +371,14 @@ class Loader(_lifetime.Tracked):
     """
 
     def __init__(self, source, *, comm=None, state=None, tensors="torch", verify=False,
-                 cuda_stream=None, **options):
+                 shuffle_quality=False, cuda_stream=None, **options):
         if not isinstance(verify, bool):
             raise TypeError(f"verify= takes a bool, got {type(verify).__name__} {verify!r}")
+        if not isinstance(shuffle_quality, bool):
+            raise TypeError(f"shuffle_quality= takes a bool, got "
+                            f"{type(shuffle_quality).__name__} {shuffle_quality!r}")
         self._verify = verify
+        self._shuffle_quality = shuffle_quality
         from .streams import StreamSource
         self._stream = isinstance(source, StreamSource)
         if not self._stream and not isinstance(source, Source):
@@ -369,6 +391,11 @@ class Loader(_lifetime.Tracked):
                     "verify=True checks the ids 0..N-1 of a Source; a stream's ids are "
                     "(stream << 40) | position, so it cannot be checked this way (give "
                     "verify=False)")
+            if shuffle_quality:
+                raise _core.ConfigError(
+                    "shuffle_quality=True measures how far an order of the ids 0..N-1 is "
+                    "from a full shuffle; a stream's items come in its query order, not "
+                    "shuffled (give shuffle_quality=False)")
             # A stream's sharding and remainder are the stream plan's (StreamPlanOptions).
             for given, core_name in (("sharding", "stream_sharding"),
                                      ("remainder", "stream_remainder")):
@@ -456,17 +483,27 @@ class Loader(_lifetime.Tracked):
         """Collective: a loader that continues where ``state`` (a dict) left off."""
         return cls(source, state=state, **kwargs)
 
-    def epoch(self, epoch, *, max_steps=0, verify=None):
+    def epoch(self, epoch, *, max_steps=0, verify=None, shuffle_quality=None):
         """Collective: starts epoch ``epoch`` (an argument, never hidden state); returns an
         ``Epoch``. ``max_steps`` > 0 ends it after that many steps on every rank.
-        ``verify``: check the epoch exactly once (see ``Epoch``; default: the loader's
-        ``verify``). Raises TypeError / ConfigError naming ``epoch=`` or ``max_steps=``."""
+        ``verify``: check the epoch exactly once; ``shuffle_quality``: measure its
+        shuffle-quality figure (see ``Epoch``; defaults: the loader's). Raises TypeError /
+        ConfigError naming ``epoch=``, ``max_steps=``, ``verify=`` or ``shuffle_quality=``."""
         epoch = _count(epoch, "epoch")
         max_steps = _count(max_steps, "max_steps")
         verify = self._verify if verify is None else verify
         if not isinstance(verify, bool):
             raise TypeError(f"verify= takes a bool, got {type(verify).__name__} {verify!r}")
-        return Epoch(self, self._core.epoch(epoch, max_steps), epoch, max_steps, verify)
+        quality = self._shuffle_quality if shuffle_quality is None else shuffle_quality
+        if not isinstance(quality, bool):
+            raise TypeError(f"shuffle_quality= takes a bool, got {type(quality).__name__} "
+                            f"{quality!r}")
+        if quality and self._stream:
+            raise _core.ConfigError(
+                "shuffle_quality=True measures an order of the ids 0..N-1; a stream's items "
+                "come in its query order (give shuffle_quality=False)")
+        return Epoch(self, self._core.epoch(epoch, max_steps), epoch, max_steps, verify,
+                     quality)
 
     def set_epoch(self, epoch):
         """Not collective: the epoch the next ``iter(loader)`` yields (as

@@ -1,6 +1,8 @@
 // The CLI's exactly-once check (`mpistage stage --verify`, cli/verify.hpp) for epochs driven from
 // Python: the same IdCount (ids counted by their owner rank, N/W bits a rank) and the same
-// verdict (`verify_epoch`), so `Loader(verify=True)` and `--verify` agree on every epoch.
+// verdict (`verify_epoch`), so `Loader(verify=True)` and `--verify` agree on every epoch. And
+// the CLI's shuffle-quality figure (cli/shuffle_quality.hpp) of an epoch, the same code.
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -8,6 +10,7 @@
 #include "bindings.hpp"
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
+#include "cli/shuffle_quality.hpp"
 #include "cli/stop_signals.hpp"
 #include "cli/verify.hpp"
 #include "comm/agree.hpp"
@@ -54,8 +57,8 @@ public:
             py::gil_scoped_release unlocked;
             cli::Expectation x;
             x.num_samples = num_samples_;
-            x.expected = partial ? comm_.allreduce_sum(count_->added())
-                                 : range.totals().valid_samples;
+            x.expected =
+                partial ? comm_.allreduce_sum(count_->added()) : range.totals().valid_samples;
             r = cli::verify_epoch(comm_, epoch, *count_, batches_, x);
         }
         py::dict d;
@@ -78,9 +81,66 @@ private:
     std::uint64_t batches_ = 0;
 };
 
+// One epoch's shuffle-quality figure: `add` each yielded batch (local), `finish` (collective).
+class EpochShuffleQuality {
+public:
+    explicit EpochShuffleQuality(const Loader& loader)
+        : comm_(loader.comm()),
+          quality_(loader.num_samples(), loader.options().plan.shuffle == Shuffle::chunks
+                                             ? loader.options().plan.chunk_samples
+                                             : 0) {}
+    // Local. `index` int64 [B], `valid` bool [B] of one batch.
+    void add(const py::array_t<std::int64_t, py::array::c_style>& index,
+             const py::array_t<bool, py::array::c_style>& valid) {
+        if (index.ndim() != 1 || valid.ndim() != 1 || index.shape(0) != valid.shape(0)) {
+            throw ConfigError("ShuffleQuality.add: index and valid must be 1-D of one length");
+        }
+        static_assert(sizeof(bool) == sizeof(std::uint8_t), "valid is read as bytes");
+        quality_.add(index.data(), reinterpret_cast<const std::uint8_t*>(valid.data()),
+                     static_cast<std::size_t>(index.shape(0)));
+    }
+    // Collective: the figure as a dict, identical on every rank (the JSON report's keys).
+    py::dict finish() {
+        cli::ShuffleFigure f;
+        {
+            py::gil_scoped_release unlocked;
+            f = quality_.finish(comm_);
+        }
+        py::dict d;
+        const nlohmann::json figure = cli::shuffle_figure_json(f);
+        for (const auto& [key, value] : figure.items()) {
+            if (value.is_number_float()) {
+                d[py::str(key)] = value.get<double>();
+            } else {
+                d[py::str(key)] = value.get<std::uint64_t>();
+            }
+        }
+        return d;
+    }
+
+private:
+    const Communicator& comm_;
+    cli::ShuffleQuality quality_;
+};
+
 }  // namespace
 
 void bind_checks(py::module_& m) {
+    py::class_<EpochShuffleQuality>(m, "ShuffleQuality")
+        .def(py::init([](const Loader& loader) {
+                 return std::make_unique<EpochShuffleQuality>(loader);
+             }),
+             py::arg("loader"), py::keep_alive<1, 2>(),
+             "Local: the shuffle-quality figure of one epoch of `loader` (the JSON report's "
+             "epochs[].shuffle_quality, docs/shuffle.md).")
+        .def("add", &EpochShuffleQuality::add, py::arg("index"), py::arg("valid"),
+             "Local: one yielded batch's ids (index int64 [B], valid bool [B]).")
+        .def("finish", &EpochShuffleQuality::finish,
+             "Collective: the figure as a dict (blocks, blocks_per_batch, "
+             "full_shuffle_blocks_per_batch, mean_jump, full_shuffle_mean_jump, batches; "
+             "with shuffle='chunks' also chunk_samples, chunks_per_batch, "
+             "full_shuffle_chunks_per_batch), identical on every rank.");
+
     // `mpistage stage --stop-signals` (cli/stop_signals.hpp, mpistage/stop.hpp): the same parser
     // of signal names and the library's process-wide stop request every loader's agreement
     // carries.
@@ -102,7 +162,8 @@ void bind_checks(py::module_& m) {
             return names;
         },
         py::arg("comm"), py::arg("signals"),
-        "Collective over `comm`: --stop-signals' list (\"USR1,TERM\", \"none\") installed as stop handlers; "
+        "Collective over `comm`: --stop-signals' list (\"USR1,TERM\", \"none\") installed as stop "
+        "handlers; "
         "returns their names. @throws ConfigError naming an entry that is not a catchable signal.");
     m.attr("EXIT_STOPPED") = cli::kExitStopped;
     m.def("request_stop", &request_stop, "Local, async-signal-safe: mpistage::request_stop().");
@@ -115,8 +176,7 @@ void bind_checks(py::module_& m) {
             return py::str(cli::signal_name(s));
         },
         "Local: the name of the signal that requested the stop (\"TERM\"), or None.");
-    m.def("clear_stop_request", &clear_stop_request,
-          "Local: mpistage::clear_stop_request().");
+    m.def("clear_stop_request", &clear_stop_request, "Local: mpistage::clear_stop_request().");
 
     // `mpistage convert idx` and `mpistage index`: the CLI's own commands (cli/commands.hpp), so
     // a Python job converts and indexes exactly as the CLI does, with the same errors.
@@ -136,8 +196,8 @@ void bind_checks(py::module_& m) {
             py::gil_scoped_release unlocked;
             cli::run_convert(c, a);
         },
-        py::arg("comm"), py::arg("images"), py::arg("labels"), py::arg("output"),
-        py::arg("format"), py::arg("chunk_rows"), py::arg("gzip_level"),
+        py::arg("comm"), py::arg("images"), py::arg("labels"), py::arg("output"), py::arg("format"),
+        py::arg("chunk_rows"), py::arg("gzip_level"),
         "Collective over `comm`: `mpistage convert idx` (rank 0 converts). @throws ConfigError, "
         "IoError, FormatError, Hdf5Error, identically on every rank.");
     m.def(
@@ -166,8 +226,7 @@ void bind_checks(py::module_& m) {
              "--verify). @throws ConfigError when the id bitmap does not fit the node's memory.")
         .def("add", &EpochCheck::add, py::arg("index"), py::arg("valid"),
              "Collective every few steps: counts one yielded batch's valid ids.")
-        .def("finish", &EpochCheck::finish, py::arg("epoch"), py::arg("range"),
-             py::arg("partial"),
+        .def("finish", &EpochCheck::finish, py::arg("epoch"), py::arg("range"), py::arg("partial"),
              "Collective: the verdict as a dict (ok, batches and valid per rank, expected, "
              "duplicates, missing, out_of_range), identical on every rank.");
 }

@@ -60,20 +60,7 @@ nlohmann::json epoch_json(const EpochReport& r, bool verify) {
         r.waited_on_rank < 0 ? nlohmann::json() : nlohmann::json(r.waited_on_rank);
     e["others_waited_seconds"] = r.others_waited_seconds;
     e["shuffle_quality"] = nullptr;  // streams: rows in query order, nothing to measure
-    if (r.shuffle) {
-        const ShuffleFigure& f = *r.shuffle;
-        e["shuffle_quality"] = {{"blocks", f.blocks},
-                                {"blocks_per_batch", f.blocks_per_batch},
-                                {"full_shuffle_blocks_per_batch", f.full_shuffle_blocks_per_batch},
-                                {"mean_jump", f.mean_jump},
-                                {"full_shuffle_mean_jump", 1.0 / 3.0},
-                                {"batches", f.batches}};
-        if (f.chunk_samples > 0) {
-            e["shuffle_quality"]["chunk_samples"] = f.chunk_samples;
-            e["shuffle_quality"]["chunks_per_batch"] = f.chunks_per_batch;
-            e["shuffle_quality"]["full_shuffle_chunks_per_batch"] = f.full_shuffle_chunks_per_batch;
-        }
-    }
+    if (r.shuffle) e["shuffle_quality"] = shuffle_figure_json(*r.shuffle);
     if (r.step_ratio_worst > 0) {
         e["step_byte_ratio"] = {{"worst", r.step_ratio_worst},
                                 {"mean", r.step_ratio_mean},

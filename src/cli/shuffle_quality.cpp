@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <nlohmann/json.hpp>
 
 namespace mpistage::cli {
 
@@ -29,12 +30,27 @@ ShuffleQuality::ShuffleQuality(std::uint64_t num_samples, std::uint64_t chunk_sa
       blocks_(std::min(kBlocks, std::max<std::uint64_t>(1, num_samples))),
       chunk_(chunk_samples) {}
 
-void ShuffleQuality::add(const HostBatch& batch) {
+nlohmann::json shuffle_figure_json(const ShuffleFigure& f) {
+    nlohmann::json j = {{"blocks", f.blocks},
+                        {"blocks_per_batch", f.blocks_per_batch},
+                        {"full_shuffle_blocks_per_batch", f.full_shuffle_blocks_per_batch},
+                        {"mean_jump", f.mean_jump},
+                        {"full_shuffle_mean_jump", 1.0 / 3.0},
+                        {"batches", f.batches}};
+    if (f.chunk_samples > 0) {
+        j["chunk_samples"] = f.chunk_samples;
+        j["chunks_per_batch"] = f.chunks_per_batch;
+        j["full_shuffle_chunks_per_batch"] = f.full_shuffle_chunks_per_batch;
+    }
+    return j;
+}
+
+void ShuffleQuality::add(const std::int64_t* index, const std::uint8_t* valid, std::size_t size) {
     std::vector<std::uint64_t>& ids = ids_;  // reused: no allocation per batch
     ids.clear();
-    for (std::size_t j = 0; j < batch.size(); ++j) {
-        if (!batch.valid()[j]) continue;
-        const std::int64_t id = batch.index()[j];
+    for (std::size_t j = 0; j < size; ++j) {
+        if (!valid[j]) continue;
+        const std::int64_t id = index[j];
         ids.push_back(static_cast<std::uint64_t>(id));
         if (last_ >= 0) {
             jump_sum_ += static_cast<double>(std::llabs(id - last_)) / static_cast<double>(n_);

@@ -3,6 +3,7 @@
 // order a rank received is from a full shuffle, measured on the ids it yielded.
 
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <vector>
 
 #include "mpistage/batch.hpp"
@@ -29,12 +30,20 @@ struct ShuffleFigure {
     std::uint64_t batches = 0;
 };
 
+/// The figure as the JSON report's `epochs[].shuffle_quality` object (and the Python
+/// `Epoch.shuffle_quality` dict): blocks, blocks_per_batch, full_shuffle_blocks_per_batch,
+/// mean_jump, full_shuffle_mean_jump, batches; with chunks also chunk_samples,
+/// chunks_per_batch, full_shuffle_chunks_per_batch.
+nlohmann::json shuffle_figure_json(const ShuffleFigure& f);
+
 /// Accumulates one rank's batches of one epoch. Not thread-safe; O(B log B) per batch.
 class ShuffleQuality {
 public:
     /// `num_samples` N ≥ 1; `chunk_samples` the chunk order's chunk (0: not chunked).
     ShuffleQuality(std::uint64_t num_samples, std::uint64_t chunk_samples);
-    void add(const HostBatch& batch);
+    void add(const HostBatch& batch) { add(batch.index(), batch.valid(), batch.size()); }
+    /// One batch of `size` slots: its ids (`index`, int64 [size]) where `valid` is non-zero.
+    void add(const std::int64_t* index, const std::uint8_t* valid, std::size_t size);
     /// Collective: sums over ranks; the figure of the epoch.
     ShuffleFigure finish(const Communicator& comm) const;
 
