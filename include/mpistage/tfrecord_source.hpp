@@ -73,10 +73,16 @@ struct TfRecordOptions {
     std::uint64_t max_read_bytes = std::uint64_t{1} << 30;
     /// Bytes read at once while scanning headers at open. Default 1 MiB; must be ≥ 64.
     std::uint64_t scan_window_bytes = std::uint64_t{1} << 20;
-    /// Read records with `pread` instead of `MPI_File_read_at`. `read()` always uses `pread`
-    /// when MPI does not provide MPI_THREAD_MULTIPLE, since the pipeline calls it from I/O
-    /// threads (docs/architecture.md, pipeline).
-    bool posix_reads = false;
+    /// Read records with `pread` (the default) instead of `MPI_File_read_at`. The files are
+    /// opened and scanned with MPI-IO either way. `read()` runs on the loader's I/O threads and
+    /// the chunk read-ahead's: `pread` lets their reads be in flight at once, as the HDF5
+    /// source's independent reads are. Open MPI's ompio must have one handle's independent
+    /// reads serialised (two at once crashed in MPI_File_read_at), so with `false` a source
+    /// reads one request at a time: on a file system with a per-request latency that caps a
+    /// rank at one read per latency (benchmarks/README.md, "TFRecord under the PFS model").
+    /// `false` needs MPI_THREAD_MULTIPLE, else `pread` is used (docs/architecture.md,
+    /// pipeline).
+    bool posix_reads = true;
     /// Largest decompressed size of one gzip file; inflating stops with a FormatError naming
     /// the file and this option once it is exceeded (a gzip bomb never fills memory). Default
     /// 64 GiB; must be ≥ 16. The decompressed bytes of a gzip file are kept in memory.

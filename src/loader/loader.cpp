@@ -491,9 +491,11 @@ EpochRange Loader::epoch(std::uint64_t e, EpochOptions eo) {
     const Source* reader = &d.reader();
     if (d.options.plan.shuffle == Shuffle::chunks && !d.tier && !d.stats.two_phase &&
         impl->limit > 0 && detail::ChunkReadAhead::supports(d.source)) {
+        if (!d.chunk_pool) d.chunk_pool = std::make_shared<detail::ChunkPool>(d.read_ahead_budget);
         impl->read_ahead = std::make_unique<detail::ChunkReadAhead>(
             d.source, impl->plan, impl->limit, d.options.plan.chunk_samples, d.read_ahead_budget,
-            std::max<std::size_t>(1, d.options.pipeline.io_threads), d.options.safety.timeout);
+            std::max<std::size_t>(1, d.options.pipeline.io_threads), d.options.safety.timeout,
+            d.chunk_pool);
         reader = impl->read_ahead.get();
     }
     // Reads from the memory tier fall back to the source: the promise is kept from the file.

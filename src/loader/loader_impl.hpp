@@ -131,6 +131,8 @@ struct Loader::Impl {
     Shuffle requested_shuffle = Shuffle::none;
     /// Shuffle::chunks: the bytes per rank its read-ahead may hold (the stage budget).
     std::uint64_t read_ahead_budget = 0;
+    /// The chunk read-ahead's mappings, reused across its epochs (within read_ahead_budget).
+    std::shared_ptr<detail::ChunkPool> chunk_pool;
     /// Not collective: the cost functions of a batch budget (`sample_bytes`, `sample_tokens`).
     /// @throws ConfigError for a token field that is not the source's only ragged field.
     void make_cost_functions();

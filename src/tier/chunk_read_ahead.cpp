@@ -133,6 +133,41 @@ void ChunkMemory::reset() noexcept {
     bytes_ = 0;
 }
 
+ChunkMemory ChunkPool::take(std::size_t bytes, std::uint64_t in_use) {
+    std::vector<ChunkMemory> unmapped;  // unmapped outside the lock, as it goes
+    {
+        std::lock_guard<std::mutex> lk(m_);
+        for (std::size_t i = free_.size(); i-- > 0;) {
+            if (free_[i].bytes() != bytes) continue;
+            ChunkMemory m = std::move(free_[i]);
+            free_[i] = std::move(free_.back());
+            free_.pop_back();
+            free_bytes_ -= bytes;
+            return m;
+        }
+        while (!free_.empty() && free_bytes_ + in_use > limit_) {
+            free_bytes_ -= free_.back().bytes();
+            unmapped.push_back(std::move(free_.back()));
+            free_.pop_back();
+        }
+    }
+    return ChunkMemory(bytes);
+}
+
+void ChunkPool::give(ChunkMemory memory, std::uint64_t in_use) {
+    const std::uint64_t bytes = memory.bytes();
+    if (bytes == 0) return;
+    std::lock_guard<std::mutex> lk(m_);
+    if (free_bytes_ + bytes + in_use > limit_) return;  // unmapped as `memory` goes
+    free_bytes_ += bytes;
+    free_.push_back(std::move(memory));
+}
+
+std::uint64_t ChunkPool::free_bytes() const {
+    std::lock_guard<std::mutex> lk(m_);
+    return free_bytes_;
+}
+
 bool ChunkReadAhead::supports(const Source& source) {
     return !source.fields().empty();
 }
@@ -148,8 +183,10 @@ std::uint64_t ChunkReadAhead::estimate_bytes(std::uint64_t first, std::uint64_t 
 
 ChunkReadAhead::ChunkReadAhead(const Source& source, const EpochPlan& plan, std::uint64_t steps,
                                std::uint64_t chunk_samples, std::uint64_t budget_bytes,
-                               std::size_t threads, std::chrono::seconds timeout)
+                               std::size_t threads, std::chrono::seconds timeout,
+                               std::shared_ptr<ChunkPool> pool)
     : source_(source),
+      pool_(pool ? std::move(pool) : std::make_shared<ChunkPool>(budget_bytes)),
       chunk_samples_(std::max<std::uint64_t>(1, chunk_samples)),
       budget_(budget_bytes),
       timeout_(timeout) {
@@ -217,6 +254,7 @@ void ChunkReadAhead::reader() const {
         resident_ += bytes;
         stats_.peak_resident_bytes = std::max(stats_.peak_resident_bytes, resident_);
         c.state = Chunk::State::reading;
+        const std::uint64_t in_use = resident_;
         const std::uint64_t first = c.first;
         const std::uint64_t count = c.count;
         ChunkMemory memory;
@@ -225,7 +263,7 @@ void ChunkReadAhead::reader() const {
         std::exception_ptr error;
         lk.unlock();
         try {
-            if (row_bytes_ > 0) memory = ChunkMemory(count * row_bytes_);
+            if (row_bytes_ > 0) memory = pool_->take(count * row_bytes_, in_use);
             spans.resize(count * ragged_fields_);
             const std::vector<std::uint64_t> offsets = field_offsets(source_.fields(), count);
             const std::uint64_t fixed = count * (row_bytes_ + ragged_fields_ * sizeof(Span));
@@ -321,11 +359,11 @@ void ChunkReadAhead::read(const std::uint64_t* ids, std::size_t count, BatchSink
             at += c.count * b;
         }
         if (--c.uses == 0) {  // its last planned read: the memory goes back to the budget
-            c.memory.reset();
+            resident_ -= c.bytes;
+            pool_->give(std::move(c.memory), resident_);
             std::vector<ChunkMemory>().swap(c.values);
             std::vector<Span>().swap(c.spans);
             c.state = Chunk::State::freed;
-            resident_ -= c.bytes;
             cv_.notify_all();
         }
     }
