@@ -57,7 +57,7 @@ struct ReadAheadCounters {
     /// Seconds the loader's reads waited for a chunk not yet in memory.
     double wait_seconds = 0;
     /// The most chunk reads in flight at once in an epoch: the I/O threads at the start, one
-    /// more each time a read waited, up to 16.
+    /// more each time a read waited, up to 32 (an epoch starts at the depth the last reached).
     std::uint64_t readers = 0;
 };
 

@@ -492,10 +492,14 @@ EpochRange Loader::epoch(std::uint64_t e, EpochOptions eo) {
     if (d.options.plan.shuffle == Shuffle::chunks && !d.tier && !d.stats.two_phase &&
         impl->limit > 0 && detail::ChunkReadAhead::supports(d.source)) {
         if (!d.chunk_pool) d.chunk_pool = std::make_shared<detail::ChunkPool>(d.read_ahead_budget);
+        // The depth the last epoch reached (reads in flight), from the start: an epoch's first
+        // window is read while nothing is resident, where a ramp from the I/O threads would wait.
+        const std::size_t depth = std::max<std::size_t>(
+            {1, d.options.pipeline.io_threads,
+             static_cast<std::size_t>(d.stats.read_ahead.readers)});
         impl->read_ahead = std::make_unique<detail::ChunkReadAhead>(
             d.source, impl->plan, impl->limit, d.options.plan.chunk_samples, d.read_ahead_budget,
-            std::max<std::size_t>(1, d.options.pipeline.io_threads), d.options.safety.timeout,
-            d.chunk_pool);
+            depth, d.options.safety.timeout, d.chunk_pool);
         reader = impl->read_ahead.get();
     }
     // Reads from the memory tier fall back to the source: the promise is kept from the file.

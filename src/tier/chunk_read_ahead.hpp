@@ -22,8 +22,10 @@
 
 namespace mpistage::detail {
 
-/// The most chunk reads in flight at once (threads of one rank's read-ahead).
-constexpr std::size_t kMaxReaders = 16;
+/// The most chunk reads in flight at once (threads of one rank's read-ahead). Under the PFS
+/// model (1 ms a request) 32 gave 1.8× the rate of 16 with no compute and the same with 1 ms
+/// of it; 64 lost 10 % with compute, its threads contending for 2 cores (benchmarks/README.md).
+constexpr std::size_t kMaxReaders = 32;
 
 /// One chunk's memory: an anonymous mapping of its own, unmapped when freed, so the process's
 /// resident memory follows the chunks held (heap blocks freed by 16 reader threads stay in
