@@ -36,6 +36,35 @@ using mpistage::testing::reset_peak;
 using mpistage::testing::rss_measures_the_code;
 using mpistage::testing::status_bytes;
 
+/// Shuffle::chunks from the files (stage none: the budget sizes the chunks), 2 I/O threads.
+LoaderOptions chunk_options(std::uint64_t batch, std::size_t prefetch, std::uint64_t seed,
+                            std::uint64_t budget) {
+    LoaderOptions o;
+    o.plan.batch_size = batch;
+    o.plan.sharding = Sharding::global;
+    o.plan.shuffle = Shuffle::chunks;
+    o.plan.remainder = Remainder::mask;
+    o.plan.seed = seed;
+    o.pipeline.prefetch = prefetch;
+    o.pipeline.io_threads = 2;
+    o.delivery.device = "cpu";
+    o.tier.stage_budget_bytes = budget;
+    return o;
+}
+
+/// Collective: equal steps on every rank, and this epoch's valid ids over all ranks are 0..n-1
+/// once each.
+void expect_every_sample_once(const std::vector<std::int64_t>& ids, std::uint64_t steps,
+                              std::uint64_t n, std::uint64_t epoch) {
+    EXPECT_TRUE(h5t::same_on_all_ranks(steps)) << "epoch " << epoch;
+    std::vector<std::int64_t> all = h5t::allgatherv(ids);
+    std::sort(all.begin(), all.end());
+    ASSERT_EQ(all.size(), n) << "epoch " << epoch;
+    for (std::uint64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(all[i], static_cast<std::int64_t>(i)) << "epoch " << epoch << ": not once";
+    }
+}
+
 }  // namespace
 
 TEST(ChunkReadAhead, ExactlyOnceWithinTheBudgetOnDataFourTimesIt) {
@@ -46,16 +75,7 @@ TEST(ChunkReadAhead, ExactlyOnceWithinTheBudgetOnDataFourTimesIt) {
     tier_test::write_pattern_records(path, n, kRecordBytes, 7);
     Communicator comm(MPI_COMM_WORLD);
     RawSource src(comm, {tier_test::record_field(path, kRecordBytes)});
-    LoaderOptions o;
-    o.plan.batch_size = 32;
-    o.plan.sharding = Sharding::global;
-    o.plan.shuffle = Shuffle::chunks;
-    o.plan.remainder = Remainder::mask;
-    o.plan.seed = 3;
-    o.pipeline.prefetch = 4;
-    o.pipeline.io_threads = 2;
-    o.delivery.device = "cpu";
-    o.tier.stage_budget_bytes = kBudget;  // stage none: the budget sizes the chunks
+    const LoaderOptions o = chunk_options(32, 4, 3, kBudget);
     const std::uint64_t ring = 4 * 32 * kRecordBytes;
     reset_peak();
     const std::uint64_t before = status_bytes("VmRSS");
@@ -80,13 +100,7 @@ TEST(ChunkReadAhead, ExactlyOnceWithinTheBudgetOnDataFourTimesIt) {
                     }
                 }
             }
-            EXPECT_TRUE(h5t::same_on_all_ranks(steps)) << "epoch " << e;
-            std::vector<std::int64_t> all = h5t::allgatherv(ids);
-            std::sort(all.begin(), all.end());
-            ASSERT_EQ(all.size(), n) << "epoch " << e;
-            for (std::uint64_t i = 0; i < n; ++i) {
-                ASSERT_EQ(all[i], static_cast<std::int64_t>(i)) << "epoch " << e << ": not once";
-            }
+            expect_every_sample_once(ids, steps, n, e);
         }
         const ReadAheadCounters& r = loader.stats().read_ahead;
         EXPECT_GT(r.chunks_read, 0u) << "the read-ahead did not run";
@@ -136,17 +150,8 @@ TEST(ChunkReadAhead, RecordsOfVaryingSizeExactlyOnceWithinTheBudget) {
     }
     MPI_Barrier(MPI_COMM_WORLD);
     TfRecordSource src(comm, {path});
-    LoaderOptions o;
-    o.plan.batch_size = 16;
-    o.plan.sharding = Sharding::global;
-    o.plan.shuffle = Shuffle::chunks;
-    o.plan.remainder = Remainder::mask;
-    o.plan.seed = 11;
-    o.pipeline.prefetch = 3;
-    o.pipeline.io_threads = 2;
-    o.delivery.device = "cpu";
     const std::uint64_t budget = payload / 4 / static_cast<std::uint64_t>(comm.size());
-    o.tier.stage_budget_bytes = budget;
+    const LoaderOptions o = chunk_options(16, 3, 11, budget);
     std::uint64_t wrong = 0;
     Loader loader(comm, src, o);
     EXPECT_EQ(loader.stats().shuffle_note.find("not read ahead"), std::string::npos)
@@ -173,13 +178,7 @@ TEST(ChunkReadAhead, RecordsOfVaryingSizeExactlyOnceWithinTheBudget) {
                 }
             }
         }
-        EXPECT_TRUE(h5t::same_on_all_ranks(steps)) << "epoch " << e;
-        std::vector<std::int64_t> all = h5t::allgatherv(ids);
-        std::sort(all.begin(), all.end());
-        ASSERT_EQ(all.size(), n) << "epoch " << e;
-        for (std::uint64_t i = 0; i < n; ++i) {
-            ASSERT_EQ(all[i], static_cast<std::int64_t>(i)) << "epoch " << e << ": not once";
-        }
+        expect_every_sample_once(ids, steps, n, e);
     }
     EXPECT_EQ(wrong, 0u) << "records read wrong (size or bytes)";
     const ReadAheadCounters& r = loader.stats().read_ahead;
