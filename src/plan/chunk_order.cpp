@@ -30,6 +30,13 @@ ChunkOrder::ChunkOrder(std::uint64_t num_samples, std::uint64_t pieces, std::uin
     if (window_ / window_chunks != chunk_samples) {
         throw ConfigError("plan: chunk_samples × window_chunks overflows 64 bits");
     }
+    if (full_chunks_ > 1 && full_chunks_ <= kChunkTable) {
+        auto table = std::make_shared<std::vector<std::uint32_t>>(full_chunks_);
+        for (std::uint64_t c = 0; c < full_chunks_; ++c) {
+            (*table)[c] = static_cast<std::uint32_t>(chunk_perm_(c));
+        }
+        chunk_table_ = std::move(table);
+    }
 }
 
 std::uint64_t ChunkOrder::id_at(std::uint64_t p) const {
@@ -48,7 +55,8 @@ std::uint64_t ChunkOrder::id_at(std::uint64_t p) const {
     const std::uint64_t q = begin + first + within(u - first);
     // Position q of S: a full chunk's sample, or the tail chunk (identity, last in S).
     if (q >= full_chunks_ * chunk_) return q;
-    return chunk_perm_(q / chunk_) * chunk_ + q % chunk_;
+    const std::uint64_t c = q / chunk_;
+    return (chunk_table_ ? (*chunk_table_)[c] : chunk_perm_(c)) * chunk_ + q % chunk_;
 }
 
 ChunkOrder chunk_order(std::uint64_t num_samples, const PlanOptions& options, std::uint64_t epoch,

@@ -63,6 +63,21 @@ TEST(PlanChunks, TheOrderIsABijectionOfEveryEpoch) {
     }
 }
 
+// Chunks of one sample in windows of one chunk, one part: position p is chunk p's place in the
+// chunk permutation, the Feistel permutation itself, whether tabulated (up to kChunkTable full
+// chunks) or computed per id (above it).
+TEST(PlanChunks, TheTabulatedChunkPermutationIsTheFeistelPermutation) {
+    constexpr std::uint64_t kTable = mpistage::detail::ChunkOrder::kChunkTable;
+    for (const std::uint64_t n : {std::uint64_t{2}, std::uint64_t{4285}, kTable, kTable + 1}) {
+        const std::uint64_t key = 0x5eed + n;
+        const mpistage::detail::ChunkOrder order(n, 1, 1, 1, key);
+        const mpistage::Permutation feistel(n, key);
+        for (std::uint64_t p = 0; p < n; ++p) {
+            ASSERT_EQ(order.id_at(p), feistel(p)) << "N=" << n << " p=" << p;
+        }
+    }
+}
+
 TEST(PlanChunks, EachRankDrawsItsBatchesFromFewChunksOfItsOwnPart) {
     const std::uint64_t n = 10007, b = 40, c = 50, k = 4;  // a global shuffle: ~35 chunks
     for (const int w : {1, 2, 3, 4}) {
