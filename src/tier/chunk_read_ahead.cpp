@@ -230,7 +230,8 @@ ChunkReadAhead::~ChunkReadAhead() {
         stop_ = true;
         threads.swap(threads_);  // no read runs now (the prefetcher stopped first)
     }
-    cv_.notify_all();
+    reader_cv_.notify_all();
+    ready_cv_.notify_all();
     for (auto& t : threads) t.join();
 }
 
@@ -243,13 +244,18 @@ void ChunkReadAhead::reader() const {
         const std::uint64_t bytes = c.bytes;  // the estimate (exact for fixed fields)
         // Within the budget, or the earliest chunk a read waits for is this one (progress over
         // the bound; a read waiting for a later chunk waits for this one to be needed first).
-        cv_.wait(lk, [&] {
+        reader_cv_.wait(lk, [&] {
             return stop_ || next_ != i || resident_ + bytes <= budget_ ||
                    (!waiting_.empty() && *waiting_.begin() == i);
         });
         if (stop_) return;
         if (next_ != i) continue;  // another thread took it
         ++next_;
+        // The next chunk fits too: one more reader for it (each taker wakes the next).
+        if (next_ < order_.size() &&
+            resident_ + bytes + chunks_.at(order_[next_]).bytes <= budget_) {
+            reader_cv_.notify_one();
+        }
         if (resident_ + bytes > budget_) ++stats_.over_budget_reads;
         resident_ += bytes;
         stats_.peak_resident_bytes = std::max(stats_.peak_resident_bytes, resident_);
@@ -296,7 +302,8 @@ void ChunkReadAhead::reader() const {
         stats_.peak_resident_bytes = std::max(stats_.peak_resident_bytes, resident_);
         ++stats_.chunks_read;
         stats_.bytes_read += held;
-        cv_.notify_all();
+        ready_cv_.notify_all();
+        if (held < bytes) reader_cv_.notify_one();  // the estimate was high: budget freed
     }
 }
 
@@ -329,11 +336,11 @@ void ChunkReadAhead::read(const std::uint64_t* ids, std::size_t count, BatchSink
                 } catch (const std::system_error&) {  // no more threads: as many in flight
                 }
             }
-            cv_.notify_all();
+            reader_cv_.notify_all();  // the progress rule may let a reader past the budget
             const bool ready =
-                cv_.wait_for(lk, timeout_, [&] { return c.state == Chunk::State::resident; });
+                ready_cv_.wait_for(lk, timeout_, [&] { return c.state == Chunk::State::resident; });
             waiting_.erase(waiting);
-            cv_.notify_all();  // the earliest waited-for chunk may be another now (reader)
+            reader_cv_.notify_all();  // the earliest waited-for chunk may be another now
             stats_.wait_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
             if (!ready) {
                 throw IoError("loader: chunk read-ahead: chunk " +
@@ -364,7 +371,7 @@ void ChunkReadAhead::read(const std::uint64_t* ids, std::size_t count, BatchSink
             std::vector<ChunkMemory>().swap(c.values);
             std::vector<Span>().swap(c.spans);
             c.state = Chunk::State::freed;
-            cv_.notify_all();
+            reader_cv_.notify_one();  // budget for the next chunk
         }
     }
 }
