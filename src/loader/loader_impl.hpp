@@ -124,11 +124,20 @@ struct Loader::Impl {
     /// budget and a global shuffle switches it to `chunks`. Sets `stats.shuffle_note`. Called
     /// once, after the tier is built (src/loader/chunk_shuffle.cpp).
     void resolve_chunk_shuffle(const detail::TierStats& tier);
+    /// Not collective: `stats.shuffle_note` for the chunk sizes in `options.plan` (called by
+    /// `resolve_chunk_shuffle`, and again when a resume takes the saved sizes), with a warning
+    /// where two windows of chunks exceed the read-ahead's budget.
+    void describe_chunk_shuffle();
     /// Whether chunk_samples and window_chunks were derived (a restore then takes the
     /// state's), and the shuffle the caller asked for (stage auto may have chosen chunks).
     bool chunk_samples_derived = false;
     bool window_chunks_derived = false;
     Shuffle requested_shuffle = Shuffle::none;
+    /// For the note: why the order is `chunks` when the caller asked for `global` (stage
+    /// auto), whether the sizes came from a resumed state, and the mean bytes of a sample.
+    std::string chunk_note_prefix;
+    bool chunk_sizes_resumed = false;
+    std::uint64_t chunk_sample_bytes = 0;
     /// Shuffle::chunks: the bytes per rank its read-ahead may hold (the stage budget).
     std::uint64_t read_ahead_budget = 0;
     /// The chunk read-ahead's mappings, reused across its epochs (within read_ahead_budget).

@@ -120,11 +120,16 @@ void Loader::Impl::apply_resume(const LoaderState& state) {
             options.plan.window_chunks = 0;
             stats.shuffle_note = "resumed in shuffle '" + to_string(saved) +
                                  "', which stage auto chose for the saved job";
+            if (saved == Shuffle::chunks) chunk_note_prefix = stats.shuffle_note + "; ";
         }
         // Sizes derived from this job's budget: the saved epoch's order keeps the saved ones.
         if (state.plan.shuffle == Shuffle::chunks) {
             if (chunk_samples_derived) options.plan.chunk_samples = state.plan.chunk_samples;
             if (window_chunks_derived) options.plan.window_chunks = state.plan.window_chunks;
+            if (chunk_samples_derived || window_chunks_derived) {
+                chunk_sizes_resumed = true;
+                describe_chunk_shuffle();
+            }
         }
         require_same_sequence(state, options.plan, comm.size());
         // The state's numbers against each other (at the world size that saved it), then

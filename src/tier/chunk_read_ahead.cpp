@@ -2,6 +2,7 @@
 #include "tier/chunk_read_ahead.hpp"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -105,7 +106,15 @@ private:
     std::uint64_t left_ = 0;
 };
 
-ChunkMemory::ChunkMemory(std::size_t bytes) : bytes_(std::max<std::size_t>(1, bytes)) {
+std::size_t ChunkMemory::mapped_size(std::size_t bytes) noexcept {
+    static const std::size_t page = [] {
+        const long p = ::sysconf(_SC_PAGESIZE);
+        return p > 0 ? static_cast<std::size_t>(p) : std::size_t{4096};
+    }();
+    return (bytes + page - 1) / page * page;
+}
+
+ChunkMemory::ChunkMemory(std::size_t bytes) : bytes_(mapped_size(std::max<std::size_t>(1, bytes))) {
     void* p = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) {
         const int e = errno;
@@ -137,12 +146,13 @@ ChunkMemory ChunkPool::take(std::size_t bytes, std::uint64_t in_use) {
     std::vector<ChunkMemory> unmapped;  // unmapped outside the lock, as it goes
     {
         std::lock_guard<std::mutex> lk(m_);
+        const std::size_t mapped = ChunkMemory::mapped_size(bytes);
         for (std::size_t i = free_.size(); i-- > 0;) {
-            if (free_[i].bytes() != bytes) continue;
+            if (free_[i].bytes() != mapped) continue;
             ChunkMemory m = std::move(free_[i]);
             free_[i] = std::move(free_.back());
             free_.pop_back();
-            free_bytes_ -= bytes;
+            free_bytes_ -= mapped;
             return m;
         }
         while (!free_.empty() && free_bytes_ + in_use > limit_) {
@@ -173,12 +183,13 @@ bool ChunkReadAhead::supports(const Source& source) {
 }
 
 std::uint64_t ChunkReadAhead::estimate_bytes(std::uint64_t first, std::uint64_t count) const {
-    std::uint64_t bytes = count * row_bytes_;
+    // Whole pages of the rows' mapping (a mapping of its own, as the memory really taken).
+    std::uint64_t bytes = ChunkMemory::mapped_size(count * row_bytes_);
     if (ragged_fields_ == 0) return bytes;
-    // The stored bytes of the samples (TFRecord: payloads), and the spans that index them.
-    bytes += count * ragged_fields_ * sizeof(Span);
-    for (std::uint64_t id = first; id < first + count; ++id) bytes += source_.sample_bytes(id);
-    return bytes;
+    // The stored bytes of the samples (TFRecord: payloads) in one mapping, and the spans.
+    std::uint64_t values = 0;
+    for (std::uint64_t id = first; id < first + count; ++id) values += source_.sample_bytes(id);
+    return bytes + ChunkMemory::mapped_size(values) + count * ragged_fields_ * sizeof(Span);
 }
 
 ChunkReadAhead::ChunkReadAhead(const Source& source, const EpochPlan& plan, std::uint64_t steps,
@@ -272,7 +283,8 @@ void ChunkReadAhead::reader() const {
             if (row_bytes_ > 0) memory = pool_->take(count * row_bytes_, in_use);
             spans.resize(count * ragged_fields_);
             const std::vector<std::uint64_t> offsets = field_offsets(source_.fields(), count);
-            const std::uint64_t fixed = count * (row_bytes_ + ragged_fields_ * sizeof(Span));
+            const std::uint64_t fixed = ChunkMemory::mapped_size(count * row_bytes_) +
+                                        count * ragged_fields_ * sizeof(Span);
             Sink sink(*this, memory.data(), offsets, values, spans, bytes - std::min(bytes, fixed));
             // Consecutive ids: one read per field, or per run of adjacent records (per
             // kIdsPerRead ids, so the id list stays small against samples of a few bytes).

@@ -42,8 +42,10 @@ public:
     ChunkMemory& operator=(ChunkMemory&& o) noexcept;
     ~ChunkMemory() { reset(); }
     std::byte* data() const noexcept { return data_; }
-    /// The bytes asked for (0 once reset).
+    /// The bytes mapped: those asked for, rounded up to whole pages (0 once reset).
     std::size_t bytes() const noexcept { return data_ ? bytes_ : 0; }
+    /// What a mapping of `bytes` bytes takes: whole pages (0 for 0).
+    static std::size_t mapped_size(std::size_t bytes) noexcept;
     void reset() noexcept;
 
 private:
