@@ -76,7 +76,12 @@ void Loader::Impl::resolve_chunk_shuffle(const detail::TierStats& tier) {
 
 void Loader::Impl::describe_chunk_shuffle() {
     const PlanOptions& plan = options.plan;
-    const bool derived = chunk_samples_derived || window_chunks_derived;
+    const std::string budget = std::to_string(read_ahead_budget) + " bytes per rank";
+    const std::string derived_from =
+        chunk_samples_derived && window_chunks_derived ? ", derived from the budget of " + budget
+        : chunk_samples_derived ? ", the chunk derived from the budget of " + budget
+        : window_chunks_derived ? ", the window the default (budget " + budget + ")"
+                                : "";
     const std::uint64_t chunk_bytes = plan.chunk_samples * chunk_sample_bytes;
     // Two windows of up to K + 1 chunks and one in flight (as the derivation sizes them), each
     // chunk whole pages.
@@ -86,10 +91,7 @@ void Loader::Impl::describe_chunk_shuffle() {
         chunk_note_prefix + "chunks of " + std::to_string(plan.chunk_samples) + " samples (" +
         std::to_string(chunk_bytes) + " bytes), windows of " + std::to_string(plan.window_chunks) +
         " chunks per rank" +
-        (chunk_sizes_resumed ? ", as the resumed state's order has them"
-         : derived           ? ", derived from the budget of " + std::to_string(read_ahead_budget) +
-                         " bytes per rank"
-                   : "") +
+        (chunk_sizes_resumed ? ", as the resumed state's order has them" : derived_from) +
         (detail::ChunkReadAhead::supports(source)
              ? ""
              : "; not read ahead by chunks (a source without fields)") +

@@ -186,9 +186,13 @@ std::uint64_t ChunkReadAhead::estimate_bytes(std::uint64_t first, std::uint64_t 
     // Whole pages of the rows' mapping (a mapping of its own, as the memory really taken).
     std::uint64_t bytes = ChunkMemory::mapped_size(count * row_bytes_);
     if (ragged_fields_ == 0) return bytes;
-    // The stored bytes of the samples (TFRecord: payloads) in one mapping, and the spans.
+    // The stored bytes of the samples (TFRecord: payloads) less what the fixed fields take
+    // decoded (Example features of fixed size), in one mapping, and the spans.
     std::uint64_t values = 0;
-    for (std::uint64_t id = first; id < first + count; ++id) values += source_.sample_bytes(id);
+    for (std::uint64_t id = first; id < first + count; ++id) {
+        const std::uint64_t stored = source_.sample_bytes(id);
+        values += stored - std::min(stored, row_bytes_);
+    }
     return bytes + ChunkMemory::mapped_size(values) + count * ragged_fields_ * sizeof(Span);
 }
 
